@@ -1,0 +1,314 @@
+//! The engine: a pure state machine over one run.
+//!
+//! `(Run, Event) -> (Run, [Action])`, with no clock and no I/O. The coordinator persists each
+//! transition and carries out its actions (send a task to a worker, wait for a person, report the
+//! end); feeding the same events to [`Run::replay`] rebuilds the same run, so any coordinator can
+//! pick a run up from its stored events.
+//!
+//! - [`route`]: where a settled step leads (pure, per step).
+//! - [`parallel`]: how branch outcomes merge into the parallel step's data.
+//! - [`transition`]: entering and settling steps, the body of [`Run::apply`].
+
+pub mod parallel;
+pub mod route;
+mod transition;
+
+use std::sync::Arc;
+
+use imbl::{OrdMap, Vector};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::context::Context;
+use crate::payload::AgentPayload;
+use crate::workflow::{RetryPolicy, StepIndex, StepType, Workflow};
+
+/// Identifies one dispatch of an agent step: its id and which visit of it this is. A result is
+/// accepted only for a task the run is waiting for, so a late answer to an older visit is
+/// refused instead of overwriting newer data.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct TaskId {
+    pub step_id: Arc<str>,
+    pub visit: u32,
+}
+
+/// What a person decided at an approval step. It becomes the step's data.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Decision {
+    pub approved: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub comment: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approver: Option<String>,
+}
+
+impl Decision {
+    pub fn approve() -> Self {
+        Self {
+            approved: true,
+            comment: None,
+            approver: None,
+        }
+    }
+
+    pub fn reject(comment: impl Into<String>) -> Self {
+        Self {
+            approved: false,
+            comment: Some(comment.into()),
+            approver: None,
+        }
+    }
+
+    pub fn to_value(&self) -> Value {
+        serde_json::to_value(self).expect("a decision is always valid JSON")
+    }
+}
+
+/// Something that happened to a run, from outside the engine.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum Event {
+    /// An agent returned data for a task.
+    AgentSucceeded { task: TaskId, data: Value },
+    /// An agent failed a task for good.
+    AgentFailed { task: TaskId, error: String },
+    /// A person decided an approval step.
+    ApprovalDecided { step_id: String, decision: Decision },
+    /// The run is to stop now.
+    Cancel { reason: String },
+}
+
+/// Something the coordinator must do after a transition.
+#[derive(Debug, Clone)]
+pub enum Action {
+    /// Send an agent step to a worker that serves `agent`.
+    Dispatch(AgentTask),
+    /// Wait until someone decides the approval step.
+    AwaitApproval {
+        step_id: Arc<str>,
+        visit: u32,
+        message: String,
+    },
+    /// A task in flight no longer matters (the run was cancelled or failed).
+    Abandon(TaskId),
+    /// The run ended.
+    Finished {
+        status: RunStatus,
+        error: Option<String>,
+    },
+}
+
+/// An agent step ready for a worker.
+#[derive(Debug, Clone)]
+pub struct AgentTask {
+    pub task: TaskId,
+    pub agent: String,
+    pub payload: AgentPayload,
+    pub retry: Option<RetryPolicy>,
+    pub timeout_ms: Option<u64>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunStatus {
+    Running,
+    Succeeded,
+    Failed,
+    Cancelled,
+}
+
+impl RunStatus {
+    pub fn is_terminal(self) -> bool {
+        self != RunStatus::Running
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunStatus::Running => "running",
+            RunStatus::Succeeded => "succeeded",
+            RunStatus::Failed => "failed",
+            RunStatus::Cancelled => "cancelled",
+        }
+    }
+}
+
+impl std::fmt::Display for RunStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StepStatus {
+    Succeeded,
+    Failed,
+    /// An approval that was turned down.
+    Rejected,
+}
+
+/// One settled visit of a step, kept in the run's history (branches included).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct StepRecord {
+    pub step_id: Arc<str>,
+    pub step_type: StepType,
+    pub visit: u32,
+    /// The parallel step this was a branch of.
+    pub parent: Option<Arc<str>>,
+    pub status: StepStatus,
+    pub data: Option<Arc<Value>>,
+    pub error: Option<Arc<str>>,
+    /// Where routing went next (top-level steps only).
+    pub next: Option<Arc<str>>,
+}
+
+/// What an unfinished run is waiting for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Waiting {
+    Agent { task: TaskId, agent: String },
+    Approval { step_id: Arc<str>, message: String },
+}
+
+/// Why an event could not be applied. The run is unchanged.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EngineError {
+    #[error("the run has {0} and takes no more events")]
+    NotRunning(RunStatus),
+    #[error("no task for step \"{}\" (visit {}) is in flight", .0.step_id, .0.visit)]
+    UnknownTask(TaskId),
+    #[error("step \"{0}\" is not waiting for an approval")]
+    NotAwaitingApproval(String),
+}
+
+/// Work the run has started and not yet settled, by step.
+#[derive(Debug, Clone)]
+enum Pending {
+    Agent {
+        visit: u32,
+    },
+    Approval {
+        visit: u32,
+    },
+    Parallel {
+        visit: u32,
+        /// One slot per branch, in workflow order.
+        outcomes: Vector<Option<BranchOutcome>>,
+        remaining: usize,
+    },
+}
+
+/// How one branch settled: its data, or its error.
+type BranchOutcome = Result<Arc<Value>, Arc<str>>;
+
+/// One run of a workflow. Immutable: [`Run::apply`] returns a new run.
+#[derive(Debug, Clone)]
+pub struct Run {
+    workflow: Arc<Workflow>,
+    context: Context,
+    status: RunStatus,
+    error: Option<String>,
+    visits: OrdMap<StepIndex, u32>,
+    pending: OrdMap<StepIndex, Pending>,
+    history: Vector<StepRecord>,
+}
+
+/// The outcome of a transition: the new run and what to do about it.
+#[derive(Debug, Clone)]
+pub struct Transition {
+    pub run: Run,
+    pub actions: Vec<Action>,
+}
+
+impl Run {
+    /// Starts a run at the workflow's entry step.
+    pub fn start(workflow: Arc<Workflow>, input: Value) -> Transition {
+        let run = Run {
+            context: Context::new(input),
+            workflow,
+            status: RunStatus::Running,
+            error: None,
+            visits: OrdMap::new(),
+            pending: OrdMap::new(),
+            history: Vector::new(),
+        };
+        transition::start(run)
+    }
+
+    /// Applies one event. On error the run is unchanged and nothing is to be done.
+    pub fn apply(&self, event: Event) -> Result<Transition, EngineError> {
+        transition::apply(self, event)
+    }
+
+    /// Rebuilds a run from its input and the events applied to it, in order.
+    pub fn replay(
+        workflow: Arc<Workflow>,
+        input: Value,
+        events: impl IntoIterator<Item = Event>,
+    ) -> Result<Run, (usize, EngineError)> {
+        events
+            .into_iter()
+            .enumerate()
+            .try_fold(Run::start(workflow, input).run, |run, (i, event)| {
+                run.apply(event).map(|t| t.run).map_err(|error| (i, error))
+            })
+    }
+
+    pub fn workflow(&self) -> &Arc<Workflow> {
+        &self.workflow
+    }
+
+    pub fn context(&self) -> &Context {
+        &self.context
+    }
+
+    pub fn status(&self) -> RunStatus {
+        self.status
+    }
+
+    /// Why the run failed or was cancelled.
+    pub fn error(&self) -> Option<&str> {
+        self.error.as_deref()
+    }
+
+    /// Every settled step visit, in the order they settled.
+    pub fn history(&self) -> &Vector<StepRecord> {
+        &self.history
+    }
+
+    /// How many times the step has been entered.
+    pub fn visits(&self, step_id: &str) -> u32 {
+        self.workflow
+            .index_of(step_id)
+            .and_then(|index| self.visits.get(&index).copied())
+            .unwrap_or(0)
+    }
+
+    /// Agent tasks in flight and approvals awaited, in workflow order.
+    pub fn waiting(&self) -> Vec<Waiting> {
+        self.pending
+            .iter()
+            .filter_map(|(&index, pending)| {
+                let step = self.workflow.step(index);
+                match (pending, &step.kind) {
+                    (Pending::Agent { visit }, crate::workflow::StepKind::Agent { agent }) => {
+                        Some(Waiting::Agent {
+                            task: TaskId {
+                                step_id: step.id.clone(),
+                                visit: *visit,
+                            },
+                            agent: agent.clone(),
+                        })
+                    }
+                    (
+                        Pending::Approval { .. },
+                        crate::workflow::StepKind::Approval { message, .. },
+                    ) => Some(Waiting::Approval {
+                        step_id: step.id.clone(),
+                        message: message.clone(),
+                    }),
+                    _ => None,
+                }
+            })
+            .collect()
+    }
+}

@@ -1,0 +1,470 @@
+//! Entering and settling steps: the body of [`Run::start`] and [`Run::apply`].
+//!
+//! Transforms and conditions settle as soon as they are entered, so one transition may run
+//! through several of them until it reaches work that waits (an agent, an approval, a parallel
+//! step with such branches) or the end of the run. Visit limits bound that walk.
+
+use std::sync::Arc;
+
+use imbl::Vector;
+use serde_json::json;
+
+use super::parallel::{failure_summary, merge};
+use super::route::{Outcome, Route, route};
+use super::{
+    Action, AgentTask, BranchOutcome, EngineError, Event, Pending, Run, RunStatus, StepRecord,
+    StepStatus, TaskId, Transition,
+};
+use crate::context::{Context, StepResult};
+use crate::payload::{AgentPayload, ErrorInfo};
+use crate::workflow::{Step, StepIndex, StepKind};
+
+/// A step that settled, waiting to be recorded and routed.
+type Settled = (StepIndex, u32, Outcome);
+
+struct Builder {
+    run: Run,
+    actions: Vec<Action>,
+}
+
+pub(super) fn start(run: Run) -> Transition {
+    let mut builder = Builder {
+        run,
+        actions: Vec::new(),
+    };
+    let entry = builder.run.workflow.entry();
+    if let Some(settled) = builder.enter(entry, None) {
+        builder.settle(settled);
+    }
+    builder.finish()
+}
+
+pub(super) fn apply(run: &Run, event: Event) -> Result<Transition, EngineError> {
+    if run.status.is_terminal() {
+        return Err(EngineError::NotRunning(run.status));
+    }
+    let mut builder = Builder {
+        run: run.clone(),
+        actions: Vec::new(),
+    };
+    match event {
+        Event::AgentSucceeded { task, data } => {
+            let (index, visit) = builder.take_agent(&task)?;
+            builder.settle((index, visit, Outcome::Data(Arc::new(data))));
+        }
+        Event::AgentFailed { task, error } => {
+            let (index, visit) = builder.take_agent(&task)?;
+            builder.settle((index, visit, Outcome::Failed(error.into())));
+        }
+        Event::ApprovalDecided { step_id, decision } => {
+            let (index, visit) = builder.take_approval(&step_id)?;
+            builder.settle((index, visit, Outcome::Approval(decision)));
+        }
+        Event::Cancel { reason } => builder.end(RunStatus::Cancelled, Some(reason)),
+    }
+    Ok(builder.finish())
+}
+
+impl Builder {
+    fn finish(self) -> Transition {
+        Transition {
+            run: self.run,
+            actions: self.actions,
+        }
+    }
+
+    fn take_agent(&mut self, task: &TaskId) -> Result<(StepIndex, u32), EngineError> {
+        let unknown = || EngineError::UnknownTask(task.clone());
+        let index = self
+            .run
+            .workflow
+            .index_of(&task.step_id)
+            .ok_or_else(unknown)?;
+        match self.run.pending.get(&index) {
+            Some(Pending::Agent { visit }) if *visit == task.visit => {
+                self.run.pending.remove(&index);
+                Ok((index, task.visit))
+            }
+            _ => Err(unknown()),
+        }
+    }
+
+    fn take_approval(&mut self, step_id: &str) -> Result<(StepIndex, u32), EngineError> {
+        let not_waiting = || EngineError::NotAwaitingApproval(step_id.to_owned());
+        let index = self
+            .run
+            .workflow
+            .index_of(step_id)
+            .ok_or_else(not_waiting)?;
+        match self.run.pending.get(&index) {
+            Some(Pending::Approval { visit }) => {
+                let visit = *visit;
+                self.run.pending.remove(&index);
+                Ok((index, visit))
+            }
+            _ => Err(not_waiting()),
+        }
+    }
+
+    /// Records settled steps and follows their routes until work waits or the run ends.
+    fn settle(&mut self, settled: Settled) {
+        let mut next = Some(settled);
+        while let Some((index, visit, outcome)) = next.take() {
+            if self.run.status.is_terminal() {
+                return;
+            }
+            next = match self.run.workflow.step(index).parent {
+                Some(parent) => self.settle_branch(parent, index, visit, outcome),
+                None => self
+                    .settle_top_level(index, visit, outcome)
+                    .and_then(|(target, error)| self.enter(target, error)),
+            };
+        }
+    }
+
+    fn bump_visit(&mut self, index: StepIndex) -> u32 {
+        let visit = self.run.visits.get(&index).copied().unwrap_or(0) + 1;
+        self.run.visits.insert(index, visit);
+        visit
+    }
+
+    /// Enters a top-level step; returns it at once if it settled without waiting.
+    fn enter(&mut self, index: StepIndex, error: Option<ErrorInfo>) -> Option<Settled> {
+        let workflow = self.run.workflow.clone();
+        let step = workflow.step(index);
+        let visit = self.bump_visit(index);
+        if visit > step.max_visits {
+            self.end(
+                RunStatus::Failed,
+                Some(format!(
+                    "step \"{}\" reached its limit of {} visits; if the loop is meant to run longer, raise \"max_visits\" on the workflow or the step",
+                    step.id, step.max_visits
+                )),
+            );
+            return None;
+        }
+        let snapshot = self.run.context.clone();
+        self.begin(index, visit, &snapshot, error)
+            .map(|outcome| (index, visit, outcome))
+    }
+
+    /// Starts a step against `snapshot`. Returns its outcome when it settles at once.
+    fn begin(
+        &mut self,
+        index: StepIndex,
+        visit: u32,
+        snapshot: &Context,
+        error: Option<ErrorInfo>,
+    ) -> Option<Outcome> {
+        let workflow = self.run.workflow.clone();
+        let step = workflow.step(index);
+        match &step.kind {
+            StepKind::Agent { agent } => {
+                let reference = match &step.input {
+                    None => None,
+                    Some(key) => match snapshot.data(key) {
+                        Some(data) => Some((key.clone(), data.clone())),
+                        None => {
+                            return Some(Outcome::Failed(
+                                format!("Referenced step not found: {key}").into(),
+                            ));
+                        }
+                    },
+                };
+                self.run.pending.insert(index, Pending::Agent { visit });
+                self.actions.push(Action::Dispatch(AgentTask {
+                    task: TaskId {
+                        step_id: step.id.clone(),
+                        visit,
+                    },
+                    agent: agent.clone(),
+                    payload: AgentPayload {
+                        context: snapshot.clone(),
+                        reference,
+                        error,
+                    },
+                    retry: step.retry.clone(),
+                    timeout_ms: step.timeout_ms,
+                }));
+                None
+            }
+            StepKind::Transform { transform, .. } => Some(match transform.evaluate(snapshot) {
+                Ok(data) => Outcome::Data(Arc::new(data)),
+                Err(error) => Outcome::Failed(error.into()),
+            }),
+            StepKind::Condition { condition, .. } => {
+                Some(Outcome::Condition(condition.is_true(snapshot)))
+            }
+            StepKind::Approval { message, .. } => {
+                self.run.pending.insert(index, Pending::Approval { visit });
+                self.actions.push(Action::AwaitApproval {
+                    step_id: step.id.clone(),
+                    visit,
+                    message: message.clone(),
+                });
+                None
+            }
+            StepKind::Parallel { branches } => {
+                // Every branch starts from the same snapshot and none sees another's result.
+                let mut outcomes = Vector::new();
+                let mut remaining = 0;
+                for &branch in branches {
+                    let branch_visit = self.bump_visit(branch);
+                    match self.begin(branch, branch_visit, snapshot, None) {
+                        Some(outcome) => {
+                            let settled = self.record_branch(branch, branch_visit, outcome);
+                            outcomes.push_back(Some(settled));
+                        }
+                        None => {
+                            outcomes.push_back(None);
+                            remaining += 1;
+                        }
+                    }
+                }
+                if remaining == 0 {
+                    return Some(self.merge(step, &outcomes));
+                }
+                self.run.pending.insert(
+                    index,
+                    Pending::Parallel {
+                        visit,
+                        outcomes,
+                        remaining,
+                    },
+                );
+                None
+            }
+        }
+    }
+
+    fn merge(&self, step: &Step, outcomes: &Vector<Option<BranchOutcome>>) -> Outcome {
+        let StepKind::Parallel { branches } = &step.kind else {
+            unreachable!("only parallel steps merge");
+        };
+        let workflow = &self.run.workflow;
+        let (data, all_succeeded) = merge(branches.iter().zip(outcomes.iter()).filter_map(
+            |(&branch, outcome)| Some((workflow.step(branch).id.as_ref(), outcome.as_ref()?)),
+        ));
+        Outcome::Parallel {
+            data: Arc::new(data),
+            all_succeeded,
+        }
+    }
+
+    /// Files a branch's outcome into its parallel step; returns the parallel step once every
+    /// branch has settled.
+    fn settle_branch(
+        &mut self,
+        parent: StepIndex,
+        branch: StepIndex,
+        visit: u32,
+        outcome: Outcome,
+    ) -> Option<Settled> {
+        let settled = self.record_branch(branch, visit, outcome);
+        let workflow = self.run.workflow.clone();
+        let parent_step = workflow.step(parent);
+        let StepKind::Parallel { branches } = &parent_step.kind else {
+            unreachable!("a branch's parent is a parallel step");
+        };
+        let slot = branches.iter().position(|&b| b == branch)?;
+        let Some(Pending::Parallel {
+            visit: parent_visit,
+            outcomes,
+            remaining,
+        }) = self.run.pending.get_mut(&parent)
+        else {
+            return None;
+        };
+        outcomes.set(slot, Some(settled));
+        *remaining -= 1;
+        if *remaining > 0 {
+            return None;
+        }
+        let (parent_visit, outcomes) = (*parent_visit, outcomes.clone());
+        self.run.pending.remove(&parent);
+        Some((parent, parent_visit, self.merge(parent_step, &outcomes)))
+    }
+
+    /// Turns a branch's outcome into the fulfilled/rejected form and keeps it in the history.
+    fn record_branch(&mut self, branch: StepIndex, visit: u32, outcome: Outcome) -> BranchOutcome {
+        let workflow = self.run.workflow.clone();
+        let step = workflow.step(branch);
+        let (settled, status): (BranchOutcome, StepStatus) = match outcome {
+            Outcome::Data(data) => (Ok(data), StepStatus::Succeeded),
+            Outcome::Failed(error) => (Err(error), StepStatus::Failed),
+            Outcome::Approval(decision) if decision.approved => {
+                (Ok(Arc::new(decision.to_value())), StepStatus::Succeeded)
+            }
+            Outcome::Approval(decision) => {
+                (Err(rejection_error(step, &decision)), StepStatus::Rejected)
+            }
+            Outcome::Parallel {
+                data,
+                all_succeeded: true,
+            } => (Ok(data), StepStatus::Succeeded),
+            Outcome::Parallel { data, .. } => (Err(failure_summary(&data)), StepStatus::Failed),
+            // Validation keeps conditions out of branches; a value is still the honest answer.
+            Outcome::Condition(value) => (Ok(Arc::new(json!(value))), StepStatus::Succeeded),
+        };
+        let parent = step.parent.map(|p| workflow.step(p).id.clone());
+        self.run.history.push_back(StepRecord {
+            step_id: step.id.clone(),
+            step_type: step.step_type(),
+            visit,
+            parent,
+            status,
+            data: settled.as_ref().ok().cloned(),
+            error: settled.as_ref().err().cloned(),
+            next: None,
+        });
+        settled
+    }
+
+    /// Stores a top-level step's result, records it, and decides where the run goes.
+    fn settle_top_level(
+        &mut self,
+        index: StepIndex,
+        visit: u32,
+        outcome: Outcome,
+    ) -> Option<(StepIndex, Option<ErrorInfo>)> {
+        let workflow = self.run.workflow.clone();
+        let step = workflow.step(index);
+        let next = route(step, &outcome);
+        let success = |data: &Arc<serde_json::Value>| {
+            StepResult::success(step.id.clone(), visit, data.clone())
+        };
+        let failure = |error: &Arc<str>| StepResult::failure(step.id.clone(), visit, error.clone());
+        let (stored, status, data, error) = match &outcome {
+            Outcome::Data(data) => (
+                Some(success(data)),
+                StepStatus::Succeeded,
+                Some(data.clone()),
+                None,
+            ),
+            Outcome::Failed(error) => (
+                Some(failure(error)),
+                StepStatus::Failed,
+                None,
+                Some(error.clone()),
+            ),
+            // Conditions only route: their value is kept in the history, not the context.
+            Outcome::Condition(value) => (
+                None,
+                StepStatus::Succeeded,
+                Some(Arc::new(json!({ "result": value }))),
+                None,
+            ),
+            Outcome::Approval(decision) => {
+                let data = Arc::new(decision.to_value());
+                match (decision.approved, next) {
+                    (true, _) => (
+                        Some(success(&data)),
+                        StepStatus::Succeeded,
+                        Some(data),
+                        None,
+                    ),
+                    // A routed rejection is data the next step needs (the reviewer's comment).
+                    (false, Route::Goto(_)) => {
+                        (Some(success(&data)), StepStatus::Rejected, Some(data), None)
+                    }
+                    (false, _) => {
+                        let error = rejection_error(step, decision);
+                        (
+                            Some(failure(&error)),
+                            StepStatus::Rejected,
+                            Some(data),
+                            Some(error),
+                        )
+                    }
+                }
+            }
+            // The parallel step's data always enters the context, so that later steps can read
+            // `success` and each branch's outcome.
+            Outcome::Parallel {
+                data,
+                all_succeeded,
+            } => (
+                Some(success(data)),
+                if *all_succeeded {
+                    StepStatus::Succeeded
+                } else {
+                    StepStatus::Failed
+                },
+                Some(data.clone()),
+                (!all_succeeded).then(|| failure_summary(data)),
+            ),
+        };
+        if let Some(result) = stored {
+            self.run.context = self
+                .run
+                .context
+                .with_result(step.context_key.clone(), result);
+        }
+        let target = match next {
+            Route::Goto(target) | Route::Recover(target) => Some(target),
+            Route::End | Route::Fail => None,
+        };
+        self.run.history.push_back(StepRecord {
+            step_id: step.id.clone(),
+            step_type: step.step_type(),
+            visit,
+            parent: None,
+            status,
+            data,
+            error: error.clone(),
+            next: target.map(|t| workflow.step(t).id.clone()),
+        });
+        match next {
+            Route::Goto(target) => Some((target, None)),
+            Route::Recover(target) => Some((
+                target,
+                Some(ErrorInfo {
+                    step: step.id.clone(),
+                    message: error.unwrap_or_else(|| "step failed".into()),
+                }),
+            )),
+            Route::End => {
+                self.end(RunStatus::Succeeded, None);
+                None
+            }
+            Route::Fail => {
+                let error = error.unwrap_or_else(|| "step failed".into());
+                self.end(
+                    RunStatus::Failed,
+                    Some(format!("step \"{}\" failed: {error}", step.id)),
+                );
+                None
+            }
+        }
+    }
+
+    /// Ends the run; tasks still in flight are abandoned.
+    fn end(&mut self, status: RunStatus, error: Option<String>) {
+        let workflow = self.run.workflow.clone();
+        for (index, pending) in std::mem::take(&mut self.run.pending) {
+            if let Pending::Agent { visit } = pending {
+                self.actions.push(Action::Abandon(TaskId {
+                    step_id: workflow.step(index).id.clone(),
+                    visit,
+                }));
+            }
+        }
+        self.run.status = status;
+        self.run.error = error.clone();
+        self.actions.push(Action::Finished { status, error });
+    }
+}
+
+fn rejection_error(step: &Step, decision: &super::Decision) -> Arc<str> {
+    let by = decision
+        .approver
+        .as_deref()
+        .map(|approver| format!(" by {approver}"))
+        .unwrap_or_default();
+    let comment = decision
+        .comment
+        .as_deref()
+        .map(|comment| format!(": {comment}"))
+        .unwrap_or_default();
+    format!("approval \"{}\" was rejected{by}{comment}", step.id).into()
+}

@@ -1,0 +1,221 @@
+//! `jq:` transforms, run by the jaq interpreter (no process, no file system, no environment).
+//!
+//! The program sees the document `{"input": ..., "context": {...}}` and must produce exactly one
+//! value. Only the pure core library is loaded: `env`, `$ENV`, `now`, `input`, `debug` and module
+//! imports are not available, so a transform gives the same answer wherever and whenever it runs.
+
+use std::fmt;
+use std::sync::Arc;
+
+use jaq_core::load::{Arena, File, Loader};
+use jaq_core::{Compiler, Ctx, Vars, data};
+use jaq_json::Val;
+use serde::Deserialize;
+use serde_json::Value;
+
+/// Native filters that read the environment, the clock or stdin, or write to stderr: a transform
+/// must give the same answer on every coordinator, so they are left out.
+const IMPURE: &[&str] = &[
+    "env",
+    "now",
+    "input",
+    "inputs",
+    "localtime",
+    "strflocaltime",
+    "debug_empty",
+    "stderr_empty",
+];
+
+/// `debug` and `stderr` stay usable (programs copied from elsewhere use them) but write nothing.
+const SILENT_LOGGING: &str = "def debug_empty: empty; def stderr_empty: empty;";
+
+type Filter = jaq_core::Filter<data::JustLut<Val>>;
+
+/// A compiled jq program, cheap to clone and safe to share between threads.
+#[derive(Clone)]
+pub struct JqProgram {
+    source: Arc<str>,
+    filter: Arc<Filter>,
+}
+
+impl fmt::Debug for JqProgram {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("JqProgram").field(&self.source).finish()
+    }
+}
+
+impl PartialEq for JqProgram {
+    fn eq(&self, other: &Self) -> bool {
+        self.source == other.source
+    }
+}
+
+impl JqProgram {
+    /// Parses and compiles a program, reporting the first problem jaq finds.
+    pub fn compile(source: &str) -> Result<Self, String> {
+        let silent = jaq_core::load::parse(SILENT_LOGGING, |p| p.defs())
+            .expect("the logging stand-ins parse");
+        let defs = jaq_core::defs()
+            .chain(silent)
+            .chain(jaq_std::defs())
+            .chain(jaq_json::defs());
+        let funs = jaq_core::funs()
+            .chain(jaq_std::funs())
+            .chain(jaq_json::funs())
+            .filter(|(name, _, _)| !IMPURE.contains(name));
+        let arena = Arena::default();
+        let loader = Loader::new(defs);
+        let program = File {
+            code: source,
+            path: (),
+        };
+        let modules = loader
+            .load(&arena, program)
+            .map_err(|errors| describe_load_errors(source, errors))?;
+        let filter = Compiler::default()
+            .with_funs(funs)
+            .compile(modules)
+            .map_err(|errors| {
+                let names: Vec<String> = errors
+                    .into_iter()
+                    .flat_map(|(_, undefined)| undefined)
+                    .map(|(name, kind)| format!("undefined {} `{name}`", kind.as_str()))
+                    .collect();
+                format!("cannot compile jq program: {}", names.join(", "))
+            })?;
+        Ok(Self {
+            source: source.into(),
+            filter: Arc::new(filter),
+        })
+    }
+
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+
+    /// Runs the program on `document` and returns its single output.
+    pub fn run(&self, document: &Value) -> Result<Value, String> {
+        let input = Val::deserialize(document).map_err(|e| format!("jq input: {e}"))?;
+        let ctx = Ctx::<data::JustLut<Val>>::new(&self.filter.lut, Vars::new([]));
+        // Not `jaq_core::unwrap_valr`: it exits the process when a program calls `halt`.
+        let mut outputs = self.filter.id.run((ctx, input)).map(|output| {
+            output.map_err(|exception| match exception.get_err() {
+                Ok(error) => error.to_string(),
+                Err(_) => "halt is not available in transforms".to_owned(),
+            })
+        });
+        let first = match outputs.next() {
+            None => return Err("jq program produced no value".to_owned()),
+            Some(Err(error)) => return Err(format!("jq error: {error}")),
+            Some(Ok(value)) => value,
+        };
+        if outputs.next().is_some() {
+            return Err(
+                "jq program produced more than one value; wrap it in [...] to collect them"
+                    .to_owned(),
+            );
+        }
+        // jaq's values only serialise through their JSON text.
+        let text = first.to_string();
+        serde_json::from_str(&text)
+            .map_err(|_| format!("jq program produced a value that is not JSON: {text}"))
+    }
+}
+
+fn describe_load_errors<P>(source: &str, errors: jaq_core::load::Errors<&str, P>) -> String {
+    use jaq_core::load::Error;
+    let column = |at: &str| source.len().saturating_sub(at.len()) + 1;
+    let mut problems = Vec::new();
+    for (_, error) in errors {
+        match error {
+            Error::Io(io) => {
+                problems.extend(io.into_iter().map(|(path, why)| format!("{path}: {why}")))
+            }
+            Error::Lex(lex) => problems.extend(lex.into_iter().map(|(expect, at)| {
+                format!("expected {} at column {}", expect.as_str(), column(at))
+            })),
+            Error::Parse(parse) => problems.extend(parse.into_iter().map(|(expect, at)| {
+                format!("expected {} at column {}", expect.as_str(), column(at))
+            })),
+        }
+    }
+    format!("cannot parse jq program: {}", problems.join(", "))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn assert_send_sync<T: Send + Sync>() {}
+
+    #[test]
+    fn programs_can_be_shared_between_threads() {
+        assert_send_sync::<JqProgram>();
+    }
+
+    #[test]
+    fn reshapes_the_context() {
+        let document = json!({"input": "x", "context": {"plan": {"files": ["a.ts", "b.ts"]}}});
+        let program = JqProgram::compile("[.context.plan.files[] | ascii_upcase]").unwrap();
+        assert_eq!(program.run(&document), Ok(json!(["A.TS", "B.TS"])));
+        let program = JqProgram::compile(
+            "{count: (.context.plan.files | length), first: .context.plan.files[0]}",
+        )
+        .unwrap();
+        assert_eq!(
+            program.run(&document),
+            Ok(json!({"count": 2, "first": "a.ts"}))
+        );
+    }
+
+    #[test]
+    fn output_must_be_exactly_one_value() {
+        let document = json!({"context": {"plan": {"files": ["a", "b"]}}});
+        let many = JqProgram::compile(".context.plan.files[]").unwrap();
+        assert!(
+            many.run(&document)
+                .unwrap_err()
+                .contains("more than one value")
+        );
+        let none = JqProgram::compile("empty").unwrap();
+        assert!(none.run(&document).unwrap_err().contains("no value"));
+        let error = JqProgram::compile("error(\"boom\")").unwrap();
+        assert!(error.run(&document).unwrap_err().contains("boom"));
+    }
+
+    #[test]
+    fn bad_programs_and_impure_builtins_are_rejected() {
+        assert!(
+            JqProgram::compile(".a | ")
+                .unwrap_err()
+                .contains("cannot parse")
+        );
+        assert!(JqProgram::compile("[.a").is_err());
+        for impure in [
+            "env",
+            "$ENV",
+            "now",
+            "input",
+            "inputs",
+            "localtime",
+            "import \"x\" as x; .",
+        ] {
+            assert!(
+                JqProgram::compile(impure).is_err(),
+                "{impure} must not compile"
+            );
+        }
+    }
+
+    #[test]
+    fn halt_fails_the_transform_instead_of_exiting_the_process() {
+        let document = json!({});
+        for program in ["halt", "halt_error", "halt_error(1)", "\"x\" | halt_error"] {
+            let program = JqProgram::compile(program).unwrap();
+            assert!(program.run(&document).is_err());
+        }
+        let debug = JqProgram::compile("1 | debug | stderr").unwrap();
+        assert_eq!(debug.run(&document), Ok(json!(1)));
+    }
+}

@@ -1,0 +1,25 @@
+//! The workflow's small languages, all evaluated without `eval`.
+//!
+//! - [`path`]: `context.<step>.<field>[0]`, the spec's safe path syntax (transforms).
+//! - [`expr`]: JavaScript-like conditions over paths (`context.parallel-tests.success === true`).
+//! - [`jq`]: `jq:` transforms, run by the jaq interpreter for reshaping paths cannot do.
+//! - [`transform`]: what a transform step evaluates, one of the two above.
+
+pub mod expr;
+pub mod jq;
+pub mod path;
+pub mod transform;
+
+use serde_json::Value;
+
+/// What paths and expressions are evaluated against: the run's input and the visible results.
+///
+/// The engine's [`crate::Context`] implements it; tests can use any map.
+pub trait Scope {
+    /// The run's original input.
+    fn input(&self) -> &Value;
+    /// The latest successful data stored under `key` (a step id or an `output` alias).
+    fn result(&self, key: &str) -> Option<&Value>;
+    /// The whole scope as `{"input": ..., "context": {...}}`, the document jq programs see.
+    fn to_document(&self) -> Value;
+}

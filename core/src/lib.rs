@@ -1,0 +1,28 @@
+//! Baton's core: the workflow language and the context engine, with no I/O.
+//!
+//! Layout:
+//! - [`workflow`]: the JSON workflow model, its parser and validator.
+//! - [`diagnostics`]: problems found in a workflow, each with its JSON path and step id.
+//! - [`eval`]: paths, conditions and jq transforms, evaluated without `eval`.
+//! - [`context`]: the run's immutable, structurally shared context.
+//! - [`payload`]: what an agent receives (`{input, context, <ref>}`).
+//! - [`engine`]: the run state machine, `(Run, Event) -> (Run, [Action])`.
+//! - [`limits`]: ceilings on every size a workflow author controls.
+
+pub mod context;
+pub mod diagnostics;
+pub mod engine;
+pub mod eval;
+pub mod limits;
+pub mod payload;
+pub mod workflow;
+
+pub use context::{Context, StepResult};
+pub use diagnostics::{Diagnostic, Diagnostics, Severity};
+pub use engine::{
+    Action, AgentTask, Decision, EngineError, Event, Run, RunStatus, StepRecord, StepStatus,
+    TaskId, Transition, Waiting,
+};
+pub use limits::Limits;
+pub use payload::AgentPayload;
+pub use workflow::{Workflow, parse_workflow, parse_workflow_with};

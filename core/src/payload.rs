@@ -1,0 +1,64 @@
+//! What an agent receives: the spec's Method 1 and Method 2 payload.
+//!
+//! ```text
+//! { "input": <run input>, "context": { <key>: <data>, ... }, "<ref>": <data of step.input> }
+//! ```
+//! plus `"error": {"step", "message"}` when the step was reached through another step's
+//! `on_error`. The payload holds a context snapshot, not a copy: it is serialised straight from
+//! the shared results.
+
+use std::sync::Arc;
+
+use serde::Serialize;
+use serde::ser::SerializeMap;
+use serde_json::Value;
+
+use crate::context::Context;
+
+/// Top-level keys of the agent payload that Baton owns; no step id or alias may take them.
+/// `messages` and `handoff` are kept for message history and handoff records.
+pub const RESERVED_KEYS: &[&str] = &["input", "context", "error", "messages", "handoff"];
+
+/// The failure that sent a run to an `on_error` step.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ErrorInfo {
+    /// The step that failed.
+    pub step: Arc<str>,
+    pub message: Arc<str>,
+}
+
+/// The input of one agent step.
+#[derive(Debug, Clone)]
+pub struct AgentPayload {
+    pub context: Context,
+    /// `step.input` and the data it names (Method 2).
+    pub reference: Option<(Arc<str>, Arc<Value>)>,
+    pub error: Option<ErrorInfo>,
+}
+
+impl AgentPayload {
+    /// The payload as a JSON value (copies; for tests and small payloads).
+    pub fn to_value(&self) -> Value {
+        serde_json::to_value(self).expect("a payload is always valid JSON")
+    }
+
+    /// The payload as JSON bytes.
+    pub fn to_json(&self) -> Vec<u8> {
+        serde_json::to_vec(self).expect("a payload is always valid JSON")
+    }
+}
+
+impl Serialize for AgentPayload {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = serializer.serialize_map(None)?;
+        map.serialize_entry("input", self.context.input().as_ref())?;
+        if let Some((key, data)) = &self.reference {
+            map.serialize_entry(key.as_ref(), data.as_ref())?;
+        }
+        map.serialize_entry("context", &self.context.visible_serializer())?;
+        if let Some(error) = &self.error {
+            map.serialize_entry("error", error)?;
+        }
+        map.end()
+    }
+}

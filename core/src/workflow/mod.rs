@@ -1,0 +1,190 @@
+//! The workflow language: a JSON document of steps, parsed and validated into a [`Workflow`].
+//!
+//! - [`raw`]: the document as written (serde), every field optional so nothing is lost before
+//!   validation can say what is wrong.
+//! - [`parse`]: document text to [`Workflow`], reporting every problem at once with its JSON path.
+//! - [`graph`]: routing edges between top-level steps, for reachability.
+//!
+//! A [`Workflow`] only exists once it is valid: the engine never sees a dangling reference.
+
+pub mod graph;
+pub mod parse;
+pub mod raw;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use crate::eval::expr::Expr;
+use crate::eval::transform::Transform;
+
+pub use parse::{ParseError, parse_workflow, parse_workflow_with};
+
+/// Index of a step in [`Workflow::steps`].
+pub type StepIndex = usize;
+
+/// A validated workflow, ready to run. Cheap to share (`Arc<Workflow>`).
+#[derive(Debug)]
+pub struct Workflow {
+    /// The document's `id`, if it has one.
+    pub id: Option<String>,
+    pub description: Option<String>,
+    /// How many times any step may be entered in one run (a step's own `max_visits` wins).
+    pub max_visits: u32,
+    /// Every step, parallel branches included, in document order (a parallel step before its
+    /// branches).
+    steps: Vec<Step>,
+    /// Indexes of the top-level steps, in document order; the first is the entry.
+    top_level: Vec<StepIndex>,
+    by_id: HashMap<Arc<str>, StepIndex>,
+}
+
+/// One step of a workflow.
+#[derive(Debug)]
+pub struct Step {
+    pub id: Arc<str>,
+    pub kind: StepKind,
+    /// The key under which the step's data enters the context: its `output` alias, else its id.
+    pub context_key: Arc<str>,
+    /// `input`: the step or alias whose data is also handed to an agent under its own key.
+    pub input: Option<Arc<str>>,
+    /// Where to go after success, already resolved from `next`, `end` and document order.
+    pub on_success: Option<StepIndex>,
+    /// `on_error`: where to go when the step fails.
+    pub on_error: Option<StepIndex>,
+    /// The parallel step this step is a branch of.
+    pub parent: Option<StepIndex>,
+    pub max_visits: u32,
+    /// Parsed now, enforced by the coordinator.
+    pub retry: Option<RetryPolicy>,
+    /// Parsed now, enforced by the coordinator.
+    pub timeout_ms: Option<u64>,
+}
+
+/// What a step does, with the fields its type needs.
+#[derive(Debug)]
+pub enum StepKind {
+    Agent {
+        agent: String,
+    },
+    Transform {
+        transform: Transform,
+        source: String,
+    },
+    Parallel {
+        branches: Vec<StepIndex>,
+    },
+    Condition {
+        condition: Expr,
+        source: String,
+        /// `then`, or where success would go when absent.
+        when_true: Option<StepIndex>,
+        /// `else`, or where success would go when absent.
+        when_false: Option<StepIndex>,
+    },
+    Approval {
+        message: String,
+        /// `on_approve`, or where success would go when absent.
+        on_approve: Option<StepIndex>,
+        /// `on_reject`; when absent a rejection fails the step.
+        on_reject: Option<StepIndex>,
+    },
+}
+
+/// The `type` of a step, without its fields.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StepType {
+    Agent,
+    Transform,
+    Parallel,
+    Condition,
+    Approval,
+}
+
+impl StepType {
+    pub const ALL: [StepType; 5] = [
+        StepType::Agent,
+        StepType::Transform,
+        StepType::Parallel,
+        StepType::Condition,
+        StepType::Approval,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StepType::Agent => "agent",
+            StepType::Transform => "transform",
+            StepType::Parallel => "parallel",
+            StepType::Condition => "condition",
+            StepType::Approval => "approval",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|t| t.as_str() == name)
+    }
+}
+
+/// Retry policy of a step, as Temporal spells it.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct RetryPolicy {
+    pub max_attempts: u32,
+    pub initial_interval_ms: u64,
+    pub backoff_coefficient: f64,
+    pub max_interval_ms: Option<u64>,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        Self {
+            max_attempts: 1,
+            initial_interval_ms: 1_000,
+            backoff_coefficient: 2.0,
+            max_interval_ms: None,
+        }
+    }
+}
+
+impl Step {
+    pub fn step_type(&self) -> StepType {
+        match self.kind {
+            StepKind::Agent { .. } => StepType::Agent,
+            StepKind::Transform { .. } => StepType::Transform,
+            StepKind::Parallel { .. } => StepType::Parallel,
+            StepKind::Condition { .. } => StepType::Condition,
+            StepKind::Approval { .. } => StepType::Approval,
+        }
+    }
+
+    /// True for a branch of a parallel step.
+    pub fn is_branch(&self) -> bool {
+        self.parent.is_some()
+    }
+}
+
+impl Workflow {
+    /// The entry step: the first top-level step.
+    pub fn entry(&self) -> StepIndex {
+        self.top_level[0]
+    }
+
+    pub fn step(&self, index: StepIndex) -> &Step {
+        &self.steps[index]
+    }
+
+    pub fn steps(&self) -> &[Step] {
+        &self.steps
+    }
+
+    pub fn top_level(&self) -> &[StepIndex] {
+        &self.top_level
+    }
+
+    pub fn index_of(&self, id: &str) -> Option<StepIndex> {
+        self.by_id.get(id).copied()
+    }
+
+    pub fn step_by_id(&self, id: &str) -> Option<&Step> {
+        self.index_of(id).map(|index| &self.steps[index])
+    }
+}

@@ -1,0 +1,132 @@
+//! A test driver that plays the coordinator: it feeds the engine's actions back as events.
+
+#![allow(dead_code)]
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+
+use baton_core::{Action, AgentTask, Decision, Event, Run, RunStatus, TaskId, parse_workflow};
+use serde_json::Value;
+
+pub struct Driver {
+    pub run: Run,
+    /// Every agent task dispatched, in dispatch order.
+    pub dispatched: Vec<AgentTask>,
+    /// Agent tasks not yet answered.
+    pub queue: VecDeque<AgentTask>,
+    /// Approval steps waiting, by step id.
+    pub approvals: VecDeque<String>,
+    pub abandoned: Vec<TaskId>,
+    pub finished: Option<(RunStatus, Option<String>)>,
+    /// Every event applied, for replay.
+    pub events: Vec<Event>,
+}
+
+pub fn workflow(text: &str) -> Arc<baton_core::Workflow> {
+    Arc::new(
+        parse_workflow(text)
+            .unwrap_or_else(|e| panic!("{e}"))
+            .workflow,
+    )
+}
+
+pub fn example(name: &str) -> String {
+    let path = format!("{}/../examples/{name}", env!("CARGO_MANIFEST_DIR"));
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+impl Driver {
+    pub fn start(text: &str, input: Value) -> Self {
+        let transition = Run::start(workflow(text), input);
+        let mut driver = Driver {
+            run: transition.run,
+            dispatched: Vec::new(),
+            queue: VecDeque::new(),
+            approvals: VecDeque::new(),
+            abandoned: Vec::new(),
+            finished: None,
+            events: Vec::new(),
+        };
+        driver.absorb(transition.actions);
+        driver
+    }
+
+    fn absorb(&mut self, actions: Vec<Action>) {
+        for action in actions {
+            match action {
+                Action::Dispatch(task) => {
+                    self.dispatched.push(task.clone());
+                    self.queue.push_back(task);
+                }
+                Action::AwaitApproval { step_id, .. } => {
+                    self.approvals.push_back(step_id.to_string())
+                }
+                Action::Abandon(task) => self.abandoned.push(task),
+                Action::Finished { status, error } => self.finished = Some((status, error)),
+            }
+        }
+    }
+
+    pub fn apply(&mut self, event: Event) {
+        let transition = self
+            .run
+            .apply(event.clone())
+            .unwrap_or_else(|e| panic!("{e}"));
+        self.events.push(event);
+        self.run = transition.run;
+        self.absorb(transition.actions);
+    }
+
+    /// Answers the oldest pending task of `step_id`.
+    pub fn answer(&mut self, step_id: &str, result: Result<Value, &str>) -> AgentTask {
+        let position = self
+            .queue
+            .iter()
+            .position(|t| t.task.step_id.as_ref() == step_id)
+            .unwrap_or_else(|| panic!("no task for {step_id}; queue: {:?}", self.queue_ids()));
+        let task = self.queue.remove(position).unwrap();
+        let event = match result {
+            Ok(data) => Event::AgentSucceeded {
+                task: task.task.clone(),
+                data,
+            },
+            Err(error) => Event::AgentFailed {
+                task: task.task.clone(),
+                error: error.to_owned(),
+            },
+        };
+        self.apply(event);
+        task
+    }
+
+    pub fn decide(&mut self, step_id: &str, decision: Decision) {
+        let position = self
+            .approvals
+            .iter()
+            .position(|s| s == step_id)
+            .unwrap_or_else(|| panic!("{step_id} is not waiting for approval"));
+        self.approvals.remove(position);
+        self.apply(Event::ApprovalDecided {
+            step_id: step_id.to_owned(),
+            decision,
+        });
+    }
+
+    pub fn queue_ids(&self) -> Vec<String> {
+        self.queue
+            .iter()
+            .map(|t| t.task.step_id.to_string())
+            .collect()
+    }
+
+    /// The payload the latest dispatch of `step_id` carried.
+    pub fn payload_of(&self, step_id: &str) -> Value {
+        self.dispatched
+            .iter()
+            .rev()
+            .find(|t| t.task.step_id.as_ref() == step_id)
+            .unwrap_or_else(|| panic!("{step_id} was never dispatched"))
+            .payload
+            .to_value()
+    }
+}
