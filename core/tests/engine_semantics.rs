@@ -1,0 +1,335 @@
+//! Routing, loops, failures and the engine's refusals, step by step.
+
+mod common;
+
+use baton_core::{
+    Decision, EngineError, Event, Run, RunStatus, StepStatus, TaskId, Waiting,
+};
+use common::{Driver, example, workflow};
+use serde_json::json;
+
+#[test]
+fn a_rejected_plan_loops_back_and_the_planner_sees_the_rejection() {
+    let mut run = Driver::start(&example("feature-development/workflow.json"), json!("toggle"));
+    run.answer("plan", Ok(json!({"v": 1})));
+    run.decide(
+        "approve-plan",
+        Decision {
+            approved: false,
+            comment: Some("split the toggle out".into()),
+            approver: Some("ana".into()),
+        },
+    );
+    let second_plan = run.answer("plan", Ok(json!({"v": 2})));
+    assert_eq!(second_plan.task.visit, 2);
+    assert_eq!(
+        second_plan.payload.to_value(),
+        json!({"input": "toggle", "context": {
+            "plan": {"v": 1},
+            "approve-plan": {"approved": false, "comment": "split the toggle out", "approver": "ana"}
+        }})
+    );
+    run.decide("approve-plan", Decision::approve());
+    let coder = run.answer("code", Ok(json!("code")));
+    assert_eq!(coder.payload.to_value()["plan"], json!({"v": 2}), "the latest plan wins");
+    assert_eq!(run.run.visits("plan"), 2);
+    // Both versions stay in the run's history and in the context's versions.
+    let versions: Vec<_> = run.run.context().versions("plan").map(|r| r.visit).collect();
+    assert_eq!(versions, [1, 2]);
+    let rejected = run.run.history().iter().find(|r| r.step_id.as_ref() == "approve-plan").unwrap();
+    assert_eq!((rejected.status, rejected.next.as_deref()), (StepStatus::Rejected, Some("plan")));
+}
+
+#[test]
+fn failing_tests_send_the_run_back_to_code_then_on_to_review() {
+    let mut run = Driver::start(&example("feature-development/workflow.json"), json!("toggle"));
+    run.answer("plan", Ok(json!("plan")));
+    run.decide("approve-plan", Decision::approve());
+    run.answer("code", Ok(json!("attempt 1")));
+    run.answer("unit", Err("2 tests failed"));
+    run.answer("integration", Ok(json!({"passed": 5})));
+    // check-tests took the else branch: code runs again and sees the failed branch.
+    let second = run.answer("code", Ok(json!("attempt 2")));
+    assert_eq!(second.task.visit, 2);
+    assert_eq!(
+        second.payload.to_value()["context"]["parallel-tests"],
+        json!({"success": false, "data": [
+            {"stepId": "unit", "status": "rejected", "result": null, "error": "2 tests failed"},
+            {"stepId": "integration", "status": "fulfilled", "result": {"passed": 5}, "error": null}
+        ]})
+    );
+    run.answer("unit", Ok(json!({"passed": 7})));
+    run.answer("integration", Ok(json!({"passed": 5})));
+    run.answer("review", Ok(json!({"approved": true})));
+    assert_eq!(run.finished, Some((RunStatus::Succeeded, None)));
+    assert_eq!(run.run.visits("check-tests"), 2);
+    assert_eq!(run.run.visits("unit"), 2);
+}
+
+#[test]
+fn a_loop_that_never_exits_stops_at_the_visit_limit() {
+    let text = r#"{"id": "spin", "max_visits": 3, "steps": [
+        {"id": "work", "type": "agent", "agent": "a"},
+        {"id": "again", "type": "condition", "condition": "true", "then": "work"}
+    ]}"#;
+    let mut run = Driver::start(text, json!(null));
+    for _ in 0..3 {
+        run.answer("work", Ok(json!(1)));
+    }
+    let (status, error) = run.finished.clone().expect("the run ended");
+    assert_eq!(status, RunStatus::Failed);
+    let error = error.unwrap();
+    assert!(error.contains("\"work\" reached its limit of 3 visits"), "{error}");
+    assert!(error.contains("max_visits"), "{error}");
+    assert!(run.queue.is_empty());
+}
+
+#[test]
+fn the_default_visit_limit_is_25_and_a_step_may_set_its_own() {
+    let text = r#"{"steps": [
+        {"id": "count", "type": "transform", "transform": "input"},
+        {"id": "again", "type": "condition", "condition": "true", "then": "count"}
+    ]}"#;
+    let run = Run::start(workflow(text), json!(0)).run;
+    assert_eq!(run.status(), RunStatus::Failed);
+    assert_eq!(run.visits("count"), 26, "the 26th entry is refused");
+    let text = r#"{"steps": [
+        {"id": "count", "type": "transform", "transform": "input", "max_visits": 2},
+        {"id": "again", "type": "condition", "condition": "true", "then": "count"}
+    ]}"#;
+    let run = Run::start(workflow(text), json!(0)).run;
+    assert!(run.error().unwrap().contains("limit of 2 visits"));
+}
+
+#[test]
+fn a_failed_step_without_on_error_fails_the_run_naming_step_and_error() {
+    let mut run = Driver::start(&example("feature-dev.json"), json!("x"));
+    run.answer("plan", Ok(json!(1)));
+    run.answer("code", Err("compiler exploded"));
+    assert_eq!(
+        run.finished,
+        Some((RunStatus::Failed, Some("step \"code\" failed: compiler exploded".into())))
+    );
+    assert_eq!(run.run.context().to_value(), json!({"plan": 1}), "a failed step adds no data");
+}
+
+#[test]
+fn on_error_routes_the_failure_and_tells_the_handler_what_failed() {
+    let text = r#"{"steps": [
+        {"id": "code", "type": "agent", "agent": "coder", "on_error": "fix"},
+        {"id": "ship", "type": "agent", "agent": "shipper", "end": true},
+        {"id": "fix", "type": "agent", "agent": "fixer", "next": "code"}
+    ]}"#;
+    let mut run = Driver::start(text, json!("x"));
+    run.answer("code", Err("type error in theme.ts"));
+    let fixer = run.answer("fix", Ok(json!({"patched": true})));
+    assert_eq!(
+        fixer.payload.to_value(),
+        json!({"input": "x", "context": {}, "error": {"step": "code", "message": "type error in theme.ts"}})
+    );
+    run.answer("code", Ok(json!("ok")));
+    let shipper = run.answer("ship", Ok(json!("shipped")));
+    assert!(shipper.payload.to_value().get("error").is_none());
+    assert_eq!(run.finished, Some((RunStatus::Succeeded, None)));
+}
+
+#[test]
+fn a_failed_branch_routes_to_on_error_when_set() {
+    let text = r#"{"steps": [
+        {"id": "tests", "type": "parallel", "on_error": "triage", "steps": [
+            {"id": "unit", "type": "agent", "agent": "u"},
+            {"id": "lint", "type": "agent", "agent": "l"}
+        ], "next": "done"},
+        {"id": "done", "type": "agent", "agent": "d", "end": true},
+        {"id": "triage", "type": "agent", "agent": "t"}
+    ]}"#;
+    let mut run = Driver::start(text, json!(null));
+    run.answer("lint", Err("3 warnings"));
+    run.answer("unit", Ok(json!("fine")));
+    let triage = run.answer("triage", Ok(json!("noted")));
+    assert_eq!(triage.payload.to_value()["error"]["step"], json!("tests"));
+    assert_eq!(triage.payload.to_value()["error"]["message"], json!("branches failed: lint: 3 warnings"));
+    assert_eq!(triage.payload.to_value()["context"]["tests"]["success"], json!(false));
+    let lint = run.run.history().iter().find(|r| r.step_id.as_ref() == "lint").unwrap();
+    assert_eq!((lint.status, lint.parent.as_deref()), (StepStatus::Failed, Some("tests")));
+}
+
+#[test]
+fn a_missing_reference_fails_the_step_with_the_spec_message() {
+    let text = r#"{"steps": [
+        {"id": "code", "type": "agent", "agent": "coder", "input": "review"},
+        {"id": "review", "type": "agent", "agent": "reviewer"}
+    ]}"#;
+    let run = Driver::start(text, json!(null));
+    assert!(run.dispatched.is_empty(), "the agent never runs");
+    assert_eq!(
+        run.finished,
+        Some((RunStatus::Failed, Some("step \"code\" failed: Referenced step not found: review".into())))
+    );
+}
+
+#[test]
+fn transforms_fail_with_the_spec_messages() {
+    let text = r#"{"steps": [
+        {"id": "plan", "type": "agent", "agent": "planner"},
+        {"id": "extract", "type": "transform", "transform": "context.plan.files.9"}
+    ]}"#;
+    let mut run = Driver::start(text, json!(null));
+    run.answer("plan", Ok(json!({"files": ["a"]})));
+    assert_eq!(
+        run.finished.unwrap().1.unwrap(),
+        "step \"extract\" failed: Path not found: context.plan.files.9"
+    );
+    let text = r#"{"steps": [
+        {"id": "plan", "type": "agent", "agent": "planner", "on_error": "extract"},
+        {"id": "extract", "type": "transform", "transform": "context.plan.files"}
+    ]}"#;
+    let mut run = Driver::start(text, json!(null));
+    run.answer("plan", Err("no plan today"));
+    assert_eq!(run.finished.unwrap().1.unwrap(), "step \"extract\" failed: Step not found: plan");
+}
+
+#[test]
+fn jq_transforms_reshape_and_store_under_their_alias() {
+    let text = r#"{"steps": [
+        {"id": "plan", "type": "agent", "agent": "planner"},
+        {"id": "shout", "type": "transform", "transform": "jq: [.context.plan.files[] | ascii_upcase]", "output": "loud"},
+        {"id": "code", "type": "agent", "agent": "coder", "input": "loud"}
+    ]}"#;
+    let mut run = Driver::start(text, json!("x"));
+    run.answer("plan", Ok(json!({"files": ["a.ts", "b.ts"]})));
+    let coder = run.answer("code", Ok(json!(null)));
+    assert_eq!(coder.payload.to_value()["loud"], json!(["A.TS", "B.TS"]));
+    assert_eq!(coder.payload.to_value()["context"]["loud"], json!(["A.TS", "B.TS"]));
+    assert!(coder.payload.to_value()["context"].get("shout").is_none(), "stored under the alias only");
+}
+
+#[test]
+fn conditions_route_on_input_and_fall_through_when_a_branch_is_absent() {
+    let text = r#"{"steps": [
+        {"id": "gate", "type": "condition", "condition": "input.risky === true", "then": "review"},
+        {"id": "ship", "type": "transform", "transform": "input", "end": true},
+        {"id": "review", "type": "approval", "message": "Risky change: ship it?"}
+    ]}"#;
+    let safe = Run::start(workflow(text), json!({"risky": false})).run;
+    assert_eq!(safe.status(), RunStatus::Succeeded);
+    assert_eq!(safe.visits("review"), 0);
+    let risky = Run::start(workflow(text), json!({"risky": true})).run;
+    assert_eq!(
+        risky.waiting(),
+        [Waiting::Approval { step_id: "review".into(), message: "Risky change: ship it?".into() }]
+    );
+    let gate = risky.history().iter().find(|r| r.step_id.as_ref() == "gate").unwrap();
+    assert_eq!(gate.data.as_deref(), Some(&json!({"result": true})));
+    assert!(risky.context().data("gate").is_none(), "conditions store no data");
+}
+
+#[test]
+fn a_rejection_without_on_reject_fails_the_step() {
+    let text = r#"{"steps": [{"id": "sign-off", "type": "approval", "message": "Ship?"}]}"#;
+    let mut run = Driver::start(text, json!(null));
+    run.decide(
+        "sign-off",
+        Decision { approved: false, comment: Some("not yet".into()), approver: Some("lee".into()) },
+    );
+    assert_eq!(
+        run.finished.unwrap().1.unwrap(),
+        "step \"sign-off\" failed: approval \"sign-off\" was rejected by lee: not yet"
+    );
+}
+
+#[test]
+fn branches_may_be_transforms_approvals_and_nested_parallels() {
+    let text = r#"{"steps": [
+        {"id": "plan", "type": "agent", "agent": "planner"},
+        {"id": "fan", "type": "parallel", "steps": [
+            {"id": "files", "type": "transform", "transform": "context.plan.files"},
+            {"id": "legal", "type": "approval", "message": "Legal ok?"},
+            {"id": "inner", "type": "parallel", "steps": [
+                {"id": "a", "type": "agent", "agent": "x"},
+                {"id": "b", "type": "agent", "agent": "x", "input": "plan"}
+            ]}
+        ]}
+    ]}"#;
+    let mut run = Driver::start(text, json!(null));
+    run.answer("plan", Ok(json!({"files": ["f"]})));
+    assert_eq!(run.queue_ids(), ["a", "b"]);
+    assert_eq!(run.approvals, ["legal"]);
+    assert_eq!(run.payload_of("b")["plan"], json!({"files": ["f"]}));
+    run.answer("a", Ok(json!(1)));
+    run.answer("b", Err("boom"));
+    assert!(run.finished.is_none());
+    run.decide("legal", Decision::approve());
+    let fan = run.run.context().data("fan").unwrap();
+    assert_eq!(
+        **fan,
+        json!({"success": false, "data": [
+            {"stepId": "files", "status": "fulfilled", "result": ["f"], "error": null},
+            {"stepId": "legal", "status": "fulfilled", "result": {"approved": true}, "error": null},
+            {"stepId": "inner", "status": "rejected", "result": null, "error": "branches failed: b: boom"}
+        ]})
+    );
+    assert_eq!(run.finished, Some((RunStatus::Succeeded, None)), "no on_error: a failed branch does not fail the run");
+}
+
+#[test]
+fn stale_and_unknown_events_are_refused_and_change_nothing() {
+    let mut run = Driver::start(&example("feature-development/workflow.json"), json!("x"));
+    let first_plan = run.answer("plan", Ok(json!(1)));
+    let before = run.run.clone();
+    // A second answer for a task already answered.
+    let late = before.apply(Event::AgentSucceeded { task: first_plan.task.clone(), data: json!(2) });
+    assert_eq!(late.unwrap_err(), EngineError::UnknownTask(first_plan.task.clone()));
+    // A task that never existed.
+    let ghost = TaskId { step_id: "review".into(), visit: 1 };
+    assert!(matches!(
+        before.apply(Event::AgentFailed { task: ghost, error: "x".into() }),
+        Err(EngineError::UnknownTask(_))
+    ));
+    // An approval for a step that is not waiting.
+    assert_eq!(
+        before
+            .apply(Event::ApprovalDecided { step_id: "review".into(), decision: Decision::approve() })
+            .unwrap_err(),
+        EngineError::NotAwaitingApproval("review".into())
+    );
+    assert_eq!(before.context().to_value(), run.run.context().to_value());
+    assert_eq!(before.history().len(), run.run.history().len());
+    // A rejected plan makes a second visit: an answer for visit 1 is now stale.
+    run.decide("approve-plan", Decision::reject("again"));
+    let stale = run.run.apply(Event::AgentSucceeded { task: first_plan.task.clone(), data: json!(3) });
+    assert!(matches!(stale, Err(EngineError::UnknownTask(_))));
+}
+
+#[test]
+fn cancel_abandons_tasks_in_flight_and_ends_the_run() {
+    let text = &example("parallel-tests.json");
+    let mut run = Driver::start(text, json!(null));
+    run.answer("unit", Ok(json!(1)));
+    run.apply(Event::Cancel { reason: "user asked".into() });
+    assert_eq!(run.finished, Some((RunStatus::Cancelled, Some("user asked".into()))));
+    let abandoned: Vec<_> = run.abandoned.iter().map(|t| t.step_id.to_string()).collect();
+    assert_eq!(abandoned, ["integration", "e2e"]);
+    let after = run.run.apply(Event::Cancel { reason: "again".into() });
+    assert_eq!(after.unwrap_err(), EngineError::NotRunning(RunStatus::Cancelled));
+}
+
+#[test]
+fn replaying_the_events_rebuilds_the_same_run() {
+    let mut run = Driver::start(&example("feature-development/workflow.json"), json!("x"));
+    run.answer("plan", Ok(json!(1)));
+    run.decide("approve-plan", Decision::reject("no"));
+    run.answer("plan", Ok(json!(2)));
+    run.decide("approve-plan", Decision::approve());
+    run.answer("code", Ok(json!(3)));
+    run.answer("integration", Ok(json!(4)));
+    let replayed = Run::replay(
+        workflow(&example("feature-development/workflow.json")),
+        json!("x"),
+        run.events.clone(),
+    )
+    .unwrap();
+    assert_eq!(replayed.context().to_value(), run.run.context().to_value());
+    assert_eq!(replayed.history(), run.run.history());
+    assert_eq!(replayed.waiting(), run.run.waiting());
+}
