@@ -30,7 +30,10 @@ fn accepts_every_example_of_the_spec() {
     let output = baton().arg("validate").args(&files).output().unwrap();
     let out = stdout(&output);
     assert!(output.status.success(), "{out}");
-    assert!(out.contains(&format!("{0} of {0} files valid", files.len())), "{out}");
+    assert!(
+        out.contains(&format!("{0} of {0} files valid", files.len())),
+        "{out}"
+    );
     assert!(!out.contains("error"), "{out}");
 }
 
@@ -73,7 +76,11 @@ fn warnings_alone_do_not_fail_and_json_output_is_one_object_per_file() {
         ]}"#,
     )
     .unwrap();
-    let output = baton().args(["validate", "--json"]).arg(&file).output().unwrap();
+    let output = baton()
+        .args(["validate", "--json"])
+        .arg(&file)
+        .output()
+        .unwrap();
     assert!(output.status.success());
     let line: serde_json::Value = serde_json::from_str(stdout(&output).trim()).unwrap();
     assert_eq!(line["valid"], true);
@@ -84,7 +91,10 @@ fn warnings_alone_do_not_fail_and_json_output_is_one_object_per_file() {
 
 #[test]
 fn a_missing_file_is_an_error_not_a_crash() {
-    let output = baton().args(["validate", "/nonexistent/workflow.json"]).output().unwrap();
+    let output = baton()
+        .args(["validate", "/nonexistent/workflow.json"])
+        .output()
+        .unwrap();
     assert_eq!(output.status.code(), Some(1));
     assert!(stdout(&output).contains("cannot read the file"));
 }

@@ -2,15 +2,16 @@
 
 mod common;
 
-use baton_core::{
-    Decision, EngineError, Event, Run, RunStatus, StepStatus, TaskId, Waiting,
-};
+use baton_core::{Decision, EngineError, Event, Run, RunStatus, StepStatus, TaskId, Waiting};
 use common::{Driver, example, workflow};
 use serde_json::json;
 
 #[test]
 fn a_rejected_plan_loops_back_and_the_planner_sees_the_rejection() {
-    let mut run = Driver::start(&example("feature-development/workflow.json"), json!("toggle"));
+    let mut run = Driver::start(
+        &example("feature-development/workflow.json"),
+        json!("toggle"),
+    );
     run.answer("plan", Ok(json!({"v": 1})));
     run.decide(
         "approve-plan",
@@ -31,18 +32,38 @@ fn a_rejected_plan_loops_back_and_the_planner_sees_the_rejection() {
     );
     run.decide("approve-plan", Decision::approve());
     let coder = run.answer("code", Ok(json!("code")));
-    assert_eq!(coder.payload.to_value()["plan"], json!({"v": 2}), "the latest plan wins");
+    assert_eq!(
+        coder.payload.to_value()["plan"],
+        json!({"v": 2}),
+        "the latest plan wins"
+    );
     assert_eq!(run.run.visits("plan"), 2);
     // Both versions stay in the run's history and in the context's versions.
-    let versions: Vec<_> = run.run.context().versions("plan").map(|r| r.visit).collect();
+    let versions: Vec<_> = run
+        .run
+        .context()
+        .versions("plan")
+        .map(|r| r.visit)
+        .collect();
     assert_eq!(versions, [1, 2]);
-    let rejected = run.run.history().iter().find(|r| r.step_id.as_ref() == "approve-plan").unwrap();
-    assert_eq!((rejected.status, rejected.next.as_deref()), (StepStatus::Rejected, Some("plan")));
+    let rejected = run
+        .run
+        .history()
+        .iter()
+        .find(|r| r.step_id.as_ref() == "approve-plan")
+        .unwrap();
+    assert_eq!(
+        (rejected.status, rejected.next.as_deref()),
+        (StepStatus::Rejected, Some("plan"))
+    );
 }
 
 #[test]
 fn failing_tests_send_the_run_back_to_code_then_on_to_review() {
-    let mut run = Driver::start(&example("feature-development/workflow.json"), json!("toggle"));
+    let mut run = Driver::start(
+        &example("feature-development/workflow.json"),
+        json!("toggle"),
+    );
     run.answer("plan", Ok(json!("plan")));
     run.decide("approve-plan", Decision::approve());
     run.answer("code", Ok(json!("attempt 1")));
@@ -79,7 +100,10 @@ fn a_loop_that_never_exits_stops_at_the_visit_limit() {
     let (status, error) = run.finished.clone().expect("the run ended");
     assert_eq!(status, RunStatus::Failed);
     let error = error.unwrap();
-    assert!(error.contains("\"work\" reached its limit of 3 visits"), "{error}");
+    assert!(
+        error.contains("\"work\" reached its limit of 3 visits"),
+        "{error}"
+    );
     assert!(error.contains("max_visits"), "{error}");
     assert!(run.queue.is_empty());
 }
@@ -108,9 +132,16 @@ fn a_failed_step_without_on_error_fails_the_run_naming_step_and_error() {
     run.answer("code", Err("compiler exploded"));
     assert_eq!(
         run.finished,
-        Some((RunStatus::Failed, Some("step \"code\" failed: compiler exploded".into())))
+        Some((
+            RunStatus::Failed,
+            Some("step \"code\" failed: compiler exploded".into())
+        ))
     );
-    assert_eq!(run.run.context().to_value(), json!({"plan": 1}), "a failed step adds no data");
+    assert_eq!(
+        run.run.context().to_value(),
+        json!({"plan": 1}),
+        "a failed step adds no data"
+    );
 }
 
 #[test]
@@ -148,10 +179,24 @@ fn a_failed_branch_routes_to_on_error_when_set() {
     run.answer("unit", Ok(json!("fine")));
     let triage = run.answer("triage", Ok(json!("noted")));
     assert_eq!(triage.payload.to_value()["error"]["step"], json!("tests"));
-    assert_eq!(triage.payload.to_value()["error"]["message"], json!("branches failed: lint: 3 warnings"));
-    assert_eq!(triage.payload.to_value()["context"]["tests"]["success"], json!(false));
-    let lint = run.run.history().iter().find(|r| r.step_id.as_ref() == "lint").unwrap();
-    assert_eq!((lint.status, lint.parent.as_deref()), (StepStatus::Failed, Some("tests")));
+    assert_eq!(
+        triage.payload.to_value()["error"]["message"],
+        json!("branches failed: lint: 3 warnings")
+    );
+    assert_eq!(
+        triage.payload.to_value()["context"]["tests"]["success"],
+        json!(false)
+    );
+    let lint = run
+        .run
+        .history()
+        .iter()
+        .find(|r| r.step_id.as_ref() == "lint")
+        .unwrap();
+    assert_eq!(
+        (lint.status, lint.parent.as_deref()),
+        (StepStatus::Failed, Some("tests"))
+    );
 }
 
 #[test]
@@ -164,7 +209,10 @@ fn a_missing_reference_fails_the_step_with_the_spec_message() {
     assert!(run.dispatched.is_empty(), "the agent never runs");
     assert_eq!(
         run.finished,
-        Some((RunStatus::Failed, Some("step \"code\" failed: Referenced step not found: review".into())))
+        Some((
+            RunStatus::Failed,
+            Some("step \"code\" failed: Referenced step not found: review".into())
+        ))
     );
 }
 
@@ -186,7 +234,10 @@ fn transforms_fail_with_the_spec_messages() {
     ]}"#;
     let mut run = Driver::start(text, json!(null));
     run.answer("plan", Err("no plan today"));
-    assert_eq!(run.finished.unwrap().1.unwrap(), "step \"extract\" failed: Step not found: plan");
+    assert_eq!(
+        run.finished.unwrap().1.unwrap(),
+        "step \"extract\" failed: Step not found: plan"
+    );
 }
 
 #[test]
@@ -200,8 +251,14 @@ fn jq_transforms_reshape_and_store_under_their_alias() {
     run.answer("plan", Ok(json!({"files": ["a.ts", "b.ts"]})));
     let coder = run.answer("code", Ok(json!(null)));
     assert_eq!(coder.payload.to_value()["loud"], json!(["A.TS", "B.TS"]));
-    assert_eq!(coder.payload.to_value()["context"]["loud"], json!(["A.TS", "B.TS"]));
-    assert!(coder.payload.to_value()["context"].get("shout").is_none(), "stored under the alias only");
+    assert_eq!(
+        coder.payload.to_value()["context"]["loud"],
+        json!(["A.TS", "B.TS"])
+    );
+    assert!(
+        coder.payload.to_value()["context"].get("shout").is_none(),
+        "stored under the alias only"
+    );
 }
 
 #[test]
@@ -217,11 +274,21 @@ fn conditions_route_on_input_and_fall_through_when_a_branch_is_absent() {
     let risky = Run::start(workflow(text), json!({"risky": true})).run;
     assert_eq!(
         risky.waiting(),
-        [Waiting::Approval { step_id: "review".into(), message: "Risky change: ship it?".into() }]
+        [Waiting::Approval {
+            step_id: "review".into(),
+            message: "Risky change: ship it?".into()
+        }]
     );
-    let gate = risky.history().iter().find(|r| r.step_id.as_ref() == "gate").unwrap();
+    let gate = risky
+        .history()
+        .iter()
+        .find(|r| r.step_id.as_ref() == "gate")
+        .unwrap();
     assert_eq!(gate.data.as_deref(), Some(&json!({"result": true})));
-    assert!(risky.context().data("gate").is_none(), "conditions store no data");
+    assert!(
+        risky.context().data("gate").is_none(),
+        "conditions store no data"
+    );
 }
 
 #[test]
@@ -230,7 +297,11 @@ fn a_rejection_without_on_reject_fails_the_step() {
     let mut run = Driver::start(text, json!(null));
     run.decide(
         "sign-off",
-        Decision { approved: false, comment: Some("not yet".into()), approver: Some("lee".into()) },
+        Decision {
+            approved: false,
+            comment: Some("not yet".into()),
+            approver: Some("lee".into()),
+        },
     );
     assert_eq!(
         run.finished.unwrap().1.unwrap(),
@@ -269,7 +340,11 @@ fn branches_may_be_transforms_approvals_and_nested_parallels() {
             {"stepId": "inner", "status": "rejected", "result": null, "error": "branches failed: b: boom"}
         ]})
     );
-    assert_eq!(run.finished, Some((RunStatus::Succeeded, None)), "no on_error: a failed branch does not fail the run");
+    assert_eq!(
+        run.finished,
+        Some((RunStatus::Succeeded, None)),
+        "no on_error: a failed branch does not fail the run"
+    );
 }
 
 #[test]
@@ -278,18 +353,33 @@ fn stale_and_unknown_events_are_refused_and_change_nothing() {
     let first_plan = run.answer("plan", Ok(json!(1)));
     let before = run.run.clone();
     // A second answer for a task already answered.
-    let late = before.apply(Event::AgentSucceeded { task: first_plan.task.clone(), data: json!(2) });
-    assert_eq!(late.unwrap_err(), EngineError::UnknownTask(first_plan.task.clone()));
+    let late = before.apply(Event::AgentSucceeded {
+        task: first_plan.task.clone(),
+        data: json!(2),
+    });
+    assert_eq!(
+        late.unwrap_err(),
+        EngineError::UnknownTask(first_plan.task.clone())
+    );
     // A task that never existed.
-    let ghost = TaskId { step_id: "review".into(), visit: 1 };
+    let ghost = TaskId {
+        step_id: "review".into(),
+        visit: 1,
+    };
     assert!(matches!(
-        before.apply(Event::AgentFailed { task: ghost, error: "x".into() }),
+        before.apply(Event::AgentFailed {
+            task: ghost,
+            error: "x".into()
+        }),
         Err(EngineError::UnknownTask(_))
     ));
     // An approval for a step that is not waiting.
     assert_eq!(
         before
-            .apply(Event::ApprovalDecided { step_id: "review".into(), decision: Decision::approve() })
+            .apply(Event::ApprovalDecided {
+                step_id: "review".into(),
+                decision: Decision::approve()
+            })
             .unwrap_err(),
         EngineError::NotAwaitingApproval("review".into())
     );
@@ -297,7 +387,10 @@ fn stale_and_unknown_events_are_refused_and_change_nothing() {
     assert_eq!(before.history().len(), run.run.history().len());
     // A rejected plan makes a second visit: an answer for visit 1 is now stale.
     run.decide("approve-plan", Decision::reject("again"));
-    let stale = run.run.apply(Event::AgentSucceeded { task: first_plan.task.clone(), data: json!(3) });
+    let stale = run.run.apply(Event::AgentSucceeded {
+        task: first_plan.task.clone(),
+        data: json!(3),
+    });
     assert!(matches!(stale, Err(EngineError::UnknownTask(_))));
 }
 
@@ -306,12 +399,26 @@ fn cancel_abandons_tasks_in_flight_and_ends_the_run() {
     let text = &example("parallel-tests.json");
     let mut run = Driver::start(text, json!(null));
     run.answer("unit", Ok(json!(1)));
-    run.apply(Event::Cancel { reason: "user asked".into() });
-    assert_eq!(run.finished, Some((RunStatus::Cancelled, Some("user asked".into()))));
-    let abandoned: Vec<_> = run.abandoned.iter().map(|t| t.step_id.to_string()).collect();
+    run.apply(Event::Cancel {
+        reason: "user asked".into(),
+    });
+    assert_eq!(
+        run.finished,
+        Some((RunStatus::Cancelled, Some("user asked".into())))
+    );
+    let abandoned: Vec<_> = run
+        .abandoned
+        .iter()
+        .map(|t| t.step_id.to_string())
+        .collect();
     assert_eq!(abandoned, ["integration", "e2e"]);
-    let after = run.run.apply(Event::Cancel { reason: "again".into() });
-    assert_eq!(after.unwrap_err(), EngineError::NotRunning(RunStatus::Cancelled));
+    let after = run.run.apply(Event::Cancel {
+        reason: "again".into(),
+    });
+    assert_eq!(
+        after.unwrap_err(),
+        EngineError::NotRunning(RunStatus::Cancelled)
+    );
 }
 
 #[test]

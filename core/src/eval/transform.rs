@@ -22,19 +22,19 @@ impl Transform {
     pub fn parse(text: &str, max_path_len: usize, max_jq_len: usize) -> Result<Self, String> {
         match text.trim_start().strip_prefix(JQ_PREFIX) {
             Some(program) => {
-                if program.len() > max_jq_len {
+                let length = program.chars().count();
+                if length > max_jq_len {
                     return Err(format!(
-                        "jq program is {} characters long; the limit is {max_jq_len}",
-                        program.len()
+                        "jq program is {length} characters long; the limit is {max_jq_len}"
                     ));
                 }
                 JqProgram::compile(program.trim()).map(Transform::Jq)
             }
             None => {
-                if text.len() > max_path_len {
+                let length = text.chars().count();
+                if length > max_path_len {
                     return Err(format!(
-                        "path is {} characters long; the limit is {max_path_len}",
-                        text.len()
+                        "path is {length} characters long; the limit is {max_path_len}"
                     ));
                 }
                 Path::parse(text).map(Transform::Path)

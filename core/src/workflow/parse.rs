@@ -52,8 +52,10 @@ pub fn parse_workflow_value(document: &Value, limits: &Limits) -> Result<Parsed,
         diagnostics: Diagnostics::default(),
         nodes: Vec::new(),
         context_keys: HashSet::new(),
+        owners: Vec::new(),
     };
     let workflow = checker.check(document);
+    checker.sort_in_document_order();
     match workflow {
         Some(workflow) if !checker.diagnostics.has_errors() => Ok(Parsed {
             workflow,
@@ -77,7 +79,7 @@ fn read_json(text: &str, limits: &Limits) -> Result<Value, Diagnostic> {
             ),
         )
     };
-    // Checked on the text first: the comment-tolerant reader recurses without a limit.
+    // Checked on the text first, so that neither reader recurses deeper than we allow.
     let depth = text_nesting_depth(text);
     if depth > limits.max_json_depth {
         return Err(too_deep(depth));
@@ -94,34 +96,70 @@ fn read_json(text: &str, limits: &Limits) -> Result<Value, Diagnostic> {
                 allow_hexadecimal_numbers: false,
                 ..Default::default()
             };
-            jsonc_parser::parse_to_serde_value::<Value>(text, &options).map_err(|_| {
+            // Without comments the strict reader's message is the familiar one; with them, only
+            // the comment-tolerant reader knows where the real mistake is.
+            let has_comments = text.contains("//") || text.contains("/*");
+            jsonc_parser::parse_to_serde_value::<Value>(text, &options).map_err(|jsonc_error| {
+                let reason = if has_comments {
+                    jsonc_error.to_string()
+                } else {
+                    strict_error.to_string()
+                };
                 Diagnostic::error(
                     "$",
                     None,
-                    format!("the document is not valid JSON: {strict_error}"),
+                    format!("the document is not valid JSON: {reason}"),
                 )
             })
         }
     }
 }
 
-/// Deepest bracket nesting outside strings.
+/// Deepest bracket nesting outside strings and comments.
 fn text_nesting_depth(text: &str) -> usize {
-    let (mut depth, mut deepest, mut in_string, mut escaped) = (0usize, 0usize, false, false);
-    for byte in text.bytes() {
-        match (in_string, byte) {
-            (true, _) if escaped => escaped = false,
-            (true, b'\\') => escaped = true,
-            (true, b'"') => in_string = false,
-            (true, _) => {}
-            (false, b'"') => in_string = true,
-            (false, b'[' | b'{') => {
-                depth += 1;
-                deepest = deepest.max(depth);
+    #[derive(PartialEq)]
+    enum In {
+        Code,
+        String { escaped: bool },
+        LineComment,
+        BlockComment,
+    }
+    let (mut depth, mut deepest, mut state) = (0usize, 0usize, In::Code);
+    let bytes = text.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        let byte = bytes[i];
+        let next = bytes.get(i + 1).copied();
+        match state {
+            In::String { escaped: true } => state = In::String { escaped: false },
+            In::String { escaped: false } => match byte {
+                b'\\' => state = In::String { escaped: true },
+                b'"' => state = In::Code,
+                _ => {}
+            },
+            In::LineComment if byte == b'\n' => state = In::Code,
+            In::LineComment => {}
+            In::BlockComment if byte == b'*' && next == Some(b'/') => {
+                state = In::Code;
+                i += 1;
             }
-            (false, b']' | b'}') => depth = depth.saturating_sub(1),
-            _ => {}
+            In::BlockComment => {}
+            In::Code => match (byte, next) {
+                (b'"', _) => state = In::String { escaped: false },
+                (b'/', Some(b'/')) => state = In::LineComment,
+                (b'/', Some(b'*')) => {
+                    state = In::BlockComment;
+                    i += 1;
+                }
+                (b'[' | b'{', _) => {
+                    depth += 1;
+                    deepest = deepest.max(depth);
+                }
+                (b']' | b'}', _) => depth = depth.saturating_sub(1),
+                _ => {}
+            },
         }
+        i += 1;
     }
     deepest
 }
@@ -145,9 +183,13 @@ impl Node {
             .and_then(StepType::from_name)
     }
 
+    /// The key its data is stored under. A step that could not be read counts under its id, so
+    /// that its own error is not followed by false ones wherever it is referenced.
     fn context_key(&self) -> Option<&str> {
-        let raw = self.raw.as_ref()?;
-        raw.output.as_deref().or(self.id.as_deref())
+        match &self.raw {
+            Some(raw) => raw.output.as_deref().or(self.id.as_deref()),
+            None => self.id.as_deref(),
+        }
     }
 }
 
@@ -157,6 +199,8 @@ struct Checker<'l> {
     nodes: Vec<Node>,
     /// Keys the context can hold, filled once every step is read.
     context_keys: HashSet<String>,
+    /// For each diagnostic, the step it belongs to, so they can be put in document order.
+    owners: Vec<Option<usize>>,
 }
 
 /// What a step was checked to be, before indexes are final.
@@ -168,7 +212,21 @@ struct Checked {
 }
 
 impl Checker<'_> {
+    /// Workflow-level problems first, then each step's in document order; a step's own problems
+    /// keep the order they were found in.
+    fn sort_in_document_order(&mut self) {
+        debug_assert_eq!(self.owners.len(), self.diagnostics.len());
+        let mut keyed: Vec<(Option<usize>, Diagnostic)> = self
+            .owners
+            .drain(..)
+            .zip(self.diagnostics.0.drain(..))
+            .collect();
+        keyed.sort_by_key(|(owner, _)| *owner);
+        self.diagnostics.0 = keyed.into_iter().map(|(_, d)| d).collect();
+    }
+
     fn error(&mut self, path: impl Into<String>, node: Option<usize>, message: impl Into<String>) {
+        self.owners.push(node);
         let step_id = node.and_then(|n| self.nodes[n].id.clone());
         self.diagnostics
             .push(Diagnostic::error(path, step_id.as_deref(), message));
@@ -180,6 +238,7 @@ impl Checker<'_> {
         node: Option<usize>,
         message: impl Into<String>,
     ) {
+        self.owners.push(node);
         let step_id = node.and_then(|n| self.nodes[n].id.clone());
         self.diagnostics
             .push(Diagnostic::warning(path, step_id.as_deref(), message));
@@ -454,13 +513,7 @@ impl Checker<'_> {
         step_type: StepType,
         index: &HashMap<String, usize>,
     ) -> Option<StepKind> {
-        let article = if step_type == StepType::Agent || step_type == StepType::Approval {
-            "an"
-        } else {
-            "a"
-        };
-        let missing =
-            |field: &str| format!("{article} {} step needs \"{field}\"", step_type.as_str());
+        let missing = |field: &str| format!("{} step needs \"{field}\"", with_article(step_type));
         match step_type {
             StepType::Agent => match &raw.agent {
                 Some(agent) if !agent.trim().is_empty() => Some(StepKind::Agent {
@@ -540,13 +593,13 @@ impl Checker<'_> {
                         "a condition step needs \"then\", \"else\" or both",
                     );
                 }
-                if source.len() > self.limits.max_expression_len {
+                if source.chars().count() > self.limits.max_expression_len {
                     self.error(
                         format!("{path}.condition"),
                         Some(n),
                         format!(
                             "condition is {} characters long; the limit is {}",
-                            source.len(),
+                            source.chars().count(),
                             self.limits.max_expression_len
                         ),
                     );
@@ -628,7 +681,10 @@ impl Checker<'_> {
                 self.warning(
                     format!("{path}.{field}"),
                     Some(n),
-                    format!("\"{field}\" has no effect on a {} step", step_type.as_str()),
+                    format!(
+                        "\"{field}\" has no effect on {} step",
+                        with_article(step_type)
+                    ),
                 );
             }
         }
@@ -667,7 +723,15 @@ impl Checker<'_> {
             .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
         if name.is_empty() {
             self.error(path.to_owned(), Some(n), format!("{what} is empty"));
+        } else if !valid_chars || name.starts_with('-') {
+            let shown: String = name.chars().take(40).collect();
+            self.error(
+                path.to_owned(),
+                Some(n),
+                format!("{what} \"{shown}\" may only contain ASCII letters, digits, \"_\" and \"-\" (not first)"),
+            );
         } else if name.len() > self.limits.max_id_len {
+            // Only ASCII is left here, so bytes are characters.
             self.error(
                 path.to_owned(),
                 Some(n),
@@ -676,12 +740,6 @@ impl Checker<'_> {
                     name.len(),
                     self.limits.max_id_len
                 ),
-            );
-        } else if !valid_chars || name.starts_with('-') {
-            self.error(
-                path.to_owned(),
-                Some(n),
-                format!("{what} \"{name}\" may only contain ASCII letters, digits, \"_\" and \"-\" (not first)"),
             );
         } else if RESERVED_KEYS.contains(&name) {
             self.error(
@@ -949,6 +1007,15 @@ impl Checker<'_> {
         }
         Some(steps)
     }
+}
+
+/// "an agent", "a transform", ...
+fn with_article(step_type: StepType) -> String {
+    let article = match step_type {
+        StepType::Agent | StepType::Approval => "an",
+        StepType::Transform | StepType::Parallel | StepType::Condition => "a",
+    };
+    format!("{article} {}", step_type.as_str())
 }
 
 /// Joins a JSON path prefix and a serde_path_to_error path (`steps[2].next` or `.`).
