@@ -1,0 +1,73 @@
+//! Baton's gRPC contract, `baton.v1`, as generated Rust.
+//!
+//! - [`v1`]: messages, clients and servers.
+//! - [`FILE_DESCRIPTOR_SET`]: for gRPC server reflection.
+//! - [`Json`] helpers: wrap bytes with their SHA-256 and check it on arrival.
+
+pub mod v1 {
+    tonic::include_proto!("baton.v1");
+}
+
+pub use v1::Json;
+
+/// The encoded descriptors of `baton.v1`, served by reflection.
+pub const FILE_DESCRIPTOR_SET: &[u8] = tonic::include_file_descriptor_set!("baton_descriptor");
+
+/// Lowercase hex SHA-256 of `bytes`.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    hex::encode(sha2::Sha256::digest(bytes))
+}
+
+impl Json {
+    /// Wraps JSON bytes with their digest.
+    pub fn new(json: Vec<u8>) -> Self {
+        let sha256 = sha256_hex(&json);
+        Self { json, sha256 }
+    }
+
+    /// The bytes, if they match their digest.
+    pub fn verified(&self) -> Result<&[u8], DigestMismatch> {
+        let actual = sha256_hex(&self.json);
+        if actual == self.sha256 {
+            Ok(&self.json)
+        } else {
+            Err(DigestMismatch {
+                expected: self.sha256.clone(),
+                actual,
+            })
+        }
+    }
+}
+
+/// JSON bytes that do not match the SHA-256 sent with them.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DigestMismatch {
+    pub expected: String,
+    pub actual: String,
+}
+
+impl std::fmt::Display for DigestMismatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "JSON bytes have SHA-256 {} but were sent with {}",
+            self.actual, self.expected
+        )
+    }
+}
+
+impl std::error::Error for DigestMismatch {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_changed_byte_is_caught() {
+        let mut json = Json::new(br#"{"plan":1}"#.to_vec());
+        assert_eq!(json.verified(), Ok(&br#"{"plan":1}"#[..]));
+        json.json[9] = b'2';
+        assert!(json.verified().is_err());
+    }
+}
