@@ -440,3 +440,55 @@ fn replaying_the_events_rebuilds_the_same_run() {
     assert_eq!(replayed.history(), run.run.history());
     assert_eq!(replayed.waiting(), run.run.waiting());
 }
+
+#[test]
+fn pending_tasks_after_a_replay_are_the_tasks_that_were_dispatched() {
+    let text = r#"{"steps": [
+        {"id": "code", "type": "agent", "agent": "coder", "on_error": "tests"},
+        {"id": "tests", "type": "parallel", "steps": [
+            {"id": "unit", "type": "agent", "agent": "u"},
+            {"id": "lint", "type": "agent", "agent": "l"}
+        ]}
+    ]}"#;
+    let mut run = Driver::start(text, json!("x"));
+    run.answer("code", Err("broken"));
+    let replayed = Run::replay(workflow(text), json!("x"), run.events.clone()).unwrap();
+    let rebuilt: Vec<_> = replayed
+        .pending_tasks()
+        .into_iter()
+        .map(|t| (t.task, t.agent, t.payload.to_value()))
+        .collect();
+    let dispatched: Vec<_> = run
+        .queue
+        .iter()
+        .map(|t| (t.task.clone(), t.agent.clone(), t.payload.to_value()))
+        .collect();
+    assert_eq!(rebuilt.len(), 2);
+    assert_eq!(rebuilt, dispatched);
+
+    // A top-level step reached through on_error keeps its error in the rebuilt payload.
+    let text = r#"{"steps": [
+        {"id": "code", "type": "agent", "agent": "coder", "on_error": "fix"},
+        {"id": "fix", "type": "agent", "agent": "fixer", "input": "plan"},
+        {"id": "plan", "type": "agent", "agent": "planner"}
+    ]}"#;
+    let mut run = Driver::start(text, json!("x"));
+    run.answer("code", Err("broken"));
+    assert!(
+        run.finished.is_some(),
+        "fix references plan, which has no data yet"
+    );
+    let text = r#"{"steps": [
+        {"id": "code", "type": "agent", "agent": "coder", "on_error": "fix"},
+        {"id": "fix", "type": "agent", "agent": "fixer"}
+    ]}"#;
+    let mut run = Driver::start(text, json!("x"));
+    run.answer("code", Err("broken"));
+    let replayed = Run::replay(workflow(text), json!("x"), run.events.clone()).unwrap();
+    let rebuilt = replayed.pending_tasks();
+    assert_eq!(rebuilt[0].payload.to_value(), run.payload_of("fix"));
+    assert_eq!(
+        rebuilt[0].payload.to_value()["error"]["message"],
+        json!("broken")
+    );
+}

@@ -20,7 +20,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::context::Context;
-use crate::payload::AgentPayload;
+use crate::payload::{AgentPayload, ErrorInfo};
 use crate::workflow::{RetryPolicy, StepIndex, StepType, Workflow};
 
 /// Identifies one dispatch of an agent step: its id and which visit of it this is. A result is
@@ -185,6 +185,8 @@ pub enum EngineError {
 enum Pending {
     Agent {
         visit: u32,
+        /// Kept so that the payload can be rebuilt after a replay.
+        error: Option<ErrorInfo>,
     },
     Approval {
         visit: u32,
@@ -283,6 +285,44 @@ impl Run {
             .unwrap_or(0)
     }
 
+    /// The agent tasks in flight, rebuilt exactly as they were dispatched: after a replay, the
+    /// coordinator sends these again.
+    pub fn pending_tasks(&self) -> Vec<AgentTask> {
+        self.pending
+            .iter()
+            .filter_map(|(&index, pending)| {
+                let Pending::Agent { visit, error } = pending else {
+                    return None;
+                };
+                let step = self.workflow.step(index);
+                let crate::workflow::StepKind::Agent { agent } = &step.kind else {
+                    return None;
+                };
+                // The context has not changed since the dispatch: top-level steps settle one at a
+                // time, and a parallel step's branches all started from the context as it is now.
+                let reference = step.input.as_ref().and_then(|key| {
+                    self.context
+                        .data(key)
+                        .map(|data| (key.clone(), data.clone()))
+                });
+                Some(AgentTask {
+                    task: TaskId {
+                        step_id: step.id.clone(),
+                        visit: *visit,
+                    },
+                    agent: agent.clone(),
+                    payload: AgentPayload {
+                        context: self.context.clone(),
+                        reference,
+                        error: error.clone(),
+                    },
+                    retry: step.retry.clone(),
+                    timeout_ms: step.timeout_ms,
+                })
+            })
+            .collect()
+    }
+
     /// Agent tasks in flight and approvals awaited, in workflow order.
     pub fn waiting(&self) -> Vec<Waiting> {
         self.pending
@@ -290,7 +330,7 @@ impl Run {
             .filter_map(|(&index, pending)| {
                 let step = self.workflow.step(index);
                 match (pending, &step.kind) {
-                    (Pending::Agent { visit }, crate::workflow::StepKind::Agent { agent }) => {
+                    (Pending::Agent { visit, .. }, crate::workflow::StepKind::Agent { agent }) => {
                         Some(Waiting::Agent {
                             task: TaskId {
                                 step_id: step.id.clone(),

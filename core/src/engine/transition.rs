@@ -81,7 +81,7 @@ impl Builder {
             .index_of(&task.step_id)
             .ok_or_else(unknown)?;
         match self.run.pending.get(&index) {
-            Some(Pending::Agent { visit }) if *visit == task.visit => {
+            Some(Pending::Agent { visit, .. }) if *visit == task.visit => {
                 self.run.pending.remove(&index);
                 Ok((index, task.visit))
             }
@@ -171,7 +171,13 @@ impl Builder {
                         }
                     },
                 };
-                self.run.pending.insert(index, Pending::Agent { visit });
+                self.run.pending.insert(
+                    index,
+                    Pending::Agent {
+                        visit,
+                        error: error.clone(),
+                    },
+                );
                 self.actions.push(Action::Dispatch(AgentTask {
                     task: TaskId {
                         step_id: step.id.clone(),
@@ -442,7 +448,7 @@ impl Builder {
     fn end(&mut self, status: RunStatus, error: Option<String>) {
         let workflow = self.run.workflow.clone();
         for (index, pending) in std::mem::take(&mut self.run.pending) {
-            if let Pending::Agent { visit } = pending {
+            if let Pending::Agent { visit, .. } = pending {
                 self.actions.push(Action::Abandon(TaskId {
                     step_id: workflow.step(index).id.clone(),
                     visit,
