@@ -1,0 +1,65 @@
+//! The coordinator's errors, and their gRPC status codes (the one place they are mapped).
+
+use baton_core::Diagnostics;
+use tonic::{Code, Status};
+
+use crate::store;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("invalid workflow:\n{0}")]
+    InvalidWorkflow(Diagnostics),
+    #[error("invalid input: {0}")]
+    InvalidInput(String),
+    #[error("{what} is {size} bytes; the limit is {limit}")]
+    TooLarge {
+        what: &'static str,
+        size: usize,
+        limit: usize,
+    },
+    #[error("no run {0}")]
+    RunNotFound(String),
+    #[error("run {run_id}: step \"{step_id}\" is not waiting for an approval")]
+    NotAwaitingApproval { run_id: String, step_id: String },
+    #[error("run {run_id} has {status} and takes no more events")]
+    RunFinished { run_id: String, status: String },
+    #[error("worker {worker_id} does not hold task {task_id}")]
+    TaskNotHeld { worker_id: String, task_id: String },
+    #[error("malformed task id {0:?}")]
+    MalformedTaskId(String),
+    #[error("{0}")]
+    Digest(#[from] baton_proto::DigestMismatch),
+    #[error("{0}")]
+    DuplicateWorker(String),
+    #[error("a worker stream must start with a hello message")]
+    NoHello,
+    #[error("run {run_id}: stored state is corrupt: {reason}")]
+    Corrupt { run_id: String, reason: String },
+    #[error(transparent)]
+    Store(#[from] store::Error),
+}
+
+impl From<Error> for Status {
+    fn from(error: Error) -> Status {
+        let code = match &error {
+            Error::InvalidWorkflow(_)
+            | Error::InvalidInput(_)
+            | Error::TooLarge { .. }
+            | Error::MalformedTaskId(_)
+            | Error::Digest(_)
+            | Error::NoHello => Code::InvalidArgument,
+            Error::RunNotFound(_) => Code::NotFound,
+            Error::NotAwaitingApproval { .. } | Error::RunFinished { .. } => {
+                Code::FailedPrecondition
+            }
+            Error::TaskNotHeld { .. } => Code::PermissionDenied,
+            Error::DuplicateWorker(_) => Code::AlreadyExists,
+            Error::Store(store::Error::NotFound(_)) => Code::NotFound,
+            Error::Store(store::Error::Conflict { .. }) => Code::Aborted,
+            Error::Store(store::Error::AlreadyExists(_)) => Code::AlreadyExists,
+            Error::Store(store::Error::Unavailable(_)) => Code::Unavailable,
+            Error::Corrupt { .. } | Error::Store(store::Error::Corrupt(_)) => Code::DataLoss,
+        };
+        Status::new(code, error.to_string())
+    }
+}

@@ -1,0 +1,57 @@
+//! The gRPC edge: decode, call the service, map the error. Nothing is decided here.
+//!
+//! - [`run_service`]: `baton.v1.RunService` for clients.
+//! - [`worker_service`]: `baton.v1.WorkerService`, the workers' long-lived task stream.
+
+pub mod run_service;
+pub mod worker_service;
+
+use std::future::Future;
+use std::time::Duration;
+
+use baton_proto::v1::run_service_server::RunServiceServer;
+use baton_proto::v1::worker_service_server::WorkerServiceServer;
+use tokio::net::TcpListener;
+use tokio_stream::wrappers::TcpListenerStream;
+
+use crate::service::Coordinator;
+use crate::store::Store;
+
+/// Largest gRPC message accepted: room for a payload that carries a large context.
+pub const MAX_MESSAGE_BYTES: usize = 96 << 20;
+
+/// Serves the run and worker services, health checking and reflection on `listener` until
+/// `shutdown` completes.
+pub async fn serve<S: Store>(
+    listener: TcpListener,
+    coordinator: Coordinator<S>,
+    shutdown: impl Future<Output = ()> + Send,
+) -> Result<(), tonic::transport::Error> {
+    let (health_reporter, health_service) = tonic_health::server::health_reporter();
+    health_reporter
+        .set_serving::<RunServiceServer<run_service::Runs<S>>>()
+        .await;
+    health_reporter
+        .set_serving::<WorkerServiceServer<worker_service::Workers<S>>>()
+        .await;
+    let reflection = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(baton_proto::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .build_v1()
+        .expect("the descriptor sets are valid");
+    let runs = RunServiceServer::new(run_service::Runs::new(coordinator.clone()))
+        .max_decoding_message_size(MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(MAX_MESSAGE_BYTES);
+    let workers = WorkerServiceServer::new(worker_service::Workers::new(coordinator))
+        .max_decoding_message_size(MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(MAX_MESSAGE_BYTES);
+    tonic::transport::Server::builder()
+        .http2_keepalive_interval(Some(Duration::from_secs(10)))
+        .http2_keepalive_timeout(Some(Duration::from_secs(20)))
+        .add_service(health_service)
+        .add_service(reflection)
+        .add_service(runs)
+        .add_service(workers)
+        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown)
+        .await
+}

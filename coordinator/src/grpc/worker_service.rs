@@ -1,0 +1,92 @@
+//! `baton.v1.WorkerService`: one long-lived stream per worker.
+
+use std::pin::Pin;
+
+use baton_proto::v1::worker_service_server::WorkerService;
+use baton_proto::v1::{
+    CoordinatorMessage, TaskRejected, WorkerMessage, coordinator_message, worker_message,
+};
+use futures::{Stream, StreamExt};
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::UnboundedReceiverStream;
+use tonic::{Request, Response, Status, Streaming};
+
+use crate::error::Error;
+use crate::service::Coordinator;
+use crate::store::Store;
+
+pub struct Workers<S: Store> {
+    coordinator: Coordinator<S>,
+}
+
+impl<S: Store> Workers<S> {
+    pub fn new(coordinator: Coordinator<S>) -> Self {
+        Self { coordinator }
+    }
+}
+
+type MessageStream = Pin<Box<dyn Stream<Item = Result<CoordinatorMessage, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl<S: Store> WorkerService for Workers<S> {
+    type TaskStreamStream = MessageStream;
+
+    async fn task_stream(
+        &self,
+        request: Request<Streaming<WorkerMessage>>,
+    ) -> Result<Response<Self::TaskStreamStream>, Status> {
+        let mut inbound = request.into_inner();
+        let hello = match inbound.message().await? {
+            Some(WorkerMessage {
+                message: Some(worker_message::Message::Hello(hello)),
+            }) => hello,
+            _ => return Err(Error::NoHello.into()),
+        };
+        if hello.worker_id.is_empty() {
+            return Err(Status::invalid_argument(
+                "hello.worker_id: a worker needs an id",
+            ));
+        }
+        let (outbound, receiver) = mpsc::unbounded_channel();
+        self.coordinator
+            .connect_worker(
+                &hello.worker_id,
+                hello.agents.clone(),
+                hello.capacity.max(1) as usize,
+                outbound.clone(),
+            )
+            .await?;
+        let coordinator = self.coordinator.clone();
+        let worker_id = hello.worker_id;
+        tokio::spawn(async move {
+            while let Some(message) = inbound.next().await {
+                match message {
+                    Ok(WorkerMessage {
+                        message: Some(worker_message::Message::Result(result)),
+                    }) => {
+                        let task_id = result.task_id.clone();
+                        if let Err(error) = coordinator.complete(&worker_id, result).await {
+                            tracing::warn!(%worker_id, %task_id, %error, "result refused");
+                            let _ = outbound.send(CoordinatorMessage {
+                                message: Some(coordinator_message::Message::Rejected(
+                                    TaskRejected {
+                                        task_id,
+                                        message: error.to_string(),
+                                    },
+                                )),
+                            });
+                        }
+                    }
+                    Ok(_) => {} // heartbeats keep the stream alive; hello is only first
+                    Err(status) => {
+                        tracing::info!(%worker_id, %status, "worker stream broke");
+                        break;
+                    }
+                }
+            }
+            coordinator.disconnect_worker(&worker_id).await;
+        });
+        let stream = UnboundedReceiverStream::new(receiver).map(Ok);
+        Ok(Response::new(Box::pin(stream)))
+    }
+}

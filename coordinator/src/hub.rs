@@ -1,0 +1,353 @@
+//! Connected workers and the tasks waiting for them.
+//!
+//! A task goes at once to the least-loaded connected worker that serves its agent and has a free
+//! slot, over that worker's open stream; otherwise it waits in its agent's queue until a slot
+//! frees up or a worker that serves the agent connects. Handing out branches to the least loaded
+//! worker is what spreads a parallel step across workers.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::Mutex;
+
+use baton_proto::v1::{CoordinatorMessage, Task, coordinator_message};
+use tokio::sync::mpsc;
+
+/// A task ready for a worker.
+#[derive(Debug, Clone)]
+pub struct ReadyTask {
+    pub run_id: String,
+    pub task_key: String,
+    pub agent: String,
+    pub message: Task,
+}
+
+/// A task handed to a worker.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Assignment {
+    pub worker_id: String,
+    pub run_id: String,
+    pub task_key: String,
+}
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum Error {
+    #[error("a worker with id {0} is already connected")]
+    DuplicateWorker(String),
+    #[error("worker {worker_id} does not hold task {run_id}/{task_key}")]
+    NotHeld {
+        worker_id: String,
+        run_id: String,
+        task_key: String,
+    },
+}
+
+struct Worker {
+    agents: HashSet<String>,
+    capacity: usize,
+    /// Tasks it holds, kept whole so they can be sent again if it goes away.
+    holding: HashMap<(String, String), ReadyTask>,
+    stream: mpsc::UnboundedSender<CoordinatorMessage>,
+}
+
+#[derive(Default)]
+struct State {
+    workers: HashMap<String, Worker>,
+    queues: HashMap<String, VecDeque<ReadyTask>>,
+}
+
+#[derive(Default)]
+pub struct Hub {
+    state: Mutex<State>,
+}
+
+impl Hub {
+    /// Adds a worker and gives it what is waiting for its agents.
+    pub fn connect(
+        &self,
+        worker_id: &str,
+        agents: impl IntoIterator<Item = String>,
+        capacity: usize,
+        stream: mpsc::UnboundedSender<CoordinatorMessage>,
+    ) -> Result<Vec<Assignment>, Error> {
+        let mut state = self.state.lock().expect("hub lock");
+        if state.workers.contains_key(worker_id) {
+            return Err(Error::DuplicateWorker(worker_id.to_owned()));
+        }
+        let worker = Worker {
+            agents: agents.into_iter().collect(),
+            capacity: capacity.max(1),
+            holding: HashMap::new(),
+            stream,
+        };
+        state.workers.insert(worker_id.to_owned(), worker);
+        Ok(state.fill(worker_id))
+    }
+
+    /// Removes a worker; the tasks it held go to other workers where possible and back to the
+    /// front of their queues otherwise. Returns the new assignments and the requeued tasks.
+    pub fn disconnect(&self, worker_id: &str) -> (Vec<Assignment>, Vec<(String, String)>) {
+        let mut state = self.state.lock().expect("hub lock");
+        let Some(worker) = state.workers.remove(worker_id) else {
+            return (Vec::new(), Vec::new());
+        };
+        let (mut assignments, mut requeued) = (Vec::new(), Vec::new());
+        for task in worker.holding.into_values() {
+            match state.assign(task) {
+                Ok(assignment) => assignments.push(assignment),
+                Err(task) => {
+                    requeued.push((task.run_id.clone(), task.task_key.clone()));
+                    state
+                        .queues
+                        .entry(task.agent.clone())
+                        .or_default()
+                        .push_front(*task);
+                }
+            }
+        }
+        (assignments, requeued)
+    }
+
+    /// Sends a task to a worker now, or queues it.
+    pub fn submit(&self, task: ReadyTask) -> Option<Assignment> {
+        let mut state = self.state.lock().expect("hub lock");
+        match state.assign(task) {
+            Ok(assignment) => Some(assignment),
+            Err(task) => {
+                state
+                    .queues
+                    .entry(task.agent.clone())
+                    .or_default()
+                    .push_back(*task);
+                None
+            }
+        }
+    }
+
+    /// Whether `worker_id` holds the task.
+    pub fn holds(&self, worker_id: &str, run_id: &str, task_key: &str) -> bool {
+        let state = self.state.lock().expect("hub lock");
+        state.workers.get(worker_id).is_some_and(|worker| {
+            worker
+                .holding
+                .contains_key(&(run_id.to_owned(), task_key.to_owned()))
+        })
+    }
+
+    /// The worker is done with the task: its slot takes the next waiting task.
+    pub fn finish(
+        &self,
+        worker_id: &str,
+        run_id: &str,
+        task_key: &str,
+    ) -> Result<Vec<Assignment>, Error> {
+        let mut state = self.state.lock().expect("hub lock");
+        let released = state.workers.get_mut(worker_id).and_then(|worker| {
+            worker
+                .holding
+                .remove(&(run_id.to_owned(), task_key.to_owned()))
+        });
+        if released.is_none() {
+            return Err(Error::NotHeld {
+                worker_id: worker_id.to_owned(),
+                run_id: run_id.to_owned(),
+                task_key: task_key.to_owned(),
+            });
+        }
+        Ok(state.fill(worker_id))
+    }
+
+    /// Forgets a task wherever it is (the run was cancelled); returns the worker that held it.
+    pub fn forget(&self, run_id: &str, task_key: &str) -> Option<String> {
+        let mut state = self.state.lock().expect("hub lock");
+        for queue in state.queues.values_mut() {
+            queue.retain(|task| !(task.run_id == run_id && task.task_key == task_key));
+        }
+        let key = (run_id.to_owned(), task_key.to_owned());
+        let holder = state
+            .workers
+            .iter_mut()
+            .find_map(|(id, worker)| worker.holding.remove(&key).map(|_| id.clone()))?;
+        Some(holder)
+    }
+
+    /// Whether any connected worker serves `agent`.
+    pub fn serves(&self, agent: &str) -> bool {
+        let state = self.state.lock().expect("hub lock");
+        state
+            .workers
+            .values()
+            .any(|worker| worker.agents.contains(agent))
+    }
+
+    /// Connected workers and their free slots.
+    pub fn workers(&self) -> Vec<(String, usize)> {
+        let state = self.state.lock().expect("hub lock");
+        state
+            .workers
+            .iter()
+            .map(|(id, worker)| (id.clone(), worker.capacity - worker.holding.len()))
+            .collect()
+    }
+}
+
+impl State {
+    /// Hands `task` to the least-loaded worker that can take it.
+    fn assign(&mut self, task: ReadyTask) -> Result<Assignment, Box<ReadyTask>> {
+        let chosen = self
+            .workers
+            .iter()
+            .filter(|(_, worker)| {
+                worker.agents.contains(&task.agent) && worker.holding.len() < worker.capacity
+            })
+            .min_by_key(|(id, worker)| (worker.holding.len(), id.as_str()))
+            .map(|(id, _)| id.clone());
+        let Some(worker_id) = chosen else {
+            return Err(Box::new(task));
+        };
+        let worker = self
+            .workers
+            .get_mut(&worker_id)
+            .expect("chosen worker exists");
+        let message = CoordinatorMessage {
+            message: Some(coordinator_message::Message::Task(task.message.clone())),
+        };
+        if worker.stream.send(message).is_err() {
+            // Its stream closed; disconnect() will follow. Keep the task for someone else.
+            return Err(Box::new(task));
+        }
+        let assignment = Assignment {
+            worker_id: worker_id.clone(),
+            run_id: task.run_id.clone(),
+            task_key: task.task_key.clone(),
+        };
+        worker
+            .holding
+            .insert((task.run_id.clone(), task.task_key.clone()), task);
+        Ok(assignment)
+    }
+
+    /// Gives `worker_id` queued tasks until it is full.
+    fn fill(&mut self, worker_id: &str) -> Vec<Assignment> {
+        let Some(agents) = self.workers.get(worker_id).map(|w| w.agents.clone()) else {
+            return Vec::new();
+        };
+        let mut assignments = Vec::new();
+        for agent in agents {
+            loop {
+                let has_room = self
+                    .workers
+                    .get(worker_id)
+                    .is_some_and(|w| w.holding.len() < w.capacity);
+                if !has_room {
+                    return assignments;
+                }
+                let Some(task) = self.queues.get_mut(&agent).and_then(VecDeque::pop_front) else {
+                    break;
+                };
+                match self.assign(task) {
+                    Ok(assignment) => assignments.push(assignment),
+                    Err(task) => {
+                        self.queues
+                            .entry(agent.clone())
+                            .or_default()
+                            .push_front(*task);
+                        break;
+                    }
+                }
+            }
+        }
+        assignments
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn task(run: &str, key: &str, agent: &str) -> ReadyTask {
+        ReadyTask {
+            run_id: run.into(),
+            task_key: key.into(),
+            agent: agent.into(),
+            message: Task::default(),
+        }
+    }
+
+    fn worker(
+        hub: &Hub,
+        id: &str,
+        agents: &[&str],
+        capacity: usize,
+    ) -> mpsc::UnboundedReceiver<CoordinatorMessage> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        hub.connect(id, agents.iter().map(|a| a.to_string()), capacity, tx)
+            .unwrap();
+        rx
+    }
+
+    #[test]
+    fn branches_spread_over_the_least_loaded_workers() {
+        let hub = Hub::default();
+        let _a = worker(&hub, "a", &["test"], 4);
+        let _b = worker(&hub, "b", &["test"], 4);
+        let holders: Vec<String> = (0..4)
+            .map(|i| {
+                hub.submit(task("r", &format!("t{i}#1"), "test"))
+                    .unwrap()
+                    .worker_id
+            })
+            .collect();
+        assert_eq!(holders, ["a", "b", "a", "b"]);
+    }
+
+    #[test]
+    fn tasks_wait_for_a_worker_that_serves_their_agent() {
+        let hub = Hub::default();
+        let _a = worker(&hub, "a", &["planner"], 1);
+        assert!(hub.submit(task("r", "code#1", "coder")).is_none());
+        assert!(!hub.serves("coder"));
+        let _b = worker(&hub, "b", &["coder"], 1);
+        assert!(hub.holds("b", "r", "code#1"));
+    }
+
+    #[test]
+    fn a_full_worker_takes_the_next_task_when_it_finishes_one() {
+        let hub = Hub::default();
+        let _a = worker(&hub, "a", &["x"], 1);
+        hub.submit(task("r", "one#1", "x")).unwrap();
+        assert!(hub.submit(task("r", "two#1", "x")).is_none());
+        let next = hub.finish("a", "r", "one#1").unwrap();
+        assert_eq!(next[0].task_key, "two#1");
+        assert_eq!(
+            hub.finish("a", "r", "one#1"),
+            Err(Error::NotHeld {
+                worker_id: "a".into(),
+                run_id: "r".into(),
+                task_key: "one#1".into()
+            })
+        );
+    }
+
+    #[test]
+    fn a_departing_worker_hands_its_tasks_to_another() {
+        let hub = Hub::default();
+        let _a = worker(&hub, "a", &["x"], 2);
+        hub.submit(task("r", "one#1", "x")).unwrap();
+        let _b = worker(&hub, "b", &["x"], 2);
+        let (moved, requeued) = hub.disconnect("a");
+        assert!(requeued.is_empty());
+        assert_eq!(moved[0].worker_id, "b");
+        assert!(hub.holds("b", "r", "one#1"));
+        assert!(!hub.holds("a", "r", "one#1"));
+    }
+
+    #[test]
+    fn worker_ids_are_unique() {
+        let hub = Hub::default();
+        let _a = worker(&hub, "a", &["x"], 1);
+        let (tx, _rx) = mpsc::unbounded_channel();
+        assert_eq!(
+            hub.connect("a", ["x".to_string()], 1, tx),
+            Err(Error::DuplicateWorker("a".into()))
+        );
+    }
+}

@@ -1,0 +1,21 @@
+//! Baton's coordinator: drives the engine, keeps every run's state in a store, sends agent
+//! steps to workers.
+//!
+//! - [`service`]: the logic: submit, decide, cancel, complete, watch, recover.
+//! - [`hub`]: connected workers and the tasks waiting for them.
+//! - [`store`]: the store trait, its contract, and the memory and Redis stores.
+//! - [`model`]: stored events, step states and tasks.
+//! - [`record`]: the run record clients see, and the state checksum.
+//! - [`grpc`]: the tonic services, thin over [`service`].
+//! - [`error`]: the coordinator's errors and their gRPC codes.
+
+pub mod error;
+pub mod grpc;
+pub mod hub;
+pub mod model;
+pub mod record;
+pub mod service;
+pub mod store;
+
+pub use error::Error;
+pub use service::{Config, Coordinator};

@@ -1,0 +1,853 @@
+//! The coordinator's logic, below the gRPC edge: submit, decide, cancel, complete tasks, watch.
+//!
+//! Every change to a run follows one path: lock the run, let the engine compute the transition,
+//! write it to the store in one atomic call, and only then act on it (hand tasks to workers,
+//! tell watchers). A crash before the write loses nothing that was acknowledged; a crash after
+//! it is repaired by [`Coordinator::recover`], which replays the stored events.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use baton_core::workflow::{StepType, Workflow};
+use baton_core::{
+    Action, Decision, EngineError, Event, Limits, Run, StepRecord, TaskId, Transition,
+};
+use baton_proto::Json;
+use baton_proto::v1::{self, run_event};
+use serde_json::Value;
+use tokio::sync::{Mutex as AsyncMutex, broadcast};
+
+use crate::error::Error;
+use crate::hub::{Assignment, Hub, ReadyTask};
+use crate::model::{StepState, StoredEvent, TaskEntry, parse_task_id, task_id, task_key};
+use crate::record;
+use crate::store::{self, RunHeader, Store, StoredRun, TransitionWrite};
+
+/// Sizes clients and workers control, and their ceilings.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub max_workflow_bytes: usize,
+    pub max_input_bytes: usize,
+    pub max_result_bytes: usize,
+    pub limits: Limits,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            max_workflow_bytes: 1 << 20,
+            max_input_bytes: 4 << 20,
+            max_result_bytes: 64 << 20,
+            limits: Limits::default(),
+        }
+    }
+}
+
+/// A handle on the coordinator; cheap to clone.
+pub struct Coordinator<S: Store> {
+    inner: Arc<Inner<S>>,
+}
+
+impl<S: Store> Clone for Coordinator<S> {
+    fn clone(&self) -> Self {
+        Self {
+            inner: self.inner.clone(),
+        }
+    }
+}
+
+struct Inner<S> {
+    store: S,
+    hub: Hub,
+    config: Config,
+    /// Runs this coordinator has loaded. The store is the truth; this saves replaying it.
+    runs: std::sync::Mutex<HashMap<String, Arc<AsyncMutex<Option<Loaded>>>>>,
+    watchers: std::sync::Mutex<HashMap<String, broadcast::Sender<v1::RunEvent>>>,
+}
+
+/// A run as the coordinator holds it between transitions.
+struct Loaded {
+    header: RunHeader,
+    run: Run,
+    version: u64,
+    steps: BTreeMap<String, StepState>,
+    tasks: BTreeMap<String, TaskEntry>,
+    updated_ms: i64,
+    state_sha256: String,
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or_default()
+}
+
+fn json(value: &impl serde::Serialize) -> Vec<u8> {
+    serde_json::to_vec(value).expect("coordinator records are JSON")
+}
+
+impl<S: Store> Coordinator<S> {
+    pub fn new(store: S, config: Config) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                store,
+                hub: Hub::default(),
+                config,
+                runs: Default::default(),
+                watchers: Default::default(),
+            }),
+        }
+    }
+
+    pub fn store(&self) -> &S {
+        &self.inner.store
+    }
+
+    pub fn hub(&self) -> &Hub {
+        &self.inner.hub
+    }
+
+    /// Validates the workflow and input, stores the new run and starts it. Returns its id.
+    pub async fn submit(&self, workflow: &[u8], input: &Json) -> Result<String, Error> {
+        let config = &self.inner.config;
+        if workflow.len() > config.max_workflow_bytes {
+            return Err(Error::TooLarge {
+                what: "the workflow",
+                size: workflow.len(),
+                limit: config.max_workflow_bytes,
+            });
+        }
+        if input.json.len() > config.max_input_bytes {
+            return Err(Error::TooLarge {
+                what: "the input",
+                size: input.json.len(),
+                limit: config.max_input_bytes,
+            });
+        }
+        let input_bytes = input.verified()?;
+        let input_value: Value = serde_json::from_slice(input_bytes)
+            .map_err(|e| Error::InvalidInput(format!("the input is not valid JSON: {e}")))?;
+        let text = std::str::from_utf8(workflow).map_err(|_| {
+            Error::InvalidWorkflow(baton_core::Diagnostics(vec![
+                baton_core::Diagnostic::error("$", None, "the workflow is not UTF-8 text"),
+            ]))
+        })?;
+        let parsed = baton_core::parse_workflow_with(text, &config.limits)
+            .map_err(|e| Error::InvalidWorkflow(e.diagnostics))?;
+        let workflow = Arc::new(parsed.workflow);
+        let run_id = uuid::Uuid::now_v7().to_string();
+        let now = now_ms();
+        let header = RunHeader {
+            run_id: run_id.clone(),
+            workflow_id: workflow.id.clone().unwrap_or_default(),
+            workflow: text.to_owned(),
+            input: input_bytes.to_vec(),
+            created_ms: now,
+        };
+        let transition = Run::start(workflow, input_value);
+        let mut loaded = Loaded {
+            header: header.clone(),
+            run: transition.run.clone(),
+            version: 0,
+            steps: BTreeMap::new(),
+            tasks: BTreeMap::new(),
+            updated_ms: now,
+            state_sha256: String::new(),
+        };
+        let planned = plan(&loaded, None, None, &transition, 0, now);
+        self.inner
+            .store
+            .create_run(header, planned.write.clone())
+            .await?;
+        loaded.adopt(transition.run.clone(), 1, planned);
+        let slot = Arc::new(AsyncMutex::new(None));
+        let mut guard = slot.lock().await;
+        self.inner
+            .runs
+            .lock()
+            .expect("runs lock")
+            .insert(run_id.clone(), slot.clone());
+        let assignments = self.act(&run_id, &mut loaded, &transition, 0);
+        *guard = Some(loaded);
+        drop(guard);
+        self.assigned(assignments).await;
+        Ok(run_id)
+    }
+
+    /// A person decided an approval step.
+    pub async fn decide(
+        &self,
+        run_id: &str,
+        step_id: &str,
+        decision: Decision,
+    ) -> Result<v1::RunRecord, Error> {
+        let event = Event::ApprovalDecided {
+            step_id: step_id.to_owned(),
+            decision: decision.clone(),
+        };
+        let stored = StoredEvent::ApprovalDecided {
+            step_id: step_id.to_owned(),
+            decision,
+        };
+        self.apply(run_id, event, stored, None)
+            .await
+            .map_err(|e| match e {
+                Error::NotAwaitingApproval { .. } => Error::NotAwaitingApproval {
+                    run_id: run_id.to_owned(),
+                    step_id: step_id.to_owned(),
+                },
+                other => other,
+            })?;
+        self.record(run_id).await
+    }
+
+    /// Stops a run now; tasks queued or running for it are dropped.
+    pub async fn cancel(&self, run_id: &str, reason: &str) -> Result<v1::RunRecord, Error> {
+        let reason = if reason.is_empty() {
+            "cancelled"
+        } else {
+            reason
+        };
+        let event = Event::Cancel {
+            reason: reason.to_owned(),
+        };
+        let stored = StoredEvent::Cancel {
+            reason: reason.to_owned(),
+        };
+        self.apply(run_id, event, stored, None).await?;
+        self.record(run_id).await
+    }
+
+    /// A worker's result for a task it holds.
+    pub async fn complete(&self, worker_id: &str, result: v1::TaskResult) -> Result<(), Error> {
+        let (run_id, task) = parse_task_id(&result.task_id)
+            .ok_or_else(|| Error::MalformedTaskId(result.task_id.clone()))?;
+        let key = task_key(&task);
+        if !self.inner.hub.holds(worker_id, run_id, &key) {
+            return Err(Error::TaskNotHeld {
+                worker_id: worker_id.to_owned(),
+                task_id: result.task_id.clone(),
+            });
+        }
+        let (event, stored) = match result.outcome {
+            Some(v1::task_result::Outcome::Data(data)) => {
+                if data.json.len() > self.inner.config.max_result_bytes {
+                    return Err(Error::TooLarge {
+                        what: "the result",
+                        size: data.json.len(),
+                        limit: self.inner.config.max_result_bytes,
+                    });
+                }
+                let bytes = data.verified()?;
+                let value: Value = serde_json::from_slice(bytes).map_err(|e| {
+                    Error::InvalidInput(format!("the result is not valid JSON: {e}"))
+                })?;
+                (
+                    Event::AgentSucceeded {
+                        task: task.clone(),
+                        data: value,
+                    },
+                    StoredEvent::AgentSucceeded {
+                        task: task.clone(),
+                        result: key.clone(),
+                        worker_id: worker_id.to_owned(),
+                    },
+                )
+            }
+            Some(v1::task_result::Outcome::Error(error)) => (
+                Event::AgentFailed {
+                    task: task.clone(),
+                    error: error.clone(),
+                },
+                StoredEvent::AgentFailed {
+                    task: task.clone(),
+                    error,
+                    worker_id: worker_id.to_owned(),
+                },
+            ),
+            None => {
+                return Err(Error::InvalidInput(
+                    "a result needs data or an error".into(),
+                ));
+            }
+        };
+        let applied = self
+            .apply(run_id, event, stored, Some((worker_id, &task)))
+            .await;
+        // The worker's slot is free whatever the engine thought of the result (a stale answer
+        // to an older visit is refused, but the worker is done with it).
+        if let Ok(assignments) = self.inner.hub.finish(worker_id, run_id, &key) {
+            self.assigned(assignments).await;
+        }
+        match applied {
+            Err(Error::RunFinished { .. }) => Ok(()),
+            other => other.map(|_| ()),
+        }
+    }
+
+    /// A worker said hello: it gets queued tasks for its agents at once.
+    pub async fn connect_worker(
+        &self,
+        worker_id: &str,
+        agents: Vec<String>,
+        capacity: usize,
+        stream: tokio::sync::mpsc::UnboundedSender<v1::CoordinatorMessage>,
+    ) -> Result<(), Error> {
+        let assignments = self
+            .inner
+            .hub
+            .connect(worker_id, agents, capacity, stream)
+            .map_err(|e| Error::DuplicateWorker(e.to_string()))?;
+        tracing::info!(worker_id, capacity, "worker connected");
+        self.assigned(assignments).await;
+        Ok(())
+    }
+
+    /// A worker's stream ended: its tasks go to other workers or back to the queue.
+    pub async fn disconnect_worker(&self, worker_id: &str) {
+        let (assignments, requeued) = self.inner.hub.disconnect(worker_id);
+        tracing::info!(worker_id, requeued = requeued.len(), "worker disconnected");
+        for (run_id, key) in requeued {
+            let Ok(slot) = self.slot(&run_id).await else {
+                continue;
+            };
+            let mut guard = slot.lock().await;
+            let Some(loaded) = guard.as_mut() else {
+                continue;
+            };
+            if let Some(entry) = loaded.tasks.get_mut(&key) {
+                entry.state = "queued".into();
+                entry.worker_id.clear();
+                let bytes = json(entry);
+                if let Err(error) = self.inner.store.set_task(&run_id, &key, bytes).await {
+                    tracing::warn!(%run_id, %key, %error, "could not record a requeued task");
+                }
+            }
+        }
+        self.assigned(assignments).await;
+    }
+
+    /// The run record of `run_id`.
+    pub async fn record(&self, run_id: &str) -> Result<v1::RunRecord, Error> {
+        let slot = self.slot(run_id).await?;
+        let guard = slot.lock().await;
+        let loaded = guard
+            .as_ref()
+            .ok_or_else(|| Error::RunNotFound(run_id.to_owned()))?;
+        Ok(self.record_of(loaded))
+    }
+
+    pub async fn list(&self, limit: usize) -> Result<Vec<v1::RunSummary>, Error> {
+        let limit = if limit == 0 { 50 } else { limit.min(1_000) };
+        let runs = self.inner.store.list_runs(limit).await?;
+        Ok(runs
+            .into_iter()
+            .map(|r| v1::RunSummary {
+                run_id: r.run_id,
+                workflow_id: r.workflow_id,
+                status: r.status,
+                created_ms: r.created_ms,
+                updated_ms: r.updated_ms,
+            })
+            .collect())
+    }
+
+    /// What has happened so far, and the events still to come (none when the run is over).
+    pub async fn watch(
+        &self,
+        run_id: &str,
+    ) -> Result<(Vec<v1::RunEvent>, Option<broadcast::Receiver<v1::RunEvent>>), Error> {
+        let slot = self.slot(run_id).await?;
+        // Holding the run's lock while subscribing: no event can slip between the two.
+        let guard = slot.lock().await;
+        let loaded = guard
+            .as_ref()
+            .ok_or_else(|| Error::RunNotFound(run_id.to_owned()))?;
+        let mut events: Vec<v1::RunEvent> =
+            loaded.run.history().iter().map(step_finished).collect();
+        for (key, entry) in &loaded.tasks {
+            if entry.state == "running"
+                && let Some((step_id, visit)) = key.rsplit_once('#')
+            {
+                events.push(started(step_id, visit.parse().unwrap_or(0), entry));
+            }
+        }
+        for waiting in loaded.run.waiting() {
+            if let baton_core::Waiting::Approval { step_id, message } = waiting {
+                events.push(approval_requested(
+                    &step_id,
+                    loaded.run.visits(&step_id),
+                    &message,
+                ));
+            }
+        }
+        if loaded.run.status().is_terminal() {
+            events.push(finished(self.record_of(loaded)));
+            return Ok((events, None));
+        }
+        let receiver = self.watchers(run_id).subscribe();
+        Ok((events, Some(receiver)))
+    }
+
+    /// After a restart: reload every running run and queue its tasks again.
+    pub async fn recover(&self) -> Result<usize, Error> {
+        let active = self.inner.store.active_runs().await?;
+        for run_id in &active {
+            let slot = self.slot(run_id).await?;
+            let mut guard = slot.lock().await;
+            let Some(loaded) = guard.as_mut() else {
+                continue;
+            };
+            let mut ready = Vec::new();
+            for task in loaded.run.pending_tasks() {
+                let key = task_key(&task.task);
+                loaded.tasks.insert(
+                    key.clone(),
+                    TaskEntry {
+                        agent: task.agent.clone(),
+                        state: "queued".into(),
+                        worker_id: String::new(),
+                    },
+                );
+                ready.push(ready_task(run_id, &task));
+            }
+            drop(guard);
+            let assignments: Vec<Assignment> = ready
+                .into_iter()
+                .filter_map(|task| self.inner.hub.submit(task))
+                .collect();
+            self.assigned(assignments).await;
+        }
+        Ok(active.len())
+    }
+
+    fn watchers(&self, run_id: &str) -> broadcast::Sender<v1::RunEvent> {
+        self.inner
+            .watchers
+            .lock()
+            .expect("watchers lock")
+            .entry(run_id.to_owned())
+            .or_insert_with(|| broadcast::channel(1_024).0)
+            .clone()
+    }
+
+    fn notify(&self, run_id: &str, event: v1::RunEvent) {
+        let sender = self
+            .inner
+            .watchers
+            .lock()
+            .expect("watchers lock")
+            .get(run_id)
+            .cloned();
+        if let Some(sender) = sender {
+            let _ = sender.send(event);
+        }
+    }
+
+    /// The run's slot, loading it from the store the first time.
+    async fn slot(&self, run_id: &str) -> Result<Arc<AsyncMutex<Option<Loaded>>>, Error> {
+        let slot = self
+            .inner
+            .runs
+            .lock()
+            .expect("runs lock")
+            .entry(run_id.to_owned())
+            .or_insert_with(|| Arc::new(AsyncMutex::new(None)))
+            .clone();
+        let mut guard = slot.lock().await;
+        if guard.is_none() {
+            match self.inner.store.load_run(run_id).await? {
+                Some(stored) => *guard = Some(rebuild(stored, &self.inner.config.limits)?),
+                None => {
+                    drop(guard);
+                    self.inner.runs.lock().expect("runs lock").remove(run_id);
+                    return Err(Error::RunNotFound(run_id.to_owned()));
+                }
+            }
+        }
+        drop(guard);
+        Ok(slot)
+    }
+
+    /// Applies one event to a run: engine, store, then effects.
+    async fn apply(
+        &self,
+        run_id: &str,
+        event: Event,
+        stored: StoredEvent,
+        from_worker: Option<(&str, &TaskId)>,
+    ) -> Result<(), Error> {
+        let slot = self.slot(run_id).await?;
+        let mut guard = slot.lock().await;
+        let loaded = guard
+            .as_mut()
+            .ok_or_else(|| Error::RunNotFound(run_id.to_owned()))?;
+        let transition = loaded.run.apply(event).map_err(|e| match e {
+            EngineError::NotRunning(status) => Error::RunFinished {
+                run_id: run_id.to_owned(),
+                status: status.to_string(),
+            },
+            EngineError::NotAwaitingApproval(step_id) => Error::NotAwaitingApproval {
+                run_id: run_id.to_owned(),
+                step_id,
+            },
+            EngineError::UnknownTask(task) => Error::TaskNotHeld {
+                worker_id: from_worker.map(|(w, _)| w.to_owned()).unwrap_or_default(),
+                task_id: task_id(run_id, &task),
+            },
+        })?;
+        let before = loaded.run.history().len();
+        let now = now_ms();
+        let planned = plan(loaded, Some(&stored), from_worker, &transition, before, now);
+        match self
+            .inner
+            .store
+            .apply_transition(run_id, loaded.version, planned.write.clone())
+            .await
+        {
+            Ok(version) => loaded.adopt(transition.run.clone(), version, planned),
+            Err(store::Error::Conflict { .. }) => {
+                // Another coordinator moved the run on: forget our copy, the next call reloads.
+                *guard = None;
+                return Err(Error::Store(store::Error::Conflict {
+                    run_id: run_id.to_owned(),
+                    expected: 0,
+                    actual: 0,
+                }));
+            }
+            Err(other) => return Err(other.into()),
+        }
+        let assignments = self.act(run_id, loaded, &transition, before);
+        drop(guard);
+        self.assigned(assignments).await;
+        Ok(())
+    }
+
+    /// Carries out a stored transition: tasks to the hub, events to watchers.
+    fn act(
+        &self,
+        run_id: &str,
+        loaded: &mut Loaded,
+        transition: &Transition,
+        history_before: usize,
+    ) -> Vec<Assignment> {
+        for record in loaded.run.history().iter().skip(history_before) {
+            self.notify(run_id, step_finished(record));
+        }
+        let mut assignments = Vec::new();
+        for action in &transition.actions {
+            match action {
+                Action::Dispatch(task) => {
+                    if let Some(assignment) = self.inner.hub.submit(ready_task(run_id, task)) {
+                        assignments.push(assignment);
+                    }
+                }
+                Action::AwaitApproval {
+                    step_id,
+                    visit,
+                    message,
+                } => self.notify(run_id, approval_requested(step_id, *visit, message)),
+                Action::Abandon(task) => {
+                    self.inner.hub.forget(run_id, &task_key(task));
+                }
+                Action::Finished { status, .. } => {
+                    tracing::info!(run_id, status = %status, "run finished");
+                    self.notify(run_id, finished(self.record_of(loaded)));
+                    self.inner
+                        .watchers
+                        .lock()
+                        .expect("watchers lock")
+                        .remove(run_id);
+                }
+            }
+        }
+        assignments
+    }
+
+    /// Records which worker took each task, and tells watchers the step started.
+    async fn assigned(&self, assignments: Vec<Assignment>) {
+        for assignment in assignments {
+            let Ok(slot) = self.slot(&assignment.run_id).await else {
+                continue;
+            };
+            let mut guard = slot.lock().await;
+            let Some(loaded) = guard.as_mut() else {
+                continue;
+            };
+            let Some(entry) = loaded.tasks.get_mut(&assignment.task_key) else {
+                continue;
+            };
+            entry.state = "running".into();
+            entry.worker_id = assignment.worker_id.clone();
+            let entry = entry.clone();
+            let Some((step_id, visit)) = assignment.task_key.rsplit_once('#') else {
+                continue;
+            };
+            if let Some(step) = loaded.steps.get_mut(step_id) {
+                step.status = "running".into();
+                step.worker_id = assignment.worker_id.clone();
+                step.attempts += 1;
+            }
+            if let Err(error) = self
+                .inner
+                .store
+                .set_task(&assignment.run_id, &assignment.task_key, json(&entry))
+                .await
+            {
+                tracing::warn!(run_id = %assignment.run_id, %error, "could not record a task's worker");
+            }
+            self.notify(
+                &assignment.run_id,
+                started(step_id, visit.parse().unwrap_or(0), &entry),
+            );
+        }
+    }
+
+    fn record_of(&self, loaded: &Loaded) -> v1::RunRecord {
+        let workflow = loaded.run.workflow();
+        v1::RunRecord {
+            run_id: loaded.header.run_id.clone(),
+            workflow_id: loaded.header.workflow_id.clone(),
+            status: loaded.run.status().as_str().into(),
+            error: loaded.run.error().unwrap_or_default().into(),
+            context: Some(Json::new(json(&loaded.run.context().visible_serializer()))),
+            steps: record::step_states(workflow, &loaded.steps),
+            waiting: record::waiting(&loaded.run, |agent| self.inner.hub.serves(agent)),
+            state_sha256: loaded.state_sha256.clone(),
+            created_ms: loaded.header.created_ms,
+            updated_ms: loaded.updated_ms,
+        }
+    }
+}
+
+impl Loaded {
+    fn adopt(&mut self, run: Run, version: u64, planned: Planned) {
+        self.run = run;
+        self.version = version;
+        self.steps = planned.steps;
+        self.tasks = planned.tasks;
+        self.updated_ms = planned.write.updated_ms;
+        self.state_sha256 = planned.write.state_sha256;
+    }
+}
+
+/// A transition's write, and the step and task maps it leads to.
+struct Planned {
+    write: TransitionWrite,
+    steps: BTreeMap<String, StepState>,
+    tasks: BTreeMap<String, TaskEntry>,
+}
+
+/// Turns a transition into the store write that records it. Pure: nothing changes until the
+/// write is acknowledged.
+fn plan(
+    loaded: &Loaded,
+    event: Option<&StoredEvent>,
+    from_worker: Option<(&str, &TaskId)>,
+    transition: &Transition,
+    history_before: usize,
+    now: i64,
+) -> Planned {
+    let run = &transition.run;
+    let mut steps = loaded.steps.clone();
+    let mut tasks = loaded.tasks.clone();
+    let mut changed_steps: Vec<String> = Vec::new();
+    let mut write = TransitionWrite {
+        event: event.map(json),
+        ..TransitionWrite::default()
+    };
+    if let Some((worker_id, task)) = from_worker {
+        let key = task_key(task);
+        tasks.remove(&key);
+        write.tasks_removed.push(key);
+        if let Some(step) = steps.get_mut(task.step_id.as_ref()) {
+            step.worker_id = worker_id.to_owned();
+        }
+    }
+    for record in run.history().iter().skip(history_before) {
+        // Agent and transform data is stored once here; parallel data is rebuilt from its
+        // branches, conditions and approvals from the event log.
+        if matches!(record.step_type, StepType::Agent | StepType::Transform)
+            && let Some(data) = &record.data
+        {
+            let key = format!("{}#{}", record.step_id, record.visit);
+            write.results.push((key, json(data.as_ref())));
+        }
+        let step = steps.entry(record.step_id.to_string()).or_default();
+        step.status = serde_json::to_value(record.status)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_owned))
+            .unwrap_or_default();
+        step.visits = run.visits(&record.step_id);
+        step.error = record.error.as_deref().unwrap_or_default().to_owned();
+        changed_steps.push(record.step_id.to_string());
+    }
+    for action in &transition.actions {
+        match action {
+            Action::Dispatch(task) => {
+                let key = task_key(&task.task);
+                let entry = TaskEntry {
+                    agent: task.agent.clone(),
+                    state: "queued".into(),
+                    worker_id: String::new(),
+                };
+                write.tasks_set.push((key.clone(), json(&entry)));
+                tasks.insert(key, entry);
+                let step = steps.entry(task.task.step_id.to_string()).or_default();
+                step.status = "queued".into();
+                step.visits = run.visits(&task.task.step_id);
+                step.error.clear();
+                changed_steps.push(task.task.step_id.to_string());
+            }
+            Action::AwaitApproval { step_id, .. } => {
+                let step = steps.entry(step_id.to_string()).or_default();
+                step.status = "waiting".into();
+                step.visits = run.visits(step_id);
+                changed_steps.push(step_id.to_string());
+            }
+            Action::Abandon(task) => {
+                let key = task_key(task);
+                tasks.remove(&key);
+                write.tasks_removed.push(key);
+                let step = steps.entry(task.step_id.to_string()).or_default();
+                step.status = "cancelled".into();
+                changed_steps.push(task.step_id.to_string());
+            }
+            Action::Finished { .. } => {}
+        }
+    }
+    changed_steps.sort();
+    changed_steps.dedup();
+    for step_id in changed_steps {
+        if let Some(state) = steps.get(&step_id) {
+            write.steps.push((step_id, json(state)));
+        }
+    }
+    write.status = run.status().as_str().into();
+    write.error = run.error().map(str::to_owned);
+    write.state_sha256 = record::state_sha256(run, &steps);
+    write.updated_ms = now;
+    Planned {
+        write,
+        steps,
+        tasks,
+    }
+}
+
+/// Rebuilds a run from the store by replaying its events.
+fn rebuild(stored: StoredRun, limits: &Limits) -> Result<Loaded, Error> {
+    let run_id = stored.header.run_id.clone();
+    let corrupt = |reason: String| Error::Corrupt {
+        run_id: run_id.clone(),
+        reason,
+    };
+    let workflow: Arc<Workflow> = Arc::new(
+        baton_core::parse_workflow_with(&stored.header.workflow, limits)
+            .map_err(|e| corrupt(format!("workflow: {e}")))?
+            .workflow,
+    );
+    let input: Value =
+        serde_json::from_slice(&stored.header.input).map_err(|e| corrupt(format!("input: {e}")))?;
+    let mut events = Vec::with_capacity(stored.events.len());
+    for bytes in &stored.events {
+        let event: StoredEvent =
+            serde_json::from_slice(bytes).map_err(|e| corrupt(format!("event: {e}")))?;
+        let event = event
+            .to_event(|key| {
+                stored
+                    .results
+                    .get(key)
+                    .and_then(|bytes| serde_json::from_slice(bytes).ok())
+            })
+            .map_err(corrupt)?;
+        events.push(event);
+    }
+    let run = Run::replay(workflow, input, events)
+        .map_err(|(i, e)| corrupt(format!("event {i} does not apply: {e}")))?;
+    let steps = stored
+        .steps
+        .iter()
+        .map(|(id, bytes)| Ok((id.clone(), serde_json::from_slice(bytes)?)))
+        .collect::<Result<_, serde_json::Error>>()
+        .map_err(|e| corrupt(format!("step state: {e}")))?;
+    let tasks = stored
+        .tasks
+        .iter()
+        .map(|(key, bytes)| Ok((key.clone(), serde_json::from_slice(bytes)?)))
+        .collect::<Result<_, serde_json::Error>>()
+        .map_err(|e| corrupt(format!("task: {e}")))?;
+    Ok(Loaded {
+        header: stored.header,
+        run,
+        version: stored.version,
+        steps,
+        tasks,
+        updated_ms: stored.updated_ms,
+        state_sha256: stored.state_sha256,
+    })
+}
+
+fn ready_task(run_id: &str, task: &baton_core::AgentTask) -> ReadyTask {
+    ReadyTask {
+        run_id: run_id.to_owned(),
+        task_key: task_key(&task.task),
+        agent: task.agent.clone(),
+        message: v1::Task {
+            task_id: task_id(run_id, &task.task),
+            run_id: run_id.to_owned(),
+            step_id: task.task.step_id.to_string(),
+            visit: task.task.visit,
+            agent: task.agent.clone(),
+            payload: Some(Json::new(task.payload.to_json())),
+            timeout_ms: task.timeout_ms.unwrap_or_default(),
+        },
+    }
+}
+
+fn step_finished(record: &StepRecord) -> v1::RunEvent {
+    v1::RunEvent {
+        event: Some(run_event::Event::StepFinished(v1::StepFinished {
+            step_id: record.step_id.to_string(),
+            visit: record.visit,
+            status: serde_json::to_value(record.status)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_owned))
+                .unwrap_or_default(),
+            data: record.data.as_ref().map(|d| Json::new(json(d.as_ref()))),
+            error: record.error.as_deref().unwrap_or_default().to_owned(),
+            next: record.next.as_deref().unwrap_or_default().to_owned(),
+            parent: record.parent.as_deref().unwrap_or_default().to_owned(),
+        })),
+    }
+}
+
+fn started(step_id: &str, visit: u32, entry: &TaskEntry) -> v1::RunEvent {
+    v1::RunEvent {
+        event: Some(run_event::Event::StepStarted(v1::StepStarted {
+            step_id: step_id.to_owned(),
+            visit,
+            agent: entry.agent.clone(),
+            worker_id: entry.worker_id.clone(),
+        })),
+    }
+}
+
+fn approval_requested(step_id: &str, visit: u32, message: &str) -> v1::RunEvent {
+    v1::RunEvent {
+        event: Some(run_event::Event::ApprovalRequested(v1::ApprovalRequested {
+            step_id: step_id.to_owned(),
+            visit,
+            message: message.to_owned(),
+        })),
+    }
+}
+
+fn finished(record: v1::RunRecord) -> v1::RunEvent {
+    v1::RunEvent {
+        event: Some(run_event::Event::RunFinished(v1::RunFinished {
+            record: Some(record),
+        })),
+    }
+}

@@ -1,0 +1,23 @@
+-- apply_transition: applies a transition if the run is at the expected version, or nothing.
+-- KEYS: see transition.lua.
+-- ARGV: 1 expected version (decimal), 2.. the transition.
+-- Replies: the new version, or an error NOTFOUND / CONFLICT <actual version> / CORRUPT <why>.
+
+local version = redis.call('HGET', KEYS[1], 'version')
+if not version then
+  return redis.error_reply('NOTFOUND run not found')
+end
+if version ~= ARGV[1] then
+  return redis.error_reply('CONFLICT ' .. version)
+end
+
+local err = check_types(KEY_TYPES)
+if err then
+  return err
+end
+local t = read_transition(2)
+err = check_results(t)
+if err then
+  return err
+end
+return write_transition(t)

@@ -1,0 +1,30 @@
+-- create_run: writes a run's header and its first transition (version 1), or nothing.
+-- KEYS: see transition.lua.
+-- ARGV: 1 workflow, 2 workflow_id, 3 input, 4 created_ms, 5.. the first transition.
+-- Replies: 1 (the version), or an error EXISTS ... / CORRUPT <why>. (An error needs words after
+-- its code: redis-rs reads a lone word as a plain ERR.)
+
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  return redis.error_reply('EXISTS run already exists')
+end
+-- Without its header a run does not exist, so none of its other keys should either.
+for k = 2, 5 do
+  if redis.call('EXISTS', KEYS[k]) == 1 then
+    return redis.error_reply('CORRUPT run has no header but its key ' .. KEYS[k] .. ' exists')
+  end
+end
+
+local t = read_transition(5)
+local err = check_results(t)
+if err then
+  return err
+end
+
+redis.call('HSET', KEYS[1],
+  'workflow', ARGV[1],
+  'workflow_id', ARGV[2],
+  'input', ARGV[3],
+  'created_ms', ARGV[4],
+  'updated_ms', ARGV[4],
+  'version', 0)
+return write_transition(t)

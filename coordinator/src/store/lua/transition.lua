@@ -1,0 +1,97 @@
+-- Shared prelude of create_run.lua and apply_transition.lua (the Rust side concatenates this file
+-- in front of each of them, so both scripts decode, check and write a transition the same way).
+--
+-- KEYS of both scripts: 1 run header hash, 2 events list, 3 results hash, 4 steps hash,
+-- 5 tasks hash, all of them carrying the run's hash tag.
+--
+-- A transition is encoded in ARGV from position `i` on (every value is a binary-safe string):
+--   has_event ("1" or "0"), event (empty when has_event is "0"),
+--   n_results, then n_results pairs of (key, bytes),
+--   n_steps, then n_steps pairs of (step id, bytes),
+--   n_tasks_set, then n_tasks_set pairs of (task key, bytes),
+--   n_tasks_removed, then n_tasks_removed task keys,
+--   status, has_error ("1" or "0"), error (empty when has_error is "0"), state_sha256, updated_ms.
+--
+-- Redis does not roll a script back when it fails half-way, so every check runs before the first
+-- write, and a script that returns an error has written nothing.
+
+local function read_pairs(i)
+  local n = tonumber(ARGV[i])
+  local list = {}
+  for j = 1, n do
+    list[j] = { ARGV[i + 2 * j - 1], ARGV[i + 2 * j] }
+  end
+  return list, i + 1 + 2 * n
+end
+
+local function read_transition(i)
+  local t = {}
+  t.has_event = ARGV[i] == '1'
+  t.event = ARGV[i + 1]
+  t.results, i = read_pairs(i + 2)
+  t.steps, i = read_pairs(i)
+  t.tasks_set, i = read_pairs(i)
+  local n_removed = tonumber(ARGV[i])
+  t.tasks_removed = {}
+  for j = 1, n_removed do
+    t.tasks_removed[j] = ARGV[i + j]
+  end
+  i = i + 1 + n_removed
+  t.status = ARGV[i]
+  t.has_error = ARGV[i + 1] == '1'
+  t.error = ARGV[i + 2]
+  t.state_sha256 = ARGV[i + 3]
+  t.updated_ms = ARGV[i + 4]
+  return t
+end
+
+-- Keys of another type would make a write fail half-way: refuse them before writing anything.
+local function check_types(expected)
+  for k = 1, 5 do
+    local kind = redis.call('TYPE', KEYS[k])['ok']
+    if kind ~= 'none' and kind ~= expected[k] then
+      return redis.error_reply('CORRUPT key ' .. KEYS[k] .. ' is a ' .. kind .. ', not a ' .. expected[k])
+    end
+  end
+  return nil
+end
+
+local KEY_TYPES = { 'hash', 'list', 'hash', 'hash', 'hash' }
+
+-- Results are written once: an existing key with other bytes is corruption, with the same bytes
+-- a harmless retry.
+local function check_results(t)
+  for _, pair in ipairs(t.results) do
+    local existing = redis.call('HGET', KEYS[3], pair[1])
+    if existing and existing ~= pair[2] then
+      return redis.error_reply('CORRUPT run already has a different result for ' .. pair[1])
+    end
+  end
+  return nil
+end
+
+-- Writes a checked transition and returns the run's new version.
+local function write_transition(t)
+  if t.has_event then
+    redis.call('RPUSH', KEYS[2], t.event)
+  end
+  for _, pair in ipairs(t.results) do
+    redis.call('HSET', KEYS[3], pair[1], pair[2])
+  end
+  for _, pair in ipairs(t.steps) do
+    redis.call('HSET', KEYS[4], pair[1], pair[2])
+  end
+  for _, key in ipairs(t.tasks_removed) do
+    redis.call('HDEL', KEYS[5], key)
+  end
+  for _, pair in ipairs(t.tasks_set) do
+    redis.call('HSET', KEYS[5], pair[1], pair[2])
+  end
+  redis.call('HSET', KEYS[1], 'status', t.status, 'state_sha256', t.state_sha256, 'updated_ms', t.updated_ms)
+  if t.has_error then
+    redis.call('HSET', KEYS[1], 'error', t.error)
+  else
+    redis.call('HDEL', KEYS[1], 'error')
+  end
+  return redis.call('HINCRBY', KEYS[1], 'version', 1)
+end

@@ -1,0 +1,193 @@
+//! Where run state lives: the [`Store`] trait, its contract, and its two implementations.
+//!
+//! - [`memory`]: in one process, for `baton dev` and fast tests.
+//! - [`redis`]: the production store; every key of a run carries the run's hash tag.
+//!
+//! The store keeps bytes (JSON the coordinator encodes), so that both implementations hold
+//! exactly the same documents and the coordinator owns their meaning. Both pass the same
+//! conformance suite (`tests/store_conformance.rs` in this crate).
+//!
+//! What a run is made of:
+//! - a header (workflow text, input, ids, creation time), written once;
+//! - a version, the number of transitions applied;
+//! - an event log: what happened, in order, each event once (agent data by reference);
+//! - results: each agent or transform result, once, under `"<step>#<visit>"`;
+//! - step states and tasks (queued or running, and which worker holds them): the scheduling
+//!   view, overwritten as it changes;
+//! - status, error, state checksum and last update time.
+
+pub mod memory;
+pub mod redis;
+
+use std::collections::{BTreeMap, HashMap};
+use std::future::Future;
+
+/// Why a store call failed.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("run {0} already exists")]
+    AlreadyExists(String),
+    #[error("run {0} not found")]
+    NotFound(String),
+    /// Someone else applied a transition first: reload and retry.
+    #[error("run {run_id} is at version {actual}, not {expected}")]
+    Conflict {
+        run_id: String,
+        expected: u64,
+        actual: u64,
+    },
+    #[error("store unavailable: {0}")]
+    Unavailable(String),
+    #[error("stored data is corrupt: {0}")]
+    Corrupt(String),
+}
+
+/// What never changes about a run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunHeader {
+    pub run_id: String,
+    pub workflow_id: String,
+    /// The workflow document as submitted.
+    pub workflow: String,
+    /// The run's input, JSON.
+    pub input: Vec<u8>,
+    pub created_ms: i64,
+}
+
+/// One transition, written all or nothing.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TransitionWrite {
+    /// The event that caused it, JSON; `None` for the transition that starts the run.
+    pub event: Option<Vec<u8>>,
+    /// New results, `"<step>#<visit>"` -> JSON. Each key is written once.
+    pub results: Vec<(String, Vec<u8>)>,
+    /// Step states to set, step id -> JSON.
+    pub steps: Vec<(String, Vec<u8>)>,
+    /// Tasks to set, task key -> JSON.
+    pub tasks_set: Vec<(String, Vec<u8>)>,
+    /// Tasks that are finished or abandoned.
+    pub tasks_removed: Vec<String>,
+    pub status: String,
+    pub error: Option<String>,
+    pub state_sha256: String,
+    pub updated_ms: i64,
+}
+
+/// Everything stored about a run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredRun {
+    pub header: RunHeader,
+    pub version: u64,
+    pub status: String,
+    pub error: Option<String>,
+    pub state_sha256: String,
+    pub updated_ms: i64,
+    pub events: Vec<Vec<u8>>,
+    pub results: HashMap<String, Vec<u8>>,
+    pub steps: BTreeMap<String, Vec<u8>>,
+    pub tasks: BTreeMap<String, Vec<u8>>,
+}
+
+/// A line of `ListRuns`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunSummary {
+    pub run_id: String,
+    pub workflow_id: String,
+    pub status: String,
+    pub created_ms: i64,
+    pub updated_ms: i64,
+}
+
+/// Persistent run state.
+///
+/// Contract, for every implementation:
+/// - `create_run` writes the header and the first transition (version 1) atomically, or nothing
+///   if the id exists.
+/// - `apply_transition` applies `write` only if the run is at `expected_version`, atomically: a
+///   reader sees the run before or after, never half of it. It returns the new version.
+/// - A failed call changes nothing.
+/// - Results are never overwritten: writing an existing result key with different bytes is
+///   `Corrupt`; with the same bytes it is a no-op (so a retried write is harmless).
+/// - `set_task` changes a task only if it exists (a late lease update for a finished task is
+///   dropped) and reports whether it did; it does not change the version.
+/// - `list_runs` is newest first; `active_runs` lists runs whose status is `running`.
+pub trait Store: Send + Sync + 'static {
+    fn create_run(
+        &self,
+        header: RunHeader,
+        first: TransitionWrite,
+    ) -> impl Future<Output = Result<(), Error>> + Send;
+
+    fn apply_transition(
+        &self,
+        run_id: &str,
+        expected_version: u64,
+        write: TransitionWrite,
+    ) -> impl Future<Output = Result<u64, Error>> + Send;
+
+    fn load_run(
+        &self,
+        run_id: &str,
+    ) -> impl Future<Output = Result<Option<StoredRun>, Error>> + Send;
+
+    fn set_task(
+        &self,
+        run_id: &str,
+        task_key: &str,
+        task: Vec<u8>,
+    ) -> impl Future<Output = Result<bool, Error>> + Send;
+
+    fn list_runs(
+        &self,
+        limit: usize,
+    ) -> impl Future<Output = Result<Vec<RunSummary>, Error>> + Send;
+
+    fn active_runs(&self) -> impl Future<Output = Result<Vec<String>, Error>> + Send;
+}
+
+/// A shared store is a store: two coordinators (or a coordinator and a test) can use one.
+impl<S: Store> Store for std::sync::Arc<S> {
+    fn create_run(
+        &self,
+        header: RunHeader,
+        first: TransitionWrite,
+    ) -> impl Future<Output = Result<(), Error>> + Send {
+        S::create_run(self, header, first)
+    }
+
+    fn apply_transition(
+        &self,
+        run_id: &str,
+        expected_version: u64,
+        write: TransitionWrite,
+    ) -> impl Future<Output = Result<u64, Error>> + Send {
+        S::apply_transition(self, run_id, expected_version, write)
+    }
+
+    fn load_run(
+        &self,
+        run_id: &str,
+    ) -> impl Future<Output = Result<Option<StoredRun>, Error>> + Send {
+        S::load_run(self, run_id)
+    }
+
+    fn set_task(
+        &self,
+        run_id: &str,
+        task_key: &str,
+        task: Vec<u8>,
+    ) -> impl Future<Output = Result<bool, Error>> + Send {
+        S::set_task(self, run_id, task_key, task)
+    }
+
+    fn list_runs(
+        &self,
+        limit: usize,
+    ) -> impl Future<Output = Result<Vec<RunSummary>, Error>> + Send {
+        S::list_runs(self, limit)
+    }
+
+    fn active_runs(&self) -> impl Future<Output = Result<Vec<String>, Error>> + Send {
+        S::active_runs(self)
+    }
+}

@@ -1,0 +1,359 @@
+//! The coordinator's logic on the in-memory store, with workers played by channels.
+
+use std::sync::Arc;
+
+use baton_coordinator::store::Store;
+use baton_coordinator::store::memory::MemoryStore;
+use baton_coordinator::{Config, Coordinator, Error};
+use baton_core::Decision;
+use baton_proto::Json;
+use baton_proto::v1::{CoordinatorMessage, Task, TaskResult, coordinator_message, task_result};
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+
+const FEATURE: &str = include_str!("../../examples/feature-development/workflow.json");
+
+fn input(value: Value) -> Json {
+    Json::new(serde_json::to_vec(&value).unwrap())
+}
+
+/// A worker played by the test: its stream, and the tasks it received.
+struct FakeWorker {
+    id: String,
+    stream: mpsc::UnboundedReceiver<CoordinatorMessage>,
+}
+
+impl FakeWorker {
+    async fn connect<S: Store>(coordinator: &Coordinator<S>, id: &str, agents: &[&str]) -> Self {
+        let (tx, rx) = mpsc::unbounded_channel();
+        coordinator
+            .connect_worker(id, agents.iter().map(|a| a.to_string()).collect(), 8, tx)
+            .await
+            .unwrap();
+        FakeWorker {
+            id: id.into(),
+            stream: rx,
+        }
+    }
+
+    fn next_task(&mut self) -> Task {
+        match self.stream.try_recv() {
+            Ok(CoordinatorMessage {
+                message: Some(coordinator_message::Message::Task(task)),
+            }) => task,
+            other => panic!("{} expected a task, got {other:?}", self.id),
+        }
+    }
+
+    async fn answer<S: Store>(&self, coordinator: &Coordinator<S>, task: &Task, data: Value) {
+        coordinator
+            .complete(
+                &self.id,
+                TaskResult {
+                    task_id: task.task_id.clone(),
+                    outcome: Some(task_result::Outcome::Data(input(data))),
+                },
+            )
+            .await
+            .unwrap();
+    }
+}
+
+fn payload(task: &Task) -> Value {
+    serde_json::from_slice(task.payload.as_ref().unwrap().verified().unwrap()).unwrap()
+}
+
+#[tokio::test]
+async fn a_run_survives_a_coordinator_restart_from_the_store_alone() {
+    let store = Arc::new(MemoryStore::new());
+    let first = Coordinator::new(store.clone(), Config::default());
+    let run_id = first
+        .submit(FEATURE.as_bytes(), &input(json!("toggle")))
+        .await
+        .unwrap();
+    let mut worker = FakeWorker::connect(
+        &first,
+        "w1",
+        &[
+            "planner",
+            "coder",
+            "test-unit",
+            "test-integration",
+            "reviewer",
+        ],
+    )
+    .await;
+    let plan = worker.next_task();
+    worker
+        .answer(&first, &plan, json!({"files": ["a.ts"]}))
+        .await;
+    first
+        .decide(&run_id, "approve-plan", Decision::approve())
+        .await
+        .unwrap();
+    let code = worker.next_task();
+    assert_eq!(payload(&code)["plan"], json!({"files": ["a.ts"]}));
+    let before = first.record(&run_id).await.unwrap();
+    drop(first);
+
+    // A new coordinator on the same store: nothing but the store carries the run over.
+    let second = Coordinator::new(store.clone(), Config::default());
+    assert_eq!(second.recover().await.unwrap(), 1);
+    let after = second.record(&run_id).await.unwrap();
+    assert_eq!(after.context, before.context);
+    assert_eq!(after.state_sha256, before.state_sha256);
+    let mut worker = FakeWorker::connect(
+        &second,
+        "w2",
+        &[
+            "planner",
+            "coder",
+            "test-unit",
+            "test-integration",
+            "reviewer",
+        ],
+    )
+    .await;
+    let code_again = worker.next_task();
+    assert_eq!(
+        code_again.task_id, code.task_id,
+        "the same task, sent again"
+    );
+    assert_eq!(
+        payload(&code_again),
+        payload(&code),
+        "with the same payload"
+    );
+    worker
+        .answer(&second, &code_again, json!({"filesCreated": ["a.ts"]}))
+        .await;
+    let unit = worker.next_task();
+    let integration = worker.next_task();
+    worker.answer(&second, &unit, json!({"passed": 1})).await;
+    worker
+        .answer(&second, &integration, json!({"passed": 2}))
+        .await;
+    let review = worker.next_task();
+    assert_eq!(payload(&review)["code"], json!({"filesCreated": ["a.ts"]}));
+    worker
+        .answer(&second, &review, json!({"approved": true}))
+        .await;
+    let record = second.record(&run_id).await.unwrap();
+    assert_eq!(record.status, "succeeded");
+    let steps: Vec<(&str, &str, u32)> = record
+        .steps
+        .iter()
+        .map(|s| (s.step_id.as_str(), s.status.as_str(), s.visits))
+        .collect();
+    assert!(steps.contains(&("unit", "succeeded", 1)));
+    assert!(steps.contains(&("check-tests", "succeeded", 1)));
+    let unit_step = record.steps.iter().find(|s| s.step_id == "unit").unwrap();
+    assert_eq!(
+        (unit_step.worker_id.as_str(), unit_step.parent.as_str()),
+        ("w2", "parallel-tests")
+    );
+    assert!(store.active_runs().await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn bad_input_is_refused_with_what_is_wrong_and_nothing_is_stored() {
+    let coordinator = Coordinator::new(MemoryStore::new(), Config::default());
+    let invalid = coordinator
+        .submit(
+            br#"{"steps": [{"id": "plan", "type": "agnet"}]}"#,
+            &input(json!(null)),
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(invalid, Error::InvalidWorkflow(_)));
+    let status = tonic::Status::from(invalid);
+    assert_eq!(status.code(), tonic::Code::InvalidArgument);
+    assert!(
+        status.message().contains("$.steps[0].type (step \"plan\")"),
+        "{}",
+        status.message()
+    );
+
+    let malformed = coordinator
+        .submit(b"{\"steps\": [", &input(json!(null)))
+        .await
+        .unwrap_err();
+    assert!(
+        tonic::Status::from(malformed)
+            .message()
+            .contains("not valid JSON")
+    );
+
+    let big = Json::new(serde_json::to_vec(&"x".repeat(5 << 20)).unwrap());
+    let too_large = coordinator
+        .submit(FEATURE.as_bytes(), &big)
+        .await
+        .unwrap_err();
+    let status = tonic::Status::from(too_large);
+    assert_eq!(status.code(), tonic::Code::InvalidArgument);
+    assert!(
+        status.message().contains("the input is"),
+        "{}",
+        status.message()
+    );
+
+    let mut tampered = input(json!("toggle"));
+    tampered.json[1] = b'T';
+    let digest = coordinator
+        .submit(FEATURE.as_bytes(), &tampered)
+        .await
+        .unwrap_err();
+    assert_eq!(
+        tonic::Status::from(digest).code(),
+        tonic::Code::InvalidArgument
+    );
+
+    assert!(
+        coordinator.list(10).await.unwrap().is_empty(),
+        "nothing was stored"
+    );
+}
+
+#[tokio::test]
+async fn refusals_change_nothing() {
+    let coordinator = Coordinator::new(MemoryStore::new(), Config::default());
+    let run_id = coordinator
+        .submit(FEATURE.as_bytes(), &input(json!("toggle")))
+        .await
+        .unwrap();
+    let before = coordinator.record(&run_id).await.unwrap();
+
+    let not_waiting = coordinator
+        .decide(&run_id, "approve-plan", Decision::approve())
+        .await
+        .unwrap_err();
+    assert_eq!(
+        tonic::Status::from(not_waiting).code(),
+        tonic::Code::FailedPrecondition
+    );
+
+    let mut worker = FakeWorker::connect(&coordinator, "w1", &["planner"]).await;
+    let plan = worker.next_task();
+    let stranger = FakeWorker::connect(&coordinator, "w2", &["planner"]).await;
+    let not_held = coordinator
+        .complete(
+            &stranger.id,
+            TaskResult {
+                task_id: plan.task_id.clone(),
+                outcome: Some(task_result::Outcome::Data(input(json!(1)))),
+            },
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(
+        tonic::Status::from(not_held).code(),
+        tonic::Code::PermissionDenied
+    );
+
+    let mut corrupted = input(json!({"files": []}));
+    corrupted.json[2] = b'F';
+    let digest = coordinator
+        .complete(
+            &worker.id,
+            TaskResult {
+                task_id: plan.task_id.clone(),
+                outcome: Some(task_result::Outcome::Data(corrupted)),
+            },
+        )
+        .await
+        .unwrap_err();
+    assert!(matches!(digest, Error::Digest(_)));
+
+    let unknown = coordinator.record("no-such-run").await.unwrap_err();
+    assert_eq!(tonic::Status::from(unknown).code(), tonic::Code::NotFound);
+
+    let after = coordinator.record(&run_id).await.unwrap();
+    assert_eq!(after.state_sha256, before.state_sha256);
+    assert_eq!(after.context, before.context);
+    // The real holder can still answer.
+    worker
+        .answer(&coordinator, &plan, json!({"files": []}))
+        .await;
+    assert_eq!(
+        coordinator.record(&run_id).await.unwrap().waiting[0].kind,
+        "approval"
+    );
+}
+
+#[tokio::test]
+async fn an_unserved_agent_is_named_in_the_record_and_served_once_a_worker_comes() {
+    let coordinator = Coordinator::new(MemoryStore::new(), Config::default());
+    let run_id = coordinator
+        .submit(FEATURE.as_bytes(), &input(json!("toggle")))
+        .await
+        .unwrap();
+    let record = coordinator.record(&run_id).await.unwrap();
+    assert_eq!(record.status, "running");
+    assert_eq!(record.waiting.len(), 1);
+    assert_eq!(
+        (record.waiting[0].agent.as_str(), record.waiting[0].served),
+        ("planner", false)
+    );
+    let plan_step = record.steps.iter().find(|s| s.step_id == "plan").unwrap();
+    assert_eq!(plan_step.status, "queued");
+    let mut worker = FakeWorker::connect(&coordinator, "late", &["planner"]).await;
+    let task = worker.next_task();
+    assert_eq!(task.step_id, "plan");
+    let record = coordinator.record(&run_id).await.unwrap();
+    let plan_step = record.steps.iter().find(|s| s.step_id == "plan").unwrap();
+    assert_eq!(
+        (plan_step.status.as_str(), plan_step.worker_id.as_str()),
+        ("running", "late")
+    );
+}
+
+#[tokio::test]
+async fn a_worker_that_leaves_hands_its_task_to_another() {
+    let coordinator = Coordinator::new(MemoryStore::new(), Config::default());
+    let run_id = coordinator
+        .submit(FEATURE.as_bytes(), &input(json!("toggle")))
+        .await
+        .unwrap();
+    let mut first = FakeWorker::connect(&coordinator, "first", &["planner"]).await;
+    let task = first.next_task();
+    coordinator.disconnect_worker("first").await;
+    let mut second = FakeWorker::connect(&coordinator, "second", &["planner"]).await;
+    let again = second.next_task();
+    assert_eq!(again.task_id, task.task_id);
+    second
+        .answer(&coordinator, &again, json!({"files": []}))
+        .await;
+    let record = coordinator.record(&run_id).await.unwrap();
+    let plan = record.steps.iter().find(|s| s.step_id == "plan").unwrap();
+    assert_eq!(
+        (plan.status.as_str(), plan.worker_id.as_str(), plan.attempts),
+        ("succeeded", "second", 2)
+    );
+}
+
+#[tokio::test]
+async fn cancel_drops_queued_tasks_and_ends_the_run() {
+    let coordinator = Coordinator::new(MemoryStore::new(), Config::default());
+    let run_id = coordinator
+        .submit(FEATURE.as_bytes(), &input(json!("toggle")))
+        .await
+        .unwrap();
+    let record = coordinator
+        .cancel(&run_id, "changed my mind")
+        .await
+        .unwrap();
+    assert_eq!(
+        (record.status.as_str(), record.error.as_str()),
+        ("cancelled", "changed my mind")
+    );
+    let mut worker = FakeWorker::connect(&coordinator, "w", &["planner"]).await;
+    assert!(
+        worker.stream.try_recv().is_err(),
+        "the cancelled run's task is not sent"
+    );
+    let again = coordinator.cancel(&run_id, "twice").await.unwrap_err();
+    assert_eq!(
+        tonic::Status::from(again).code(),
+        tonic::Code::FailedPrecondition
+    );
+}

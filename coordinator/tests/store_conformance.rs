@@ -1,0 +1,1005 @@
+//! One conformance suite for every [`Store`]: each case is written once, generic over the store,
+//! and `conformance!` runs it against a `MemoryStore` and against a `RedisStore` on its own
+//! throwaway `redis-server` (see `support/redis_server.rs`; the Redis cases are never skipped).
+//! The cases follow the contract on the `Store` trait. A few Redis-only cases at the end check
+//! the key layout.
+
+#[path = "support/redis_server.rs"]
+mod redis_server;
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+use baton_coordinator::store::memory::MemoryStore;
+use baton_coordinator::store::redis::RedisStore;
+use baton_coordinator::store::{Error, RunHeader, RunSummary, Store, StoredRun, TransitionWrite};
+use redis_server::RedisServer;
+
+/// Runs each case against both stores.
+macro_rules! conformance {
+    ($($case:ident),+ $(,)?) => {
+        mod memory_store {
+            use super::*;
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $case() {
+                    super::$case(Arc::new(MemoryStore::new())).await;
+                }
+            )+
+        }
+
+        mod redis_store {
+            use super::*;
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $case() {
+                    let server = RedisServer::start();
+                    let store = RedisStore::connect_with_prefix(&server.url(), "conformance")
+                        .await
+                        .expect("connect to the test redis-server");
+                    super::$case(Arc::new(store)).await;
+                    drop(server);
+                }
+            )+
+        }
+    };
+}
+
+conformance! {
+    create_then_load,
+    create_twice_is_already_exists,
+    apply_at_the_right_version,
+    apply_at_a_stale_version_is_conflict,
+    apply_to_a_missing_run_is_not_found,
+    rewriting_a_result,
+    set_task_only_updates_existing_tasks,
+    list_runs_newest_first_and_limited,
+    active_runs_follow_status,
+    concurrent_appliers_one_wins,
+}
+
+// ---------------------------------------------------------------------------------------------
+// Fixtures
+
+/// Every byte value, protocol-looking bytes, and invalid UTF-8.
+fn binary() -> Vec<u8> {
+    let mut bytes: Vec<u8> = (0..=255u8).collect();
+    bytes.extend_from_slice(b"\r\n*1\r\n$4\r\nPING\r\n\0{x}\xff\xfe");
+    bytes
+}
+
+fn json(text: &str) -> Vec<u8> {
+    text.as_bytes().to_vec()
+}
+
+fn header(run_id: &str, created_ms: i64) -> RunHeader {
+    RunHeader {
+        run_id: run_id.to_owned(),
+        workflow_id: format!("wf-{run_id}"),
+        workflow: "name: review\nsteps:\n  - id: plan # résumé ✓ {braces}\n".to_owned(),
+        input: binary(),
+        created_ms,
+    }
+}
+
+/// A first transition: one queued step and its task, running.
+fn start(created_ms: i64) -> TransitionWrite {
+    TransitionWrite {
+        event: None,
+        results: Vec::new(),
+        steps: vec![("plan".to_owned(), json(r#"{"state":"queued"}"#))],
+        tasks_set: vec![("plan#1".to_owned(), json(r#"{"worker":null}"#))],
+        tasks_removed: Vec::new(),
+        status: "running".to_owned(),
+        error: None,
+        state_sha256: "0".repeat(64),
+        updated_ms: created_ms,
+    }
+}
+
+/// A transition that only changes status (and appends `event`).
+fn status_write(status: &str, event: &str, updated_ms: i64) -> TransitionWrite {
+    TransitionWrite {
+        event: Some(json(event)),
+        status: status.to_owned(),
+        state_sha256: format!("{updated_ms:064}"),
+        updated_ms,
+        ..TransitionWrite::default()
+    }
+}
+
+async fn load<S: Store>(store: &S, run_id: &str) -> StoredRun {
+    store
+        .load_run(run_id)
+        .await
+        .expect("load_run")
+        .unwrap_or_else(|| panic!("run {run_id} should exist"))
+}
+
+async fn create<S: Store>(store: &S, run_id: &str, created_ms: i64, first: TransitionWrite) {
+    store
+        .create_run(header(run_id, created_ms), first)
+        .await
+        .unwrap_or_else(|err| panic!("create {run_id}: {err}"));
+}
+
+fn sorted(mut ids: Vec<String>) -> Vec<String> {
+    ids.sort();
+    ids
+}
+
+fn strings(ids: &[&str]) -> Vec<String> {
+    ids.iter().map(|id| id.to_string()).collect()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Cases
+
+async fn create_then_load<S: Store>(store: Arc<S>) {
+    assert!(store.load_run("run-1").await.unwrap().is_none());
+
+    // A start transition with no event and no error.
+    let first = TransitionWrite {
+        event: None,
+        results: vec![("seed#1".to_owned(), binary())],
+        steps: vec![
+            ("plan".to_owned(), json(r#"{"state":"queued"}"#)),
+            ("review".to_owned(), json(r#"{"state":"waiting"}"#)),
+        ],
+        tasks_set: vec![("plan#1".to_owned(), json(r#"{"worker":null}"#))],
+        tasks_removed: Vec::new(),
+        status: "running".to_owned(),
+        error: None,
+        state_sha256: "a".repeat(64),
+        updated_ms: 1_700_000_000_005,
+    };
+    store
+        .create_run(header("run-1", 1_700_000_000_000), first)
+        .await
+        .unwrap();
+    assert_eq!(
+        load(&*store, "run-1").await,
+        StoredRun {
+            header: header("run-1", 1_700_000_000_000),
+            version: 1,
+            status: "running".to_owned(),
+            error: None,
+            state_sha256: "a".repeat(64),
+            updated_ms: 1_700_000_000_005,
+            events: Vec::new(),
+            results: HashMap::from([("seed#1".to_owned(), binary())]),
+            steps: BTreeMap::from([
+                ("plan".to_owned(), json(r#"{"state":"queued"}"#)),
+                ("review".to_owned(), json(r#"{"state":"waiting"}"#)),
+            ]),
+            tasks: BTreeMap::from([("plan#1".to_owned(), json(r#"{"worker":null}"#))]),
+        }
+    );
+
+    // Empty values, a binary event and an error in the first transition.
+    let empty_header = RunHeader {
+        run_id: "run-2".to_owned(),
+        workflow_id: String::new(),
+        workflow: String::new(),
+        input: Vec::new(),
+        created_ms: -5,
+    };
+    let first = TransitionWrite {
+        event: Some(binary()),
+        results: vec![("empty#1".to_owned(), Vec::new())],
+        steps: vec![("plan".to_owned(), Vec::new())],
+        tasks_set: Vec::new(),
+        tasks_removed: Vec::new(),
+        status: "failed".to_owned(),
+        error: Some("boom\r\nsecond line ✗".to_owned()),
+        state_sha256: String::new(),
+        updated_ms: 0,
+    };
+    store.create_run(empty_header.clone(), first).await.unwrap();
+    assert_eq!(
+        load(&*store, "run-2").await,
+        StoredRun {
+            header: empty_header,
+            version: 1,
+            status: "failed".to_owned(),
+            error: Some("boom\r\nsecond line ✗".to_owned()),
+            state_sha256: String::new(),
+            updated_ms: 0,
+            events: vec![binary()],
+            results: HashMap::from([("empty#1".to_owned(), Vec::new())]),
+            steps: BTreeMap::from([("plan".to_owned(), Vec::new())]),
+            tasks: BTreeMap::new(),
+        }
+    );
+
+    // An empty error is still an error: `Some("")` is not `None`.
+    let first = TransitionWrite {
+        error: Some(String::new()),
+        ..start(7)
+    };
+    store.create_run(header("run-3", 7), first).await.unwrap();
+    assert_eq!(load(&*store, "run-3").await.error, Some(String::new()));
+
+    assert!(store.load_run("run-4").await.unwrap().is_none());
+}
+
+async fn create_twice_is_already_exists<S: Store>(store: Arc<S>) {
+    create(&*store, "run-1", 100, start(100)).await;
+    let before = load(&*store, "run-1").await;
+
+    let other_header = RunHeader {
+        workflow_id: "another".to_owned(),
+        input: json("{}"),
+        ..header("run-1", 999)
+    };
+    let other_first = TransitionWrite {
+        event: Some(json(r#"{"type":"started"}"#)),
+        results: vec![("x#1".to_owned(), json("1"))],
+        status: "failed".to_owned(),
+        error: Some("no".to_owned()),
+        ..start(999)
+    };
+    match store.create_run(other_header, other_first).await {
+        Err(Error::AlreadyExists(run_id)) => assert_eq!(run_id, "run-1"),
+        other => panic!("expected AlreadyExists, got {other:?}"),
+    }
+    assert_eq!(load(&*store, "run-1").await, before);
+    let listed = store.list_runs(10).await.unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].workflow_id, "wf-run-1");
+    assert_eq!(listed[0].created_ms, 100);
+    assert_eq!(store.active_runs().await.unwrap(), strings(&["run-1"]));
+}
+
+async fn apply_at_the_right_version<S: Store>(store: Arc<S>) {
+    let first = TransitionWrite {
+        steps: vec![("plan".to_owned(), json(r#"{"state":"queued"}"#))],
+        tasks_set: vec![
+            ("plan#1".to_owned(), json(r#"{"worker":null}"#)),
+            ("audit#1".to_owned(), json(r#"{"worker":"w2"}"#)),
+        ],
+        ..start(100)
+    };
+    create(&*store, "run-1", 100, first).await;
+
+    // Finish `plan`, queue `review`.
+    let write = TransitionWrite {
+        event: Some(json(r#"{"type":"step_done","step":"plan"}"#)),
+        results: vec![("plan#1".to_owned(), binary())],
+        steps: vec![
+            ("plan".to_owned(), json(r#"{"state":"done"}"#)),
+            ("review".to_owned(), json(r#"{"state":"queued"}"#)),
+        ],
+        tasks_set: vec![("review#1".to_owned(), json(r#"{"worker":null}"#))],
+        tasks_removed: vec!["plan#1".to_owned()],
+        status: "running".to_owned(),
+        error: None,
+        state_sha256: "b".repeat(64),
+        updated_ms: 200,
+    };
+    assert_eq!(store.apply_transition("run-1", 1, write).await.unwrap(), 2);
+    assert_eq!(
+        load(&*store, "run-1").await,
+        StoredRun {
+            header: header("run-1", 100),
+            version: 2,
+            status: "running".to_owned(),
+            error: None,
+            state_sha256: "b".repeat(64),
+            updated_ms: 200,
+            events: vec![json(r#"{"type":"step_done","step":"plan"}"#)],
+            results: HashMap::from([("plan#1".to_owned(), binary())]),
+            steps: BTreeMap::from([
+                ("plan".to_owned(), json(r#"{"state":"done"}"#)),
+                ("review".to_owned(), json(r#"{"state":"queued"}"#)),
+            ]),
+            tasks: BTreeMap::from([
+                ("audit#1".to_owned(), json(r#"{"worker":"w2"}"#)),
+                ("review#1".to_owned(), json(r#"{"worker":null}"#)),
+            ]),
+        }
+    );
+
+    // `review` fails the run: results merge, the error is set, the last tasks go.
+    let write = TransitionWrite {
+        event: Some(json(r#"{"type":"step_failed","step":"review"}"#)),
+        results: vec![("review#1".to_owned(), json(r#"{"ok":false}"#))],
+        steps: vec![("review".to_owned(), json(r#"{"state":"failed"}"#))],
+        tasks_set: Vec::new(),
+        tasks_removed: vec!["review#1".to_owned(), "audit#1".to_owned()],
+        status: "failed".to_owned(),
+        error: Some("review failed".to_owned()),
+        state_sha256: "c".repeat(64),
+        updated_ms: 300,
+    };
+    assert_eq!(store.apply_transition("run-1", 2, write).await.unwrap(), 3);
+    let run = load(&*store, "run-1").await;
+    assert_eq!(run.version, 3);
+    assert_eq!(run.status, "failed");
+    assert_eq!(run.error.as_deref(), Some("review failed"));
+    assert_eq!(run.state_sha256, "c".repeat(64));
+    assert_eq!(run.updated_ms, 300);
+    assert_eq!(run.events.len(), 2);
+    assert_eq!(
+        run.events[1],
+        json(r#"{"type":"step_failed","step":"review"}"#)
+    );
+    assert_eq!(
+        run.results,
+        HashMap::from([
+            ("plan#1".to_owned(), binary()),
+            ("review#1".to_owned(), json(r#"{"ok":false}"#)),
+        ])
+    );
+    assert_eq!(run.steps.len(), 2);
+    assert_eq!(run.steps["review"], json(r#"{"state":"failed"}"#));
+    assert!(run.tasks.is_empty());
+    assert_eq!(run.header, header("run-1", 100));
+
+    // A transition without an event appends none; `None` clears the error.
+    let write = TransitionWrite {
+        event: None,
+        status: "failed".to_owned(),
+        state_sha256: "d".repeat(64),
+        updated_ms: 400,
+        ..TransitionWrite::default()
+    };
+    assert_eq!(store.apply_transition("run-1", 3, write).await.unwrap(), 4);
+    let after = load(&*store, "run-1").await;
+    assert_eq!(after.version, 4);
+    assert_eq!(after.error, None);
+    assert_eq!(after.events, run.events);
+    assert_eq!(after.results, run.results);
+    assert_eq!(after.steps, run.steps);
+    assert_eq!(after.updated_ms, 400);
+    assert_eq!(after.state_sha256, "d".repeat(64));
+
+    let listed = store.list_runs(1).await.unwrap();
+    assert_eq!(
+        listed,
+        vec![RunSummary {
+            run_id: "run-1".to_owned(),
+            workflow_id: "wf-run-1".to_owned(),
+            status: "failed".to_owned(),
+            created_ms: 100,
+            updated_ms: 400,
+        }]
+    );
+}
+
+async fn apply_at_a_stale_version_is_conflict<S: Store>(store: Arc<S>) {
+    create(&*store, "run-1", 100, start(100)).await;
+    store
+        .apply_transition("run-1", 1, status_write("running", "e1", 200))
+        .await
+        .unwrap();
+    let before = load(&*store, "run-1").await;
+
+    for expected in [1, 0, 3, 7] {
+        let write = TransitionWrite {
+            results: vec![("late#1".to_owned(), json("1"))],
+            steps: vec![("late".to_owned(), json("{}"))],
+            tasks_set: vec![("late#1".to_owned(), json("{}"))],
+            tasks_removed: vec!["plan#1".to_owned()],
+            error: Some("late".to_owned()),
+            ..status_write("failed", "late", 999)
+        };
+        match store.apply_transition("run-1", expected, write).await {
+            Err(Error::Conflict {
+                run_id,
+                expected: got_expected,
+                actual,
+            }) => {
+                assert_eq!(run_id, "run-1");
+                assert_eq!(got_expected, expected);
+                assert_eq!(actual, 2);
+            }
+            other => panic!("expected Conflict at version {expected}, got {other:?}"),
+        }
+        assert_eq!(load(&*store, "run-1").await, before);
+    }
+    assert_eq!(store.active_runs().await.unwrap(), strings(&["run-1"]));
+    assert_eq!(store.list_runs(10).await.unwrap()[0].status, "running");
+}
+
+async fn apply_to_a_missing_run_is_not_found<S: Store>(store: Arc<S>) {
+    let write = TransitionWrite {
+        results: vec![("plan#1".to_owned(), json("1"))],
+        tasks_set: vec![("plan#1".to_owned(), json("{}"))],
+        ..status_write("running", "e", 1)
+    };
+    for expected in [0, 1] {
+        match store
+            .apply_transition("ghost", expected, write.clone())
+            .await
+        {
+            Err(Error::NotFound(run_id)) => assert_eq!(run_id, "ghost"),
+            other => panic!("expected NotFound, got {other:?}"),
+        }
+    }
+    assert!(store.load_run("ghost").await.unwrap().is_none());
+    assert!(store.list_runs(10).await.unwrap().is_empty());
+    assert!(store.active_runs().await.unwrap().is_empty());
+}
+
+async fn rewriting_a_result<S: Store>(store: Arc<S>) {
+    create(&*store, "run-1", 100, start(100)).await;
+    let plan_done = TransitionWrite {
+        results: vec![("plan#1".to_owned(), json(r#"{"answer":1}"#))],
+        ..status_write("running", "plan done", 200)
+    };
+    assert_eq!(
+        store.apply_transition("run-1", 1, plan_done).await.unwrap(),
+        2
+    );
+    let before = load(&*store, "run-1").await;
+
+    // A different result for plan#1, next to a new one and other changes: all refused.
+    let rewrite = TransitionWrite {
+        event: Some(json("rewrite")),
+        results: vec![
+            ("review#1".to_owned(), json(r#"{"ok":true}"#)),
+            ("plan#1".to_owned(), json(r#"{"answer":2}"#)),
+        ],
+        steps: vec![("review".to_owned(), json(r#"{"state":"done"}"#))],
+        tasks_set: vec![("review#1".to_owned(), json("{}"))],
+        tasks_removed: vec!["plan#1".to_owned()],
+        status: "succeeded".to_owned(),
+        error: Some("should not be written".to_owned()),
+        state_sha256: "f".repeat(64),
+        updated_ms: 300,
+    };
+    match store.apply_transition("run-1", 2, rewrite).await {
+        Err(Error::Corrupt(message)) => assert!(message.contains("plan#1"), "{message}"),
+        other => panic!("expected Corrupt, got {other:?}"),
+    }
+    assert_eq!(load(&*store, "run-1").await, before);
+    assert_eq!(store.active_runs().await.unwrap(), strings(&["run-1"]));
+
+    // The same bytes again (a retried write) are accepted, with the new result.
+    let retry = TransitionWrite {
+        results: vec![
+            ("plan#1".to_owned(), json(r#"{"answer":1}"#)),
+            ("review#1".to_owned(), json(r#"{"ok":true}"#)),
+        ],
+        ..status_write("succeeded", "review done", 300)
+    };
+    assert_eq!(store.apply_transition("run-1", 2, retry).await.unwrap(), 3);
+    let run = load(&*store, "run-1").await;
+    assert_eq!(
+        run.results,
+        HashMap::from([
+            ("plan#1".to_owned(), json(r#"{"answer":1}"#)),
+            ("review#1".to_owned(), json(r#"{"ok":true}"#)),
+        ])
+    );
+    assert_eq!(run.status, "succeeded");
+    assert_eq!(run.events.len(), 2);
+}
+
+async fn set_task_only_updates_existing_tasks<S: Store>(store: Arc<S>) {
+    let first = TransitionWrite {
+        tasks_set: vec![
+            ("plan#1".to_owned(), json(r#"{"worker":null}"#)),
+            ("lint#1".to_owned(), json(r#"{"worker":null}"#)),
+        ],
+        ..start(100)
+    };
+    create(&*store, "run-1", 100, first).await;
+    let before = load(&*store, "run-1").await;
+
+    let leased = binary();
+    assert!(
+        store
+            .set_task("run-1", "plan#1", leased.clone())
+            .await
+            .unwrap()
+    );
+    let after = load(&*store, "run-1").await;
+    assert_eq!(after.version, 1);
+    assert_eq!(after.tasks["plan#1"], leased);
+    let mut expected = before.clone();
+    expected.tasks.insert("plan#1".to_owned(), leased.clone());
+    assert_eq!(after, expected);
+
+    // The transition that finishes lint#1 removes it; a late lease update is dropped.
+    let lint_done = TransitionWrite {
+        tasks_removed: vec!["lint#1".to_owned()],
+        ..status_write("running", "lint done", 200)
+    };
+    store.apply_transition("run-1", 1, lint_done).await.unwrap();
+    let before = load(&*store, "run-1").await;
+    assert!(
+        !store
+            .set_task("run-1", "lint#1", json(r#"{"worker":"w1"}"#))
+            .await
+            .unwrap()
+    );
+    assert!(
+        !store
+            .set_task("run-1", "never#1", json(r#"{"worker":"w1"}"#))
+            .await
+            .unwrap()
+    );
+    assert_eq!(load(&*store, "run-1").await, before);
+    assert_eq!(before.version, 2);
+    assert!(!before.tasks.contains_key("lint#1"));
+
+    // Unknown run: false, and no run appears.
+    assert!(!store.set_task("ghost", "plan#1", json("{}")).await.unwrap());
+    assert!(store.load_run("ghost").await.unwrap().is_none());
+}
+
+async fn list_runs_newest_first_and_limited<S: Store>(store: Arc<S>) {
+    assert!(store.list_runs(10).await.unwrap().is_empty());
+    for (run_id, created_ms) in [
+        ("run-a", 100),
+        ("run-b", 300),
+        ("run-c", 200),
+        ("run-d", 50),
+        ("run-e", 400),
+    ] {
+        create(&*store, run_id, created_ms, start(created_ms)).await;
+    }
+    store
+        .apply_transition("run-c", 1, status_write("succeeded", "done", 900))
+        .await
+        .unwrap();
+
+    let ids = |summaries: Vec<RunSummary>| {
+        summaries
+            .into_iter()
+            .map(|summary| summary.run_id)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        ids(store.list_runs(3).await.unwrap()),
+        strings(&["run-e", "run-b", "run-c"])
+    );
+    assert_eq!(
+        ids(store.list_runs(100).await.unwrap()),
+        strings(&["run-e", "run-b", "run-c", "run-a", "run-d"])
+    );
+    assert_eq!(
+        ids(store.list_runs(5).await.unwrap()),
+        strings(&["run-e", "run-b", "run-c", "run-a", "run-d"])
+    );
+    assert_eq!(store.list_runs(usize::MAX).await.unwrap().len(), 5);
+    assert!(store.list_runs(0).await.unwrap().is_empty());
+
+    let summaries = store.list_runs(3).await.unwrap();
+    assert_eq!(
+        summaries[2],
+        RunSummary {
+            run_id: "run-c".to_owned(),
+            workflow_id: "wf-run-c".to_owned(),
+            status: "succeeded".to_owned(),
+            created_ms: 200,
+            updated_ms: 900,
+        }
+    );
+    assert_eq!(summaries[0].status, "running");
+    assert_eq!(summaries[0].updated_ms, 400);
+}
+
+async fn active_runs_follow_status<S: Store>(store: Arc<S>) {
+    assert!(store.active_runs().await.unwrap().is_empty());
+    create(&*store, "run-a", 1, start(1)).await;
+    create(&*store, "run-b", 2, start(2)).await;
+    create(
+        &*store,
+        "run-c",
+        3,
+        TransitionWrite {
+            status: "succeeded".to_owned(),
+            ..start(3)
+        },
+    )
+    .await;
+    create(&*store, "run-d", 4, start(4)).await;
+    assert_eq!(
+        sorted(store.active_runs().await.unwrap()),
+        strings(&["run-a", "run-b", "run-d"])
+    );
+
+    // run-b ends.
+    store
+        .apply_transition("run-b", 1, status_write("succeeded", "done", 10))
+        .await
+        .unwrap();
+    assert_eq!(
+        sorted(store.active_runs().await.unwrap()),
+        strings(&["run-a", "run-d"])
+    );
+
+    // run-a stays running through a transition, then pauses and resumes.
+    store
+        .apply_transition("run-a", 1, status_write("running", "step", 11))
+        .await
+        .unwrap();
+    assert_eq!(
+        sorted(store.active_runs().await.unwrap()),
+        strings(&["run-a", "run-d"])
+    );
+    store
+        .apply_transition("run-a", 2, status_write("paused", "pause", 12))
+        .await
+        .unwrap();
+    assert_eq!(
+        sorted(store.active_runs().await.unwrap()),
+        strings(&["run-d"])
+    );
+    store
+        .apply_transition("run-a", 3, status_write("running", "resume", 13))
+        .await
+        .unwrap();
+    assert_eq!(
+        sorted(store.active_runs().await.unwrap()),
+        strings(&["run-a", "run-d"])
+    );
+
+    // run-d fails; a refused transition changes nothing.
+    let failed = TransitionWrite {
+        error: Some("boom".to_owned()),
+        ..status_write("failed", "failed", 14)
+    };
+    store.apply_transition("run-d", 1, failed).await.unwrap();
+    assert!(
+        store
+            .apply_transition("run-a", 1, status_write("failed", "stale", 15))
+            .await
+            .is_err()
+    );
+    assert_eq!(store.active_runs().await.unwrap(), strings(&["run-a"]));
+}
+
+async fn concurrent_appliers_one_wins<S: Store>(store: Arc<S>) {
+    const APPLIERS: usize = 16;
+    create(&*store, "run-1", 100, start(100)).await;
+    let barrier = Arc::new(tokio::sync::Barrier::new(APPLIERS));
+    let tasks: Vec<_> = (0..APPLIERS)
+        .map(|i| {
+            let store = Arc::clone(&store);
+            let barrier = Arc::clone(&barrier);
+            tokio::spawn(async move {
+                let write = TransitionWrite {
+                    results: vec![(format!("step{i}#1"), json(&format!("{i}")))],
+                    ..status_write(
+                        "running",
+                        &format!("event from applier {i}"),
+                        200 + i as i64,
+                    )
+                };
+                barrier.wait().await;
+                (i, store.apply_transition("run-1", 1, write).await)
+            })
+        })
+        .collect();
+
+    let mut winners = Vec::new();
+    for task in tasks {
+        let (i, outcome) = task.await.expect("applier task");
+        match outcome {
+            Ok(version) => {
+                assert_eq!(version, 2);
+                winners.push(i);
+            }
+            Err(Error::Conflict {
+                expected, actual, ..
+            }) => {
+                assert_eq!(expected, 1);
+                assert_eq!(actual, 2);
+            }
+            Err(other) => panic!("applier {i}: expected Ok or Conflict, got {other:?}"),
+        }
+    }
+    assert_eq!(winners.len(), 1, "exactly one applier wins: {winners:?}");
+    let winner = winners[0];
+
+    let run = load(&*store, "run-1").await;
+    assert_eq!(run.version, 2);
+    assert_eq!(
+        run.events,
+        vec![json(&format!("event from applier {winner}"))]
+    );
+    assert_eq!(
+        run.results,
+        HashMap::from([(format!("step{winner}#1"), json(&format!("{winner}")))])
+    );
+    assert_eq!(run.updated_ms, 200 + winner as i64);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Redis only: the key layout.
+
+mod redis_layout {
+    use std::collections::BTreeSet;
+
+    use super::*;
+
+    async fn raw(server: &RedisServer) -> ::redis::aio::MultiplexedConnection {
+        ::redis::Client::open(server.url())
+            .unwrap()
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap()
+    }
+
+    async fn keys(con: &mut ::redis::aio::MultiplexedConnection, pattern: &str) -> Vec<String> {
+        let mut keys: Vec<String> = ::redis::cmd("KEYS")
+            .arg(pattern)
+            .query_async(con)
+            .await
+            .unwrap();
+        keys.sort();
+        keys
+    }
+
+    async fn start() -> (RedisServer, RedisStore) {
+        let server = RedisServer::start();
+        assert_ne!(server.port(), 6379, "never the shared Redis");
+        let store = RedisStore::connect(&server.url()).await.unwrap();
+        assert_eq!(store.prefix(), "baton");
+        (server, store)
+    }
+
+    #[tokio::test]
+    async fn every_run_key_carries_the_run_hash_tag() {
+        let (server, store) = start().await;
+        let run_ids = ["run-a", "0190b6d4-5d2e-7c3a-9f1e-2b8a4c6d8e0f"];
+        for (n, run_id) in run_ids.iter().enumerate() {
+            let first = TransitionWrite {
+                results: vec![("seed#1".to_owned(), json("1"))],
+                ..super::start(n as i64)
+            };
+            create(&store, run_id, n as i64, first).await;
+            let write = TransitionWrite {
+                results: vec![("plan#1".to_owned(), binary())],
+                steps: vec![("plan".to_owned(), json("{}"))],
+                tasks_set: vec![("review#1".to_owned(), json("{}"))],
+                ..status_write("running", "plan done", 10)
+            };
+            store.apply_transition(run_id, 1, write).await.unwrap();
+            assert!(
+                store
+                    .set_task(run_id, "review#1", json("{}"))
+                    .await
+                    .unwrap()
+            );
+        }
+
+        let mut con = raw(&server).await;
+        let run_keys = keys(&mut con, "baton:run:*").await;
+        for key in &run_keys {
+            assert!(
+                run_ids
+                    .iter()
+                    .any(|run_id| key.contains(&format!("{{{run_id}}}"))),
+                "{key} does not carry a run's hash tag"
+            );
+        }
+        for run_id in run_ids {
+            let mut expected: Vec<String> = ["", ":events", ":results", ":steps", ":tasks"]
+                .iter()
+                .map(|suffix| format!("baton:run:{{{run_id}}}{suffix}"))
+                .collect();
+            expected.sort();
+            let mine: Vec<String> = run_keys
+                .iter()
+                .filter(|key| key.contains(&format!("{{{run_id}}}")))
+                .cloned()
+                .collect();
+            assert_eq!(mine, expected);
+        }
+        assert_eq!(run_keys.len(), 2 * 5);
+
+        // Besides the runs, only the two indexes.
+        let all = keys(&mut con, "*").await;
+        let others: Vec<&String> = all.iter().filter(|key| !run_keys.contains(key)).collect();
+        assert_eq!(others, vec!["baton:runs", "baton:runs:active"]);
+
+        // The header hash holds the documented fields; a `None` error is no field at all.
+        let header: HashMap<String, Vec<u8>> = ::redis::cmd("HGETALL")
+            .arg("baton:run:{run-a}")
+            .query_async(&mut con)
+            .await
+            .unwrap();
+        let fields: BTreeSet<&str> = header.keys().map(String::as_str).collect();
+        assert_eq!(
+            fields,
+            BTreeSet::from([
+                "created_ms",
+                "input",
+                "state_sha256",
+                "status",
+                "updated_ms",
+                "version",
+                "workflow",
+                "workflow_id",
+            ])
+        );
+        assert_eq!(header["input"], binary());
+        assert_eq!(header["version"], b"2");
+    }
+
+    #[tokio::test]
+    async fn a_result_is_stored_once() {
+        let (server, store) = start().await;
+        let first = TransitionWrite {
+            results: vec![("seed#1".to_owned(), json("0"))],
+            ..super::start(1)
+        };
+        create(&store, "run-1", 1, first).await;
+        let write = TransitionWrite {
+            results: vec![
+                ("seed#1".to_owned(), json("0")),
+                ("plan#1".to_owned(), binary()),
+                ("plan#1".to_owned(), binary()),
+                ("review#1".to_owned(), json("2")),
+            ],
+            ..status_write("running", "e", 2)
+        };
+        store.apply_transition("run-1", 1, write).await.unwrap();
+        let retry = TransitionWrite {
+            results: vec![("review#1".to_owned(), json("2"))],
+            ..status_write("running", "e", 3)
+        };
+        store.apply_transition("run-1", 2, retry).await.unwrap();
+
+        let mut con = raw(&server).await;
+        let len: usize = ::redis::cmd("HLEN")
+            .arg("baton:run:{run-1}:results")
+            .query_async(&mut con)
+            .await
+            .unwrap();
+        assert_eq!(len, 3);
+        assert_eq!(load(&store, "run-1").await.results.len(), 3);
+    }
+
+    #[tokio::test]
+    async fn refused_calls_leave_no_keys() {
+        let (server, store) = start().await;
+        assert!(matches!(
+            store
+                .apply_transition("ghost", 1, status_write("running", "e", 1))
+                .await,
+            Err(Error::NotFound(_))
+        ));
+        assert!(!store.set_task("ghost", "plan#1", json("{}")).await.unwrap());
+        assert!(store.load_run("ghost").await.unwrap().is_none());
+        let mut con = raw(&server).await;
+        assert!(keys(&mut con, "*").await.is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_key_of_the_wrong_type_is_corrupt_and_nothing_is_written() {
+        let (server, store) = start().await;
+        create(&store, "run-1", 1, super::start(1)).await;
+        let mut con = raw(&server).await;
+        // The steps hash replaced by a string: the script must refuse before its first write.
+        let _: () = ::redis::cmd("SET")
+            .arg("baton:run:{run-1}:steps")
+            .arg("oops")
+            .query_async(&mut con)
+            .await
+            .unwrap();
+        let write = TransitionWrite {
+            results: vec![("plan#1".to_owned(), json("1"))],
+            steps: vec![("plan".to_owned(), json("{}"))],
+            ..status_write("failed", "e", 2)
+        };
+        match store.apply_transition("run-1", 1, write).await {
+            Err(Error::Corrupt(message)) => assert!(message.contains(":steps"), "{message}"),
+            other => panic!("expected Corrupt, got {other:?}"),
+        }
+        let version: String = ::redis::cmd("HGET")
+            .arg("baton:run:{run-1}")
+            .arg("version")
+            .query_async(&mut con)
+            .await
+            .unwrap();
+        assert_eq!(version, "1");
+        let events: usize = ::redis::cmd("LLEN")
+            .arg("baton:run:{run-1}:events")
+            .query_async(&mut con)
+            .await
+            .unwrap();
+        assert_eq!(events, 0);
+        let results: usize = ::redis::cmd("HLEN")
+            .arg("baton:run:{run-1}:results")
+            .query_async(&mut con)
+            .await
+            .unwrap();
+        assert_eq!(results, 0);
+        let loaded = store.load_run("run-1").await;
+        assert!(matches!(loaded, Err(Error::Corrupt(_))), "{loaded:?}");
+    }
+
+    #[tokio::test]
+    async fn indexes_can_be_rebuilt() {
+        let (server, store) = start().await;
+        create(&store, "run-a", 1, super::start(1)).await;
+        create(&store, "run-b", 2, super::start(2)).await;
+        create(&store, "run-c", 3, super::start(3)).await;
+        store
+            .apply_transition("run-b", 1, status_write("succeeded", "done", 5))
+            .await
+            .unwrap();
+        let listed = store.list_runs(10).await.unwrap();
+        let active = sorted(store.active_runs().await.unwrap());
+        assert_eq!(active, strings(&["run-a", "run-c"]));
+
+        // Lose the indexes, and leave a stale id in them.
+        let mut con = raw(&server).await;
+        let _: () = ::redis::cmd("DEL")
+            .arg("baton:runs")
+            .arg("baton:runs:active")
+            .query_async(&mut con)
+            .await
+            .unwrap();
+        let _: () = ::redis::cmd("ZADD")
+            .arg("baton:runs")
+            .arg(7)
+            .arg("gone")
+            .query_async(&mut con)
+            .await
+            .unwrap();
+        let _: () = ::redis::cmd("SADD")
+            .arg("baton:runs:active")
+            .arg("gone")
+            .arg("run-b")
+            .query_async(&mut con)
+            .await
+            .unwrap();
+        assert!(store.list_runs(10).await.unwrap().len() < listed.len());
+
+        assert_eq!(store.rebuild_indexes().await.unwrap(), 3);
+        assert_eq!(store.list_runs(10).await.unwrap(), listed);
+        assert_eq!(sorted(store.active_runs().await.unwrap()), active);
+        let members: Vec<String> = ::redis::cmd("SMEMBERS")
+            .arg("baton:runs:active")
+            .query_async(&mut con)
+            .await
+            .unwrap();
+        assert_eq!(sorted(members), active);
+    }
+
+    #[tokio::test]
+    async fn a_prefix_keeps_stores_apart() {
+        let server = RedisServer::start();
+        let one = RedisStore::connect_with_prefix(&server.url(), "one")
+            .await
+            .unwrap();
+        let two = RedisStore::connect_with_prefix(&server.url(), "two")
+            .await
+            .unwrap();
+        create(&one, "run-1", 1, super::start(1)).await;
+        assert!(two.load_run("run-1").await.unwrap().is_none());
+        assert!(two.list_runs(10).await.unwrap().is_empty());
+        create(&two, "run-1", 2, super::start(2)).await;
+        assert_eq!(load(&one, "run-1").await.header.created_ms, 1);
+        let mut con = raw(&server).await;
+        assert!(
+            keys(&mut con, "*")
+                .await
+                .iter()
+                .all(|key| key.starts_with("one:") || key.starts_with("two:"))
+        );
+        assert!(matches!(
+            RedisStore::connect_with_prefix(&server.url(), "bad{prefix}").await,
+            Err(Error::Unavailable(_))
+        ));
+    }
+
+    #[tokio::test]
+    async fn a_lost_server_is_unavailable() {
+        let (server, store) = start().await;
+        create(&store, "run-1", 1, super::start(1)).await;
+        drop(server);
+        let outcome =
+            tokio::time::timeout(std::time::Duration::from_secs(20), store.load_run("run-1"))
+                .await
+                .expect("load_run returns once the server is gone");
+        assert!(matches!(outcome, Err(Error::Unavailable(_))), "{outcome:?}");
+    }
+}
