@@ -1,0 +1,326 @@
+//! The worker runtime and Rust SDK: connect to a coordinator, take tasks, run agents, answer.
+//!
+//! ```no_run
+//! # async fn example() {
+//! use baton_worker::Worker;
+//! let worker = Worker::builder()
+//!     .coordinator("http://127.0.0.1:50051")
+//!     .agent("planner", |task| async move {
+//!         Ok(serde_json::json!({"files": ["src/theme.ts"], "input": task.payload["input"]}))
+//!     })
+//!     .build();
+//! worker.run(std::future::pending()).await;
+//! # }
+//! ```
+//!
+//! A worker keeps nothing between tasks. It checks each payload's SHA-256 before running the
+//! agent and sends each result with its own. When the coordinator goes away it reconnects with
+//! exponential backoff; tasks still running finish and their answers go to whichever coordinator
+//! it is connected to by then.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use baton_proto::Json;
+use baton_proto::v1::worker_service_client::WorkerServiceClient;
+use baton_proto::v1::{
+    Heartbeat, Hello, TaskResult, WorkerMessage, coordinator_message, task_result, worker_message,
+};
+use serde_json::Value;
+use tokio::sync::{Semaphore, mpsc};
+use tokio_stream::wrappers::ReceiverStream;
+
+/// One agent step to run.
+#[derive(Debug, Clone)]
+pub struct Task {
+    pub task_id: String,
+    pub run_id: String,
+    pub step_id: String,
+    pub visit: u32,
+    pub agent: String,
+    /// `{input, context, <reference>}`, as the spec describes.
+    pub payload: Value,
+    /// 0 when the step sets none.
+    pub timeout_ms: u64,
+}
+
+/// The step's data, or why the agent failed.
+pub type AgentResult = Result<Value, String>;
+
+type Handler = Arc<dyn Fn(Task) -> Pin<Box<dyn Future<Output = AgentResult> + Send>> + Send + Sync>;
+
+/// Called after every task, for logs and `baton dev`'s transcript.
+pub type Observer = Arc<dyn Fn(&Task, &AgentResult) + Send + Sync>;
+
+pub struct Worker {
+    id: String,
+    coordinator: String,
+    concurrency: usize,
+    agents: BTreeMap<String, Handler>,
+    observer: Option<Observer>,
+}
+
+pub struct WorkerBuilder {
+    id: Option<String>,
+    coordinator: String,
+    concurrency: usize,
+    agents: BTreeMap<String, Handler>,
+    observer: Option<Observer>,
+}
+
+impl Worker {
+    pub fn builder() -> WorkerBuilder {
+        WorkerBuilder {
+            id: None,
+            coordinator: "http://127.0.0.1:50051".into(),
+            concurrency: 4,
+            agents: BTreeMap::new(),
+            observer: None,
+        }
+    }
+
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// Serves tasks until `shutdown` completes, reconnecting whenever the stream breaks.
+    pub async fn run(self, shutdown: impl Future<Output = ()> + Send) {
+        let worker = Arc::new(self);
+        let slots = Arc::new(Semaphore::new(worker.concurrency));
+        tokio::pin!(shutdown);
+        let mut backoff = Backoff::new();
+        loop {
+            let session = worker.clone().session(slots.clone(), &mut backoff);
+            tokio::select! {
+                _ = &mut shutdown => return,
+                outcome = session => {
+                    if let Err(error) = outcome {
+                        tracing::warn!(worker_id = %worker.id, %error, "lost the coordinator");
+                    }
+                }
+            }
+            let delay = backoff.next();
+            tokio::select! {
+                _ = &mut shutdown => return,
+                _ = tokio::time::sleep(delay) => {}
+            }
+        }
+    }
+
+    /// One connection: hello, then tasks until the stream ends.
+    async fn session(
+        self: Arc<Self>,
+        slots: Arc<Semaphore>,
+        backoff: &mut Backoff,
+    ) -> Result<(), String> {
+        let mut client = WorkerServiceClient::connect(self.coordinator.clone())
+            .await
+            .map_err(|e| format!("cannot connect to {}: {e}", self.coordinator))?
+            .max_decoding_message_size(usize::MAX)
+            .max_encoding_message_size(usize::MAX);
+        let (outbound, receiver) = mpsc::channel::<WorkerMessage>(1_024);
+        outbound
+            .send(WorkerMessage {
+                message: Some(worker_message::Message::Hello(Hello {
+                    worker_id: self.id.clone(),
+                    agents: self.agents.keys().cloned().collect(),
+                    capacity: self.concurrency as u32,
+                })),
+            })
+            .await
+            .map_err(|_| "stream closed".to_owned())?;
+        let mut inbound = client
+            .task_stream(ReceiverStream::new(receiver))
+            .await
+            .map_err(|status| format!("coordinator refused the stream: {}", status.message()))?
+            .into_inner();
+        backoff.reset();
+        tracing::info!(worker_id = %self.id, coordinator = %self.coordinator, "connected");
+        let heartbeat = {
+            let (outbound, slots) = (outbound.clone(), slots.clone());
+            tokio::spawn(async move {
+                let mut ticks = tokio::time::interval(Duration::from_secs(5));
+                loop {
+                    ticks.tick().await;
+                    let beat = WorkerMessage {
+                        message: Some(worker_message::Message::Heartbeat(Heartbeat {
+                            free_capacity: slots.available_permits() as u32,
+                        })),
+                    };
+                    if outbound.send(beat).await.is_err() {
+                        return;
+                    }
+                }
+            })
+        };
+        let outcome = loop {
+            let message = match inbound.message().await {
+                Ok(Some(message)) => message,
+                Ok(None) => break Err("the coordinator closed the stream".to_owned()),
+                Err(status) => break Err(status.message().to_owned()),
+            };
+            match message.message {
+                Some(coordinator_message::Message::Task(task)) => {
+                    let permit = slots.clone().acquire_owned().await.expect("never closed");
+                    let (worker, outbound) = (self.clone(), outbound.clone());
+                    tokio::spawn(async move {
+                        let result = worker.execute(task).await;
+                        let _ = outbound.send(result).await;
+                        drop(permit);
+                    });
+                }
+                Some(coordinator_message::Message::Rejected(rejected)) => {
+                    tracing::warn!(task_id = %rejected.task_id, reason = %rejected.message, "result rejected");
+                }
+                None => {}
+            }
+        };
+        heartbeat.abort();
+        outcome
+    }
+
+    /// Checks the payload, runs the agent, and wraps its answer.
+    async fn execute(&self, task: baton_proto::v1::Task) -> WorkerMessage {
+        let task_id = task.task_id.clone();
+        let outcome = match self.run_agent(task).await {
+            Ok(data) => task_result::Outcome::Data(Json::new(
+                serde_json::to_vec(&data).expect("a JSON value serialises"),
+            )),
+            Err(error) => task_result::Outcome::Error(error),
+        };
+        WorkerMessage {
+            message: Some(worker_message::Message::Result(TaskResult {
+                task_id,
+                outcome: Some(outcome),
+            })),
+        }
+    }
+
+    async fn run_agent(&self, task: baton_proto::v1::Task) -> AgentResult {
+        let payload = task
+            .payload
+            .as_ref()
+            .ok_or("the task carries no payload")?
+            .verified()
+            .map_err(|e| format!("payload rejected: {e}"))?;
+        let payload: Value =
+            serde_json::from_slice(payload).map_err(|e| format!("payload is not JSON: {e}"))?;
+        let handler = self
+            .agents
+            .get(&task.agent)
+            .ok_or_else(|| format!("this worker does not serve agent \"{}\"", task.agent))?;
+        let task = Task {
+            task_id: task.task_id,
+            run_id: task.run_id,
+            step_id: task.step_id,
+            visit: task.visit,
+            agent: task.agent,
+            payload,
+            timeout_ms: task.timeout_ms,
+        };
+        let result = handler(task.clone()).await;
+        if let Some(observer) = &self.observer {
+            observer(&task, &result);
+        }
+        result
+    }
+}
+
+impl WorkerBuilder {
+    /// The worker's id; defaults to `<host>-<pid>`.
+    pub fn id(mut self, id: impl Into<String>) -> Self {
+        self.id = Some(id.into());
+        self
+    }
+
+    /// The coordinator's URL, such as `http://127.0.0.1:50051`.
+    pub fn coordinator(mut self, url: impl Into<String>) -> Self {
+        self.coordinator = url.into();
+        self
+    }
+
+    /// How many tasks run at once.
+    pub fn concurrency(mut self, tasks: usize) -> Self {
+        self.concurrency = tasks.max(1);
+        self
+    }
+
+    /// Serves `name` with an async function from task to data.
+    pub fn agent<F, Fut>(mut self, name: impl Into<String>, handler: F) -> Self
+    where
+        F: Fn(Task) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = AgentResult> + Send + 'static,
+    {
+        let handler: Handler = Arc::new(move |task| Box::pin(handler(task)));
+        self.agents.insert(name.into(), handler);
+        self
+    }
+
+    /// Sees every task and its result.
+    pub fn observer(
+        mut self,
+        observer: impl Fn(&Task, &AgentResult) + Send + Sync + 'static,
+    ) -> Self {
+        self.observer = Some(Arc::new(observer));
+        self
+    }
+
+    pub fn build(self) -> Worker {
+        let id = self.id.unwrap_or_else(default_id);
+        Worker {
+            id,
+            coordinator: self.coordinator,
+            concurrency: self.concurrency,
+            agents: self.agents,
+            observer: self.observer,
+        }
+    }
+}
+
+fn default_id() -> String {
+    let host = std::fs::read_to_string("/etc/hostname")
+        .map(|h| h.trim().to_owned())
+        .unwrap_or_else(|_| "worker".into());
+    format!("{host}-{}", std::process::id())
+}
+
+/// 100 ms doubling to 5 s, reset by a successful connection.
+struct Backoff {
+    next: Duration,
+}
+
+impl Backoff {
+    const FIRST: Duration = Duration::from_millis(100);
+    const MAX: Duration = Duration::from_secs(5);
+
+    fn new() -> Self {
+        Self { next: Self::FIRST }
+    }
+
+    fn next(&mut self) -> Duration {
+        let delay = self.next;
+        self.next = (self.next * 2).min(Self::MAX);
+        delay
+    }
+
+    fn reset(&mut self) {
+        self.next = Self::FIRST;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_doubles_to_a_ceiling_and_resets() {
+        let mut backoff = Backoff::new();
+        let delays: Vec<u64> = (0..8).map(|_| backoff.next().as_millis() as u64).collect();
+        assert_eq!(delays, [100, 200, 400, 800, 1600, 3200, 5000, 5000]);
+        backoff.reset();
+        assert_eq!(backoff.next(), Duration::from_millis(100));
+    }
+}
