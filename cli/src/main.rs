@@ -1,5 +1,15 @@
 //! `baton`: the command line of the Baton workflow engine.
+//!
+//! - `validate`: check workflow files.
+//! - `coordinator`, `worker`: the cluster's processes.
+//! - `submit`, `runs`, `approve`: a client of a coordinator.
+//! - `dev`: coordinator and workers in one process, on an in-memory store.
 
+mod client;
+mod dev;
+mod input;
+mod progress;
+mod server;
 mod validate;
 
 use std::process::ExitCode;
@@ -21,12 +31,41 @@ struct Cli {
 enum Command {
     /// Check workflow files: print every problem with its JSON path and step, exit 1 on errors.
     Validate(validate::Args),
+    /// Run a coordinator: the gRPC server that schedules steps and keeps run state in Redis.
+    Coordinator(server::CoordinatorArgs),
+    /// Run a worker: pull agent tasks from a coordinator and run the agents of an agents file.
+    Worker(server::WorkerArgs),
+    /// Submit a workflow run; print its id, or follow it with --watch, or its record with --json.
+    Submit(client::SubmitArgs),
+    /// List, inspect, follow and cancel runs.
+    Runs(client::RunsArgs),
+    /// Approve (or --reject) a step that waits for a decision.
+    Approve(client::ApproveArgs),
+    /// Run a workflow locally: coordinator and workers in this process, nothing to install.
+    Dev(dev::Args),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Validate(args) => validate::run(args),
+        command => tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+            .map_err(anyhow::Error::from)
+            .and_then(|runtime| {
+                runtime.block_on(async move {
+                    match command {
+                        Command::Coordinator(args) => server::coordinator(args).await,
+                        Command::Worker(args) => server::worker(args).await,
+                        Command::Submit(args) => client::submit(args).await,
+                        Command::Runs(args) => client::runs(args).await,
+                        Command::Approve(args) => client::approve(args).await,
+                        Command::Dev(args) => dev::run(args).await,
+                        Command::Validate(_) => unreachable!("handled above"),
+                    }
+                })
+            }),
     };
     match result {
         Ok(code) => code,
@@ -35,4 +74,14 @@ fn main() -> ExitCode {
             ExitCode::from(2)
         }
     }
+}
+
+/// Logs to stderr; `RUST_LOG` filters (default `info`).
+pub(crate) fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
 }

@@ -1,0 +1,255 @@
+//! `baton submit`, `baton runs ...` and `baton approve`: a client of a coordinator.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context as _;
+use baton_coordinator::record::record_to_json;
+use baton_proto::Json;
+use baton_proto::v1::run_service_client::RunServiceClient;
+use baton_proto::v1::{
+    CancelRunRequest, DecideApprovalRequest, GetRunRequest, ListRunsRequest, RunRecord,
+    SubmitRunRequest, WatchRunRequest, run_event,
+};
+use tonic::transport::Channel;
+
+use crate::progress::{print_event, print_summary};
+
+/// Where the coordinator is; shared by every client command.
+#[derive(clap::Args, Clone)]
+pub struct Target {
+    /// The coordinator's URL.
+    #[arg(
+        long,
+        env = "BATON_COORDINATOR",
+        default_value = "http://127.0.0.1:50051",
+        global = true
+    )]
+    coordinator: String,
+}
+
+pub async fn connect(url: &str) -> anyhow::Result<RunServiceClient<Channel>> {
+    let client = RunServiceClient::connect(url.to_owned())
+        .await
+        .with_context(|| format!("cannot reach the coordinator at {url}"))?;
+    Ok(client
+        .max_decoding_message_size(baton_coordinator::grpc::MAX_MESSAGE_BYTES)
+        .max_encoding_message_size(baton_coordinator::grpc::MAX_MESSAGE_BYTES))
+}
+
+/// A gRPC error as the user should read it.
+fn failed(status: tonic::Status) -> anyhow::Error {
+    anyhow::anyhow!("{} ({:?})", status.message(), status.code())
+}
+
+#[derive(clap::Args)]
+pub struct SubmitArgs {
+    /// The workflow file.
+    workflow: PathBuf,
+    /// The run's input: JSON, or any other text as a string.
+    #[arg(long, default_value = "null")]
+    input: String,
+    /// Follow the run to its end with live per-step progress.
+    #[arg(long)]
+    watch: bool,
+    /// Wait for the end and print the final run record as JSON.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    target: Target,
+}
+
+pub async fn submit(args: SubmitArgs) -> anyhow::Result<ExitCode> {
+    let workflow = std::fs::read(&args.workflow)
+        .with_context(|| format!("cannot read {}", args.workflow.display()))?;
+    let input = crate::input::parse(&args.input);
+    let mut client = connect(&args.target.coordinator).await?;
+    let run_id = client
+        .submit_run(SubmitRunRequest {
+            workflow,
+            input: Some(Json::new(serde_json::to_vec(&input)?)),
+        })
+        .await
+        .map_err(failed)?
+        .into_inner()
+        .run_id;
+    if args.json {
+        let record = follow(&mut client, &run_id, false).await?;
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&record_to_json(&record))?
+        );
+        return Ok(exit_code(&record));
+    }
+    if args.watch {
+        println!("run {run_id}");
+        let record = follow(&mut client, &run_id, true).await?;
+        return Ok(exit_code(&record));
+    }
+    println!("{run_id}");
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Watches a run to its end, printing progress when asked; returns the final record.
+pub async fn follow(
+    client: &mut RunServiceClient<Channel>,
+    run_id: &str,
+    print: bool,
+) -> anyhow::Result<RunRecord> {
+    let mut stream = client
+        .watch_run(WatchRunRequest {
+            run_id: run_id.to_owned(),
+        })
+        .await
+        .map_err(failed)?
+        .into_inner();
+    let mut stdout = std::io::stdout();
+    while let Some(event) = stream.message().await.map_err(failed)? {
+        if print {
+            print_event(&mut stdout, run_id, &event)?;
+            stdout.flush()?;
+        }
+        if let Some(run_event::Event::RunFinished(finished)) = event.event {
+            return finished.record.context("the final event carries no record");
+        }
+    }
+    anyhow::bail!("the coordinator ended the watch of run {run_id} before it finished")
+}
+
+fn exit_code(record: &RunRecord) -> ExitCode {
+    if record.status == "succeeded" {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+#[derive(clap::Args)]
+pub struct RunsArgs {
+    #[command(subcommand)]
+    command: RunsCommand,
+    #[command(flatten)]
+    target: Target,
+}
+
+#[derive(clap::Subcommand)]
+enum RunsCommand {
+    /// The newest runs.
+    List {
+        #[arg(long, default_value_t = 50)]
+        limit: u32,
+    },
+    /// A run's record: status, steps, what it waits for.
+    Get {
+        run_id: String,
+        /// Print the run record as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Follow a run to its end.
+    Watch { run_id: String },
+    /// Stop a run now.
+    Cancel {
+        run_id: String,
+        #[arg(long, default_value = "cancelled from the command line")]
+        reason: String,
+    },
+}
+
+pub async fn runs(args: RunsArgs) -> anyhow::Result<ExitCode> {
+    let mut client = connect(&args.target.coordinator).await?;
+    let mut stdout = std::io::stdout();
+    match args.command {
+        RunsCommand::List { limit } => {
+            let runs = client
+                .list_runs(ListRunsRequest { limit })
+                .await
+                .map_err(failed)?
+                .into_inner()
+                .runs;
+            for run in runs {
+                writeln!(
+                    stdout,
+                    "{}  {:<10} {}",
+                    run.run_id, run.status, run.workflow_id
+                )?;
+            }
+        }
+        RunsCommand::Get { run_id, json } => {
+            let record = client
+                .get_run(GetRunRequest { run_id })
+                .await
+                .map_err(failed)?
+                .into_inner();
+            if json {
+                writeln!(
+                    stdout,
+                    "{}",
+                    serde_json::to_string_pretty(&record_to_json(&record))?
+                )?;
+            } else {
+                print_summary(&mut stdout, &record)?;
+                for step in &record.steps {
+                    let worker = if step.worker_id.is_empty() {
+                        String::new()
+                    } else {
+                        format!("  on {}", step.worker_id)
+                    };
+                    writeln!(
+                        stdout,
+                        "  {:<24} {:<10} visits {}{worker}",
+                        step.step_id, step.status, step.visits
+                    )?;
+                }
+                writeln!(stdout, "  state sha256 {}", record.state_sha256)?;
+            }
+        }
+        RunsCommand::Watch { run_id } => {
+            let record = follow(&mut client, &run_id, true).await?;
+            return Ok(exit_code(&record));
+        }
+        RunsCommand::Cancel { run_id, reason } => {
+            let record = client
+                .cancel_run(CancelRunRequest { run_id, reason })
+                .await
+                .map_err(failed)?
+                .into_inner();
+            print_summary(&mut stdout, &record)?;
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+#[derive(clap::Args)]
+pub struct ApproveArgs {
+    run_id: String,
+    step_id: String,
+    /// Reject instead of approving.
+    #[arg(long)]
+    reject: bool,
+    #[arg(long)]
+    comment: Option<String>,
+    /// Who decides (default: $USER).
+    #[arg(long, env = "USER")]
+    approver: Option<String>,
+    #[command(flatten)]
+    target: Target,
+}
+
+pub async fn approve(args: ApproveArgs) -> anyhow::Result<ExitCode> {
+    let mut client = connect(&args.target.coordinator).await?;
+    let record = client
+        .decide_approval(DecideApprovalRequest {
+            run_id: args.run_id,
+            step_id: args.step_id,
+            approved: !args.reject,
+            comment: args.comment.unwrap_or_default(),
+            approver: args.approver.unwrap_or_default(),
+        })
+        .await
+        .map_err(failed)?
+        .into_inner();
+    print_summary(&mut std::io::stdout(), &record)?;
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,192 @@
+//! `baton dev`: a coordinator and a worker in this process, on the in-memory store.
+//!
+//! The same code paths as the cluster (gRPC on a loopback port, the same coordinator and worker
+//! runtime), so what works here works there; only the store differs.
+
+use std::io::{BufRead, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::{Arc, Mutex};
+
+use anyhow::Context as _;
+use baton_coordinator::record::record_to_json;
+use baton_coordinator::store::memory::MemoryStore;
+use baton_coordinator::{Config, Coordinator};
+use baton_proto::Json;
+use baton_proto::v1::{DecideApprovalRequest, SubmitRunRequest, WatchRunRequest, run_event};
+use baton_worker::Worker;
+use baton_worker::agents::AgentsFile;
+use tokio::sync::oneshot;
+
+use crate::progress::print_event;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// The workflow file.
+    workflow: PathBuf,
+    /// The agents (TOML).
+    #[arg(long)]
+    agents: PathBuf,
+    /// The run's input: JSON, or any other text as a string.
+    #[arg(long, default_value = "null")]
+    input: String,
+    /// Approve every approval step without asking.
+    #[arg(long)]
+    auto_approve: bool,
+    /// Print only the final run record, as JSON (the transcript goes to stderr).
+    #[arg(long)]
+    json: bool,
+    /// Tasks the in-process worker runs at once.
+    #[arg(long, default_value_t = 8)]
+    concurrency: usize,
+}
+
+/// Where the transcript goes: stdout, or stderr with `--json` so stdout stays one JSON object.
+fn transcript(json: bool) -> Box<dyn Write + Send> {
+    if json {
+        Box::new(std::io::stderr())
+    } else {
+        Box::new(std::io::stdout())
+    }
+}
+
+pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let workflow = std::fs::read(&args.workflow)
+        .with_context(|| format!("cannot read {}", args.workflow.display()))?;
+    let agents = AgentsFile::load(&args.agents)?;
+    let input = crate::input::parse(&args.input);
+
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let url = format!("http://{}", listener.local_addr()?);
+    let coordinator = Coordinator::new(MemoryStore::new(), Config::default());
+    let (stop_server, server_stopped) = oneshot::channel::<()>();
+    let server = tokio::spawn(baton_coordinator::grpc::serve(
+        listener,
+        coordinator,
+        async {
+            let _ = server_stopped.await;
+        },
+    ));
+
+    let out = Arc::new(Mutex::new(transcript(args.json)));
+    let observer_out = out.clone();
+    let worker = baton_worker::agents_into(
+        Worker::builder()
+            .id("dev-worker")
+            .coordinator(url.clone())
+            .concurrency(args.concurrency),
+        agents,
+        &url,
+    )
+    .observer(move |task, result| {
+        let mut out = observer_out.lock().expect("transcript lock");
+        let pretty = |v: &serde_json::Value| serde_json::to_string_pretty(v).unwrap_or_default();
+        let _ = writeln!(
+            out,
+            "── {} (agent {}) received:\n{}",
+            task.step_id,
+            task.agent,
+            pretty(&task.payload)
+        );
+        let _ = match result {
+            Ok(data) => writeln!(out, "── {} returned:\n{}", task.step_id, pretty(data)),
+            Err(error) => writeln!(out, "── {} failed: {error}", task.step_id),
+        };
+    })
+    .build();
+    let (stop_worker, worker_stopped) = oneshot::channel::<()>();
+    let worker = tokio::spawn(worker.run(async {
+        let _ = worker_stopped.await;
+    }));
+
+    let mut client = crate::client::connect(&url).await?;
+    let run_id = client
+        .submit_run(SubmitRunRequest {
+            workflow,
+            input: Some(Json::new(serde_json::to_vec(&input)?)),
+        })
+        .await
+        .map_err(|status| anyhow::anyhow!("{}", status.message()))?
+        .into_inner()
+        .run_id;
+    writeln!(out.lock().expect("transcript lock"), "run {run_id}")?;
+
+    let mut events = client
+        .watch_run(WatchRunRequest {
+            run_id: run_id.clone(),
+        })
+        .await?
+        .into_inner();
+    let mut record = None;
+    while let Some(event) = events.message().await? {
+        print_event(&mut *out.lock().expect("transcript lock"), &run_id, &event)?;
+        match event.event {
+            Some(run_event::Event::ApprovalRequested(approval)) => {
+                let (approved, comment) = if args.auto_approve {
+                    (true, "approved by --auto-approve".to_owned())
+                } else {
+                    ask(&approval.message).await?
+                };
+                client
+                    .decide_approval(DecideApprovalRequest {
+                        run_id: run_id.clone(),
+                        step_id: approval.step_id,
+                        approved,
+                        comment,
+                        approver: std::env::var("USER").unwrap_or_else(|_| "baton dev".into()),
+                    })
+                    .await
+                    .map_err(|status| anyhow::anyhow!("{}", status.message()))?;
+            }
+            Some(run_event::Event::RunFinished(finished)) => {
+                record = finished.record;
+                break;
+            }
+            _ => {}
+        }
+    }
+    let _ = stop_worker.send(());
+    let _ = stop_server.send(());
+    let _ = worker.await;
+    let _ = server.await;
+    let record = record.context("the run ended without a final record")?;
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&record_to_json(&record))?
+        );
+    }
+    Ok(if record.status == "succeeded" {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+/// Asks at the terminal: `y` approves, `n` rejects; text after a colon is the comment.
+async fn ask(message: &str) -> anyhow::Result<(bool, String)> {
+    let message = message.to_owned();
+    tokio::task::spawn_blocking(move || {
+        let stdin = std::io::stdin();
+        loop {
+            print!("{message} [y/n, optionally followed by ': comment'] ");
+            std::io::stdout().flush()?;
+            let mut line = String::new();
+            if stdin.lock().read_line(&mut line)? == 0 {
+                anyhow::bail!("an approval is needed but stdin is closed; pass --auto-approve");
+            }
+            let (answer, comment) = match line.trim().split_once(':') {
+                Some((answer, comment)) => {
+                    (answer.trim().to_lowercase(), comment.trim().to_owned())
+                }
+                None => (line.trim().to_lowercase(), String::new()),
+            };
+            match answer.as_str() {
+                "y" | "yes" => return Ok((true, comment)),
+                "n" | "no" => return Ok((false, comment)),
+                _ => println!("please answer y or n"),
+            }
+        }
+    })
+    .await?
+}

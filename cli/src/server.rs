@@ -1,0 +1,104 @@
+//! `baton coordinator` and `baton worker`.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use anyhow::Context as _;
+use baton_coordinator::store::memory::MemoryStore;
+use baton_coordinator::store::redis::RedisStore;
+use baton_coordinator::{Config, Coordinator};
+use baton_worker::Worker;
+use baton_worker::agents::AgentsFile;
+
+#[derive(clap::Args)]
+pub struct CoordinatorArgs {
+    /// Address to serve gRPC on.
+    #[arg(long, default_value = "0.0.0.0:50051")]
+    listen: SocketAddr,
+    /// Redis URL, where all run state lives.
+    #[arg(long, env = "BATON_REDIS", default_value = "redis://127.0.0.1:6379")]
+    redis: String,
+    /// Keep run state in this process's memory instead (lost when it exits; for trials).
+    #[arg(long, conflicts_with = "redis")]
+    memory: bool,
+}
+
+pub async fn coordinator(args: CoordinatorArgs) -> anyhow::Result<ExitCode> {
+    crate::init_logging();
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", args.listen))?;
+    let address = listener.local_addr()?;
+    if args.memory {
+        let coordinator = Coordinator::new(MemoryStore::new(), Config::default());
+        tracing::info!(%address, store = "memory", "coordinator listening");
+        baton_coordinator::grpc::serve(listener, coordinator, shutdown_signal()).await?;
+    } else {
+        let store = RedisStore::connect(&args.redis)
+            .await
+            .with_context(|| format!("cannot connect to Redis at {}", args.redis))?;
+        let coordinator = Coordinator::new(store, Config::default());
+        let recovered = coordinator.recover().await?;
+        tracing::info!(%address, redis = %args.redis, recovered, "coordinator listening");
+        baton_coordinator::grpc::serve(listener, coordinator, shutdown_signal()).await?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+#[derive(clap::Args)]
+pub struct WorkerArgs {
+    /// The coordinator's URL.
+    #[arg(
+        long,
+        env = "BATON_COORDINATOR",
+        default_value = "http://127.0.0.1:50051"
+    )]
+    coordinator: String,
+    /// The agents this worker serves (TOML).
+    #[arg(long)]
+    agents: PathBuf,
+    /// How many tasks run at once.
+    #[arg(long, default_value_t = 4)]
+    concurrency: usize,
+    /// The worker's id (default: host name and process id).
+    #[arg(long)]
+    id: Option<String>,
+}
+
+pub async fn worker(args: WorkerArgs) -> anyhow::Result<ExitCode> {
+    crate::init_logging();
+    let agents = AgentsFile::load(&args.agents)?;
+    let mut builder = Worker::builder()
+        .coordinator(args.coordinator.clone())
+        .concurrency(args.concurrency);
+    if let Some(id) = args.id {
+        builder = builder.id(id);
+    }
+    let worker = baton_worker::agents_into(builder, agents, &args.coordinator).build();
+    tracing::info!(worker_id = worker.id(), "worker starting");
+    worker.run(shutdown_signal()).await;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Ctrl-C or SIGTERM.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        _ = ctrl_c => {}
+        _ = terminate => {}
+    }
+}
