@@ -3,6 +3,7 @@
 //! The same code paths as the cluster (gRPC on a loopback port, the same coordinator and worker
 //! runtime), so what works here works there; only the store differs.
 
+use std::collections::HashMap;
 use std::io::{BufRead, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -69,7 +70,10 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     ));
 
     let out = Arc::new(Mutex::new(transcript(args.json)));
-    let observer_out = out.clone();
+    // What each agent received and returned, printed with its step's line, so the transcript
+    // reads in the order the run went rather than the order tasks happened to finish.
+    let exchanges: Arc<Mutex<HashMap<(String, u32), String>>> = Arc::default();
+    let observed = exchanges.clone();
     let worker = baton_worker::agents_into(
         Worker::builder()
             .id("dev-worker")
@@ -79,19 +83,21 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         &url,
     )
     .observer(move |task, result| {
-        let mut out = observer_out.lock().expect("transcript lock");
         let pretty = |v: &serde_json::Value| serde_json::to_string_pretty(v).unwrap_or_default();
-        let _ = writeln!(
-            out,
-            "── {} (agent {}) received:\n{}",
+        let mut text = format!(
+            "    ── {} (agent {}) received:\n{}\n",
             task.step_id,
             task.agent,
-            pretty(&task.payload)
+            indent(&pretty(&task.payload))
         );
-        let _ = match result {
-            Ok(data) => writeln!(out, "── {} returned:\n{}", task.step_id, pretty(data)),
-            Err(error) => writeln!(out, "── {} failed: {error}", task.step_id),
-        };
+        match result {
+            Ok(data) => text.push_str(&format!("    ── returned:\n{}\n", indent(&pretty(data)))),
+            Err(error) => text.push_str(&format!("    ── failed: {error}\n")),
+        }
+        observed
+            .lock()
+            .expect("exchanges lock")
+            .insert((task.step_id.clone(), task.visit), text);
     })
     .build();
     let (stop_worker, worker_stopped) = oneshot::channel::<()>();
@@ -119,13 +125,24 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         .into_inner();
     let mut record = None;
     while let Some(event) = events.message().await? {
-        print_event(&mut *out.lock().expect("transcript lock"), &run_id, &event)?;
+        let mut out = out.lock().expect("transcript lock");
+        if let Some(run_event::Event::StepFinished(done)) = &event.event {
+            let key = (done.step_id.clone(), done.visit);
+            if let Some(text) = exchanges.lock().expect("exchanges lock").remove(&key) {
+                write!(out, "{text}")?;
+            }
+        }
+        print_event(&mut *out, &run_id, &event)?;
+        drop(out);
         match event.event {
             Some(run_event::Event::ApprovalRequested(approval)) => {
-                let (approved, comment) = if args.auto_approve {
-                    (true, "approved by --auto-approve".to_owned())
+                // An automatic approval is the bare `{"approved": true}` the spec shows.
+                let (approved, comment, approver) = if args.auto_approve {
+                    (true, String::new(), String::new())
                 } else {
-                    ask(&approval.message).await?
+                    let (approved, comment) = ask(&approval.message).await?;
+                    let approver = std::env::var("USER").unwrap_or_else(|_| "baton dev".into());
+                    (approved, comment, approver)
                 };
                 client
                     .decide_approval(DecideApprovalRequest {
@@ -133,7 +150,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
                         step_id: approval.step_id,
                         approved,
                         comment,
-                        approver: std::env::var("USER").unwrap_or_else(|_| "baton dev".into()),
+                        approver,
                     })
                     .await
                     .map_err(|status| anyhow::anyhow!("{}", status.message()))?;
@@ -161,6 +178,13 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     } else {
         ExitCode::FAILURE
     })
+}
+
+fn indent(text: &str) -> String {
+    text.lines()
+        .map(|line| format!("    {line}"))
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// Asks at the terminal: `y` approves, `n` rejects; text after a colon is the comment.
