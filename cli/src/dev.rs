@@ -125,15 +125,16 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         .into_inner();
     let mut record = None;
     while let Some(event) = events.message().await? {
-        let mut out = out.lock().expect("transcript lock");
-        if let Some(run_event::Event::StepFinished(done)) = &event.event {
-            let key = (done.step_id.clone(), done.visit);
-            if let Some(text) = exchanges.lock().expect("exchanges lock").remove(&key) {
-                write!(out, "{text}")?;
+        {
+            let mut out = out.lock().expect("transcript lock");
+            if let Some(run_event::Event::StepFinished(done)) = &event.event {
+                let key = (done.step_id.clone(), done.visit);
+                if let Some(text) = exchanges.lock().expect("exchanges lock").remove(&key) {
+                    write!(out, "{text}")?;
+                }
             }
+            print_event(&mut *out, &run_id, &event)?;
         }
-        print_event(&mut *out, &run_id, &event)?;
-        drop(out);
         match event.event {
             Some(run_event::Event::ApprovalRequested(approval)) => {
                 // An automatic approval is the bare `{"approved": true}` the spec shows.
