@@ -15,13 +15,20 @@ use tokio::net::TcpListener;
 use tokio_stream::wrappers::TcpListenerStream;
 
 use crate::service::Coordinator;
+
+/// Resolves once the server starts shutting down.
+pub(crate) async fn stopped(mut stop: tokio::sync::watch::Receiver<bool>) {
+    let _ = stop.wait_for(|stopping| *stopping).await;
+}
 use crate::store::Store;
 
 /// Largest gRPC message accepted: room for a payload that carries a large context.
 pub const MAX_MESSAGE_BYTES: usize = 96 << 20;
 
 /// Serves the run and worker services, health checking and reflection on `listener` until
-/// `shutdown` completes.
+/// `shutdown` completes. Shutdown ends the long-lived streams (workers' task streams, run
+/// watches) at once, so that workers reconnect to another coordinator instead of holding on to
+/// one that no longer accepts anything, and the graceful shutdown can finish.
 pub async fn serve<S: Store>(
     listener: TcpListener,
     coordinator: Coordinator<S>,
@@ -39,10 +46,15 @@ pub async fn serve<S: Store>(
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
         .build_v1()
         .expect("the descriptor sets are valid");
-    let runs = RunServiceServer::new(run_service::Runs::new(coordinator.clone()))
+    let (stopping, stop) = tokio::sync::watch::channel(false);
+    let shutdown = async move {
+        shutdown.await;
+        let _ = stopping.send(true);
+    };
+    let runs = RunServiceServer::new(run_service::Runs::new(coordinator.clone(), stop.clone()))
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_MESSAGE_BYTES);
-    let workers = WorkerServiceServer::new(worker_service::Workers::new(coordinator))
+    let workers = WorkerServiceServer::new(worker_service::Workers::new(coordinator, stop))
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_MESSAGE_BYTES);
     tonic::transport::Server::builder()

@@ -18,11 +18,12 @@ use crate::store::Store;
 
 pub struct Runs<S: Store> {
     coordinator: Coordinator<S>,
+    stop: tokio::sync::watch::Receiver<bool>,
 }
 
 impl<S: Store> Runs<S> {
-    pub fn new(coordinator: Coordinator<S>) -> Self {
-        Self { coordinator }
+    pub fn new(coordinator: Coordinator<S>, stop: tokio::sync::watch::Receiver<bool>) -> Self {
+        Self { coordinator, stop }
     }
 }
 
@@ -72,6 +73,7 @@ impl<S: Store> RunService for Runs<S> {
     ) -> Result<Response<Self::WatchRunStream>, Status> {
         let (past, future) = self.coordinator.watch(&request.into_inner().run_id).await?;
         let stream = async_stream(past, future);
+        let stream = futures::StreamExt::take_until(stream, super::stopped(self.stop.clone()));
         Ok(Response::new(Box::pin(stream)))
     }
 

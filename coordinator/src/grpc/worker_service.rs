@@ -7,7 +7,7 @@ use baton_proto::v1::{
     CoordinatorMessage, TaskRejected, WorkerMessage, coordinator_message, worker_message,
 };
 use futures::{Stream, StreamExt};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::UnboundedReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
@@ -17,11 +17,12 @@ use crate::store::Store;
 
 pub struct Workers<S: Store> {
     coordinator: Coordinator<S>,
+    stop: watch::Receiver<bool>,
 }
 
 impl<S: Store> Workers<S> {
-    pub fn new(coordinator: Coordinator<S>) -> Self {
-        Self { coordinator }
+    pub fn new(coordinator: Coordinator<S>, stop: watch::Receiver<bool>) -> Self {
+        Self { coordinator, stop }
     }
 }
 
@@ -86,7 +87,9 @@ impl<S: Store> WorkerService for Workers<S> {
             }
             coordinator.disconnect_worker(&worker_id).await;
         });
-        let stream = UnboundedReceiverStream::new(receiver).map(Ok);
+        let stream = UnboundedReceiverStream::new(receiver)
+            .map(Ok)
+            .take_until(super::stopped(self.stop.clone()));
         Ok(Response::new(Box::pin(stream)))
     }
 }
