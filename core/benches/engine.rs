@@ -1,0 +1,104 @@
+//! Micro-benchmarks of the engine's hot path: one transition, building a payload, hashing it.
+//!
+//! `cargo bench -p baton-core`. The end-to-end numbers (Redis, gRPC, workers) come from
+//! `baton bench`; these isolate what the engine itself costs per step.
+
+use std::hint::black_box;
+use std::sync::Arc;
+
+use baton_core::{Action, Event, Run, Workflow, parse_workflow};
+use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
+use serde_json::{Value, json};
+use sha2::Digest;
+
+/// A chain of `n` agent steps.
+fn chain(n: usize) -> Arc<Workflow> {
+    let steps: Vec<Value> = (0..n)
+        .map(|i| json!({"id": format!("s{i}"), "type": "agent", "agent": "noop"}))
+        .collect();
+    let text = json!({"id": "chain", "steps": steps}).to_string();
+    Arc::new(parse_workflow(&text).unwrap().workflow)
+}
+
+/// Runs a chain to just before its last step, each step returning `data`.
+fn run_until_last(workflow: &Arc<Workflow>, data: &Value) -> (Run, Action) {
+    let transition = Run::start(workflow.clone(), json!("input"));
+    let (mut run, mut action) = (
+        transition.run,
+        transition.actions.into_iter().next().unwrap(),
+    );
+    for _ in 1..workflow.steps().len() {
+        let Action::Dispatch(task) = action else {
+            unreachable!()
+        };
+        let next = run
+            .apply(Event::AgentSucceeded {
+                task: task.task,
+                data: data.clone(),
+            })
+            .unwrap();
+        run = next.run;
+        action = next.actions.into_iter().next().unwrap();
+    }
+    (run, action)
+}
+
+fn transitions(c: &mut Criterion) {
+    let small = json!({"ok": true, "i": 1});
+    for steps in [10, 200] {
+        let workflow = chain(steps);
+        let (run, action) = run_until_last(&workflow, &small);
+        let Action::Dispatch(task) = action else {
+            unreachable!()
+        };
+        c.bench_function(
+            &format!("transition/agent result, step {steps} of a chain"),
+            |b| {
+                b.iter_batched(
+                    || Event::AgentSucceeded {
+                        task: task.task.clone(),
+                        data: small.clone(),
+                    },
+                    |event| black_box(run.apply(event).unwrap()),
+                    BatchSize::SmallInput,
+                )
+            },
+        );
+    }
+    let fan_out: Vec<Value> = (0..500)
+        .map(|i| json!({"id": format!("b{i}"), "type": "agent", "agent": "noop"}))
+        .collect();
+    let text = json!({"steps": [{"id": "fan", "type": "parallel", "steps": fan_out}]}).to_string();
+    let workflow = Arc::new(parse_workflow(&text).unwrap().workflow);
+    c.bench_function("transition/start a 500-branch parallel step", |b| {
+        b.iter(|| black_box(Run::start(workflow.clone(), json!("input"))))
+    });
+}
+
+fn payloads(c: &mut Criterion) {
+    // W4's shape: 199 earlier results of 64 KiB each in the context.
+    let big = json!({"ok": true, "text": "x".repeat(64 * 1024)});
+    let workflow = chain(200);
+    let (_, action) = run_until_last(&workflow, &big);
+    let Action::Dispatch(task) = action else {
+        unreachable!()
+    };
+    let payload = task.payload;
+    c.bench_function("payload/serialise 199 x 64 KiB context", |b| {
+        b.iter(|| black_box(payload.to_json()))
+    });
+    let bytes = payload.to_json();
+    c.bench_function("payload/sha256 of 12.7 MB", |b| {
+        b.iter(|| black_box(hex::encode(sha2::Sha256::digest(&bytes))))
+    });
+    let small = json!({"input": "x", "context": {"plan": {"files": ["a", "b"]}}});
+    c.bench_function("payload/serialise and sha256 a small payload", |b| {
+        b.iter(|| {
+            let bytes = serde_json::to_vec(&small).unwrap();
+            black_box(hex::encode(sha2::Sha256::digest(&bytes)))
+        })
+    });
+}
+
+criterion_group!(benches, transitions, payloads);
+criterion_main!(benches);
