@@ -52,6 +52,17 @@ struct Worker {
 struct State {
     workers: HashMap<String, Worker>,
     queues: HashMap<String, VecDeque<ReadyTask>>,
+    tasks_dispatched: u64,
+    bytes_to_workers: u64,
+}
+
+/// What the hub has done since it started.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Counters {
+    pub workers: usize,
+    pub tasks_dispatched: u64,
+    /// Payload bytes sent to workers.
+    pub bytes_to_workers: u64,
 }
 
 #[derive(Default)]
@@ -178,6 +189,15 @@ impl Hub {
             .any(|worker| worker.agents.contains(agent))
     }
 
+    pub fn counters(&self) -> Counters {
+        let state = self.state.lock().expect("hub lock");
+        Counters {
+            workers: state.workers.len(),
+            tasks_dispatched: state.tasks_dispatched,
+            bytes_to_workers: state.bytes_to_workers,
+        }
+    }
+
     /// Connected workers and their free slots.
     pub fn workers(&self) -> Vec<(String, usize)> {
         let state = self.state.lock().expect("hub lock");
@@ -214,6 +234,12 @@ impl State {
             // Its stream closed; disconnect() will follow. Keep the task for someone else.
             return Err(Box::new(task));
         }
+        self.tasks_dispatched += 1;
+        self.bytes_to_workers += task
+            .message
+            .payload
+            .as_ref()
+            .map_or(0, |payload| payload.json.len() as u64);
         let assignment = Assignment {
             worker_id: worker_id.clone(),
             run_id: task.run_id.clone(),

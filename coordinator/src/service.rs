@@ -7,6 +7,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use baton_core::workflow::{StepType, Workflow};
@@ -64,6 +65,8 @@ struct Inner<S> {
     /// Runs this coordinator has loaded. The store is the truth; this saves replaying it.
     runs: std::sync::Mutex<HashMap<String, Arc<AsyncMutex<Option<Loaded>>>>>,
     watchers: std::sync::Mutex<HashMap<String, broadcast::Sender<v1::RunEvent>>>,
+    /// Transitions written to the store since start.
+    transitions: AtomicU64,
 }
 
 /// A run as the coordinator holds it between transitions.
@@ -97,6 +100,7 @@ impl<S: Store> Coordinator<S> {
                 config,
                 runs: Default::default(),
                 watchers: Default::default(),
+                transitions: AtomicU64::new(0),
             }),
         }
     }
@@ -329,6 +333,17 @@ impl<S: Store> Coordinator<S> {
         self.assigned(assignments).await;
     }
 
+    /// Counters since this coordinator started.
+    pub fn stats(&self) -> v1::Stats {
+        let hub = self.inner.hub.counters();
+        v1::Stats {
+            workers: hub.workers as u32,
+            tasks_dispatched: hub.tasks_dispatched,
+            bytes_to_workers: hub.bytes_to_workers,
+            transitions: self.inner.transitions.load(Ordering::Relaxed),
+        }
+    }
+
     /// The run record of `run_id`.
     pub async fn record(&self, run_id: &str) -> Result<v1::RunRecord, Error> {
         let slot = self.slot(run_id).await?;
@@ -507,7 +522,10 @@ impl<S: Store> Coordinator<S> {
             .apply_transition(run_id, loaded.version, planned.write.clone())
             .await
         {
-            Ok(version) => loaded.adopt(transition.run.clone(), version, planned),
+            Ok(version) => {
+                self.inner.transitions.fetch_add(1, Ordering::Relaxed);
+                loaded.adopt(transition.run.clone(), version, planned)
+            }
             Err(store::Error::Conflict { .. }) => {
                 // Another coordinator moved the run on: forget our copy, the next call reloads.
                 *guard = None;

@@ -16,6 +16,18 @@ use tokio_stream::wrappers::TcpListenerStream;
 
 use crate::service::Coordinator;
 
+/// Accepted connections, with Nagle's algorithm off: small messages (a task, a result) go out at
+/// once instead of waiting up to 40 ms for a delayed ACK.
+fn incoming(
+    listener: TcpListener,
+) -> impl futures::Stream<Item = std::io::Result<tokio::net::TcpStream>> {
+    futures::StreamExt::map(TcpListenerStream::new(listener), |connection| {
+        let stream = connection?;
+        stream.set_nodelay(true)?;
+        Ok(stream)
+    })
+}
+
 /// Resolves once the server starts shutting down.
 pub(crate) async fn stopped(mut stop: tokio::sync::watch::Receiver<bool>) {
     let _ = stop.wait_for(|stopping| *stopping).await;
@@ -64,6 +76,6 @@ pub async fn serve<S: Store>(
         .add_service(reflection)
         .add_service(runs)
         .add_service(workers)
-        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown)
+        .serve_with_incoming_shutdown(incoming(listener), shutdown)
         .await
 }

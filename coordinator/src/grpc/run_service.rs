@@ -6,8 +6,9 @@ use baton_core::Decision;
 use baton_proto::v1::run_event;
 use baton_proto::v1::run_service_server::RunService;
 use baton_proto::v1::{
-    CancelRunRequest, DecideApprovalRequest, GetRunRequest, ListRunsRequest, ListRunsResponse,
-    RunEvent, RunRecord, SubmitRunRequest, SubmitRunResponse, WatchRunRequest,
+    CancelRunRequest, DecideApprovalRequest, GetRunRequest, GetStatsRequest, ListRunsRequest,
+    ListRunsResponse, RunEvent, RunRecord, Stats, SubmitRunRequest, SubmitRunResponse,
+    WatchRunRequest,
 };
 use futures::Stream;
 use tokio::sync::broadcast::error::RecvError;
@@ -87,6 +88,10 @@ impl<S: Store> RunService for Runs<S> {
             .cancel(&request.run_id, &request.reason)
             .await?;
         Ok(Response::new(record))
+    }
+
+    async fn get_stats(&self, _: Request<GetStatsRequest>) -> Result<Response<Stats>, Status> {
+        Ok(Response::new(self.coordinator.stats()))
     }
 
     async fn decide_approval(
