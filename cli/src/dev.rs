@@ -188,14 +188,14 @@ fn indent(text: &str) -> String {
         .join("\n")
 }
 
-/// Asks at the terminal: `y` approves, `n` rejects; text after a colon is the comment.
+/// Asks at the terminal (on stderr, so `--json` keeps stdout to the record): `y` approves, `n` rejects; text after a colon is the comment.
 async fn ask(message: &str) -> anyhow::Result<(bool, String)> {
     let message = message.to_owned();
     tokio::task::spawn_blocking(move || {
         let stdin = std::io::stdin();
         loop {
-            print!("{message} [y/n, optionally followed by ': comment'] ");
-            std::io::stdout().flush()?;
+            eprint!("{message} [y/n, optionally followed by ': comment'] ");
+            std::io::stderr().flush()?;
             let mut line = String::new();
             if stdin.lock().read_line(&mut line)? == 0 {
                 anyhow::bail!("an approval is needed but stdin is closed; pass --auto-approve");
@@ -209,7 +209,7 @@ async fn ask(message: &str) -> anyhow::Result<(bool, String)> {
             match answer.as_str() {
                 "y" | "yes" => return Ok((true, comment)),
                 "n" | "no" => return Ok((false, comment)),
-                _ => println!("please answer y or n"),
+                _ => eprintln!("please answer y or n"),
             }
         }
     })

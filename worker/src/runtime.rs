@@ -139,7 +139,9 @@ impl Worker {
             .into_inner();
         backoff.reset();
         tracing::info!(worker_id = %self.id, coordinator = %self.coordinator, "connected");
-        let heartbeat = {
+        // Aborted when the session ends or is dropped (shutdown): the heartbeat holds a sender of
+        // the stream, and a stream with a sender left open never closes on the coordinator's side.
+        let _heartbeat = AbortOnDrop({
             let (outbound, slots) = (outbound.clone(), slots.clone());
             tokio::spawn(async move {
                 let mut ticks = tokio::time::interval(Duration::from_secs(5));
@@ -155,8 +157,9 @@ impl Worker {
                     }
                 }
             })
-        };
-        let outcome = loop {
+            .abort_handle()
+        });
+        loop {
             let message = match inbound.message().await {
                 Ok(Some(message)) => message,
                 Ok(None) => break Err("the coordinator closed the stream".to_owned()),
@@ -177,9 +180,7 @@ impl Worker {
                 }
                 None => {}
             }
-        };
-        heartbeat.abort();
-        outcome
+        }
     }
 
     /// Checks the payload, runs the agent, and wraps its answer.
@@ -285,6 +286,15 @@ fn default_id() -> String {
         .map(|h| h.trim().to_owned())
         .unwrap_or_else(|_| "worker".into());
     format!("{host}-{}", std::process::id())
+}
+
+/// Aborts a spawned task when dropped.
+struct AbortOnDrop(tokio::task::AbortHandle);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// 100 ms doubling to 5 s, reset by a successful connection.
