@@ -4,7 +4,9 @@
 //! - `coordinator`, `worker`: the cluster's processes.
 //! - `submit`, `runs`, `approve`: a client of a coordinator.
 //! - `dev`: coordinator and workers in one process, on an in-memory store.
+//! - `bench`: the benchmark: its own Redis, coordinator and worker processes.
 
+mod bench;
 mod client;
 mod dev;
 mod input;
@@ -43,6 +45,8 @@ enum Command {
     Approve(client::ApproveArgs),
     /// Run a workflow locally: coordinator and workers in this process, nothing to install.
     Dev(dev::Args),
+    /// Measure per-step overhead, fan-out, throughput and context size on a real cluster.
+    Bench(bench::Args),
 }
 
 fn main() -> ExitCode {
@@ -62,6 +66,7 @@ fn main() -> ExitCode {
                         Command::Runs(args) => client::runs(args).await,
                         Command::Approve(args) => client::approve(args).await,
                         Command::Dev(args) => dev::run(args).await,
+                        Command::Bench(args) => bench::run(args).await,
                         Command::Validate(_) => unreachable!("handled above"),
                     }
                 })

@@ -56,8 +56,11 @@ pub struct WorkerArgs {
     )]
     coordinator: String,
     /// The agents this worker serves (TOML).
-    #[arg(long)]
-    agents: PathBuf,
+    #[arg(long, required_unless_present = "bench_agents")]
+    agents: Option<PathBuf>,
+    /// Serve the built-in no-op agents `baton bench` uses (`noop`, `blob64k`) instead.
+    #[arg(long, hide = true)]
+    bench_agents: bool,
     /// How many tasks run at once.
     #[arg(long, default_value_t = 4)]
     concurrency: usize,
@@ -68,14 +71,19 @@ pub struct WorkerArgs {
 
 pub async fn worker(args: WorkerArgs) -> anyhow::Result<ExitCode> {
     crate::init_logging();
-    let agents = AgentsFile::load(&args.agents)?;
     let mut builder = Worker::builder()
         .coordinator(args.coordinator.clone())
         .concurrency(args.concurrency);
     if let Some(id) = args.id {
         builder = builder.id(id);
     }
-    let worker = baton_worker::agents_into(builder, agents, &args.coordinator).build();
+    builder = match &args.agents {
+        Some(path) => {
+            baton_worker::agents_into(builder, AgentsFile::load(path)?, &args.coordinator)
+        }
+        None => crate::bench::agents(builder),
+    };
+    let worker = builder.build();
     tracing::info!(worker_id = worker.id(), "worker starting");
     worker.run(shutdown_signal()).await;
     Ok(ExitCode::SUCCESS)

@@ -1,0 +1,84 @@
+//! `baton bench`: the four workloads of the benchmark on a real cluster of separate processes.
+//!
+//! Starts its own `redis-server` on a free loopback port (unless `--redis` is given; that server
+//! may be flushed), one `baton coordinator` and N `baton worker` processes of this same binary,
+//! runs an untimed warm-up, then each workload `--reps` times, and prints one JSON line per
+//! workload. The clock runs from the client's SubmitRun until the client holds the final run
+//! record. Agents are built in and do nothing (`{"ok": true, "i": n}`), so what is measured is
+//! Baton itself.
+//!
+//! - W1 chain: one run of 200 sequential agent steps.
+//! - W2 fan-out: a parallel step of 500 agent branches, then one agent step that gets them all.
+//! - W3 throughput: 200 concurrent runs of a 3-step chain.
+//! - W4 accumulation: W1 where each step returns 64 KiB and receives every earlier result.
+
+mod cluster;
+mod workloads;
+
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use baton_worker::WorkerBuilder;
+use serde_json::json;
+
+pub use workloads::Workload;
+
+#[derive(clap::Args)]
+pub struct Args {
+    /// Use this Redis instead of starting one (it may be flushed).
+    #[arg(long)]
+    redis: Option<String>,
+    /// Worker processes.
+    #[arg(long, default_value_t = 2)]
+    workers: usize,
+    /// Timed repetitions of each workload.
+    #[arg(long, default_value_t = 3)]
+    reps: usize,
+    /// Which workloads, comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "W1,W2,W3,W4")]
+    workloads: Vec<Workload>,
+    /// Multiplies every size (steps, branches, runs, blob size); CI runs 0.02 so the bench
+    /// cannot rot without taking minutes.
+    #[arg(long, default_value_t = 1.0)]
+    scale: f64,
+    /// Tasks each worker runs at once.
+    #[arg(long, default_value_t = 64)]
+    concurrency: usize,
+}
+
+pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let cluster =
+        cluster::Cluster::start(args.redis.as_deref(), args.workers, args.concurrency).await?;
+    eprintln!(
+        "bench: redis {}, coordinator {}, {} workers",
+        cluster.redis_url, cluster.coordinator_url, args.workers
+    );
+    let mut client = crate::client::connect(&cluster.coordinator_url).await?;
+    workloads::warm_up(&mut client, &cluster).await?;
+    for workload in &args.workloads {
+        let line = workloads::measure(*workload, &cluster, args.reps.max(1), args.scale).await?;
+        println!("{line}");
+    }
+    drop(cluster);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The built-in agents: `noop` returns `{"ok": true, "i": n}`, `blob64k` adds a 64 KiB string
+/// (`blob_bytes` in the payload's input overrides the size, for scaled-down runs).
+pub fn agents(builder: WorkerBuilder) -> WorkerBuilder {
+    let counter = Arc::new(AtomicU64::new(0));
+    let noop_counter = counter.clone();
+    builder
+        .agent("noop", move |_task| {
+            let i = noop_counter.fetch_add(1, Ordering::Relaxed);
+            async move { Ok(json!({"ok": true, "i": i})) }
+        })
+        .agent("blob64k", move |task| {
+            let i = counter.fetch_add(1, Ordering::Relaxed);
+            let size = task.payload["input"]["blob_bytes"]
+                .as_u64()
+                .unwrap_or(64 * 1024) as usize;
+            async move { Ok(json!({"ok": true, "i": i, "blob": "x".repeat(size)})) }
+        })
+}

@@ -1,0 +1,244 @@
+//! The four workloads, how each is timed, and the line printed for it.
+
+use std::str::FromStr;
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use baton_proto::Json;
+use baton_proto::v1::run_service_client::RunServiceClient;
+use baton_proto::v1::{GetStatsRequest, SubmitRunRequest, WatchRunRequest, run_event};
+use serde_json::{Value, json};
+use tonic::transport::Channel;
+
+use super::cluster::Cluster;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Workload {
+    W1,
+    W2,
+    W3,
+    W4,
+}
+
+impl FromStr for Workload {
+    type Err = String;
+
+    fn from_str(name: &str) -> Result<Self, String> {
+        match name.trim().to_ascii_uppercase().as_str() {
+            "W1" => Ok(Workload::W1),
+            "W2" => Ok(Workload::W2),
+            "W3" => Ok(Workload::W3),
+            "W4" => Ok(Workload::W4),
+            other => Err(format!(
+                "unknown workload {other:?}; expected W1, W2, W3 or W4"
+            )),
+        }
+    }
+}
+
+fn scaled(n: usize, scale: f64) -> usize {
+    ((n as f64 * scale).round() as usize).max(1)
+}
+
+fn chain(steps: usize, agent: &str) -> String {
+    let steps: Vec<Value> = (0..steps)
+        .map(|i| json!({"id": format!("s{i}"), "type": "agent", "agent": agent}))
+        .collect();
+    json!({"id": "bench-chain", "max_visits": 1, "steps": steps}).to_string()
+}
+
+fn fan_out(branches: usize) -> String {
+    let branches: Vec<Value> = (0..branches)
+        .map(|i| json!({"id": format!("b{i}"), "type": "agent", "agent": "noop"}))
+        .collect();
+    json!({"id": "bench-fan-out", "steps": [
+        {"id": "fan", "type": "parallel", "steps": branches},
+        {"id": "gather", "type": "agent", "agent": "noop", "input": "fan"}
+    ]})
+    .to_string()
+}
+
+/// One run: submit, watch to the end. Returns its duration, the gaps between its steps' results
+/// as the client saw them, and the number of agent steps.
+async fn one_run(
+    client: &mut RunServiceClient<Channel>,
+    workflow: &str,
+    input: &Value,
+) -> anyhow::Result<(Duration, Vec<Duration>)> {
+    let start = Instant::now();
+    let run_id = client
+        .submit_run(SubmitRunRequest {
+            workflow: workflow.as_bytes().to_vec(),
+            input: Some(Json::new(serde_json::to_vec(input)?)),
+        })
+        .await?
+        .into_inner()
+        .run_id;
+    let mut events = client
+        .watch_run(WatchRunRequest {
+            run_id: run_id.clone(),
+        })
+        .await?
+        .into_inner();
+    let mut gaps = Vec::new();
+    let mut last = start;
+    while let Some(event) = events.message().await? {
+        match event.event {
+            Some(run_event::Event::StepFinished(_)) => {
+                let now = Instant::now();
+                gaps.push(now - last);
+                last = now;
+            }
+            Some(run_event::Event::RunFinished(finished)) => {
+                let elapsed = start.elapsed();
+                let record = finished.record.context("no final record")?;
+                anyhow::ensure!(
+                    record.status == "succeeded",
+                    "run {run_id} {}: {}",
+                    record.status,
+                    record.error
+                );
+                return Ok((elapsed, gaps));
+            }
+            _ => {}
+        }
+    }
+    anyhow::bail!("the watch of run {run_id} ended early")
+}
+
+/// Runs the workload once; returns wall time, step gaps and how many agent steps ran.
+async fn once(
+    workload: Workload,
+    cluster: &Cluster,
+    scale: f64,
+) -> anyhow::Result<(Duration, Vec<Duration>, usize)> {
+    let mut client = crate::client::connect(&cluster.coordinator_url).await?;
+    match workload {
+        Workload::W1 => {
+            let steps = scaled(200, scale);
+            let (time, gaps) = one_run(&mut client, &chain(steps, "noop"), &json!("W1")).await?;
+            Ok((time, gaps, steps))
+        }
+        Workload::W2 => {
+            let branches = scaled(500, scale);
+            let (time, gaps) = one_run(&mut client, &fan_out(branches), &json!("W2")).await?;
+            Ok((time, gaps, branches + 1))
+        }
+        Workload::W3 => {
+            let runs = scaled(200, scale);
+            let workflow = chain(3, "noop");
+            let start = Instant::now();
+            let handles: Vec<_> = (0..runs)
+                .map(|_| {
+                    let (mut client, workflow) = (client.clone(), workflow.clone());
+                    tokio::spawn(async move { one_run(&mut client, &workflow, &json!("W3")).await })
+                })
+                .collect();
+            let mut gaps = Vec::new();
+            for handle in handles {
+                gaps.extend(handle.await??.1);
+            }
+            Ok((start.elapsed(), gaps, runs * 3))
+        }
+        Workload::W4 => {
+            let steps = scaled(200, scale);
+            let blob = scaled(64 * 1024, scale);
+            let input = json!({"workload": "W4", "blob_bytes": blob});
+            let (time, gaps) = one_run(&mut client, &chain(steps, "blob64k"), &input).await?;
+            Ok((time, gaps, steps))
+        }
+    }
+}
+
+pub async fn warm_up(
+    client: &mut RunServiceClient<Channel>,
+    cluster: &Cluster,
+) -> anyhow::Result<()> {
+    let _ = client;
+    once(Workload::W1, cluster, 0.1).await?;
+    once(Workload::W3, cluster, 0.1).await?;
+    Ok(())
+}
+
+/// Runs a workload `reps` times and returns its JSON line.
+pub async fn measure(
+    workload: Workload,
+    cluster: &Cluster,
+    reps: usize,
+    scale: f64,
+) -> anyhow::Result<Value> {
+    let mut client = crate::client::connect(&cluster.coordinator_url).await?;
+    let mut times = Vec::new();
+    let mut gaps = Vec::new();
+    let mut memory_growth = Vec::new();
+    let mut bytes = Vec::new();
+    let mut steps = 0;
+    for _ in 0..reps {
+        flush(&cluster.redis_url).await?;
+        let memory_before = redis_used_memory(&cluster.redis_url).await?;
+        let bytes_before = client
+            .get_stats(GetStatsRequest {})
+            .await?
+            .into_inner()
+            .bytes_to_workers;
+        let (time, run_gaps, run_steps) = once(workload, cluster, scale).await?;
+        let memory_after = redis_used_memory(&cluster.redis_url).await?;
+        let bytes_after = client
+            .get_stats(GetStatsRequest {})
+            .await?
+            .into_inner()
+            .bytes_to_workers;
+        times.push(time.as_secs_f64());
+        gaps.extend(run_gaps);
+        memory_growth.push(memory_after.saturating_sub(memory_before) as f64 / 1e6);
+        bytes.push(bytes_after - bytes_before);
+        steps = run_steps;
+    }
+    times.sort_by(f64::total_cmp);
+    gaps.sort();
+    let median = times[times.len() / 2];
+    let percentile = |p: f64| -> f64 {
+        if gaps.is_empty() {
+            return 0.0;
+        }
+        let index = ((gaps.len() as f64 - 1.0) * p).round() as usize;
+        gaps[index].as_secs_f64() * 1e3
+    };
+    let round = |x: f64, digits: i32| (x * 10f64.powi(digits)).round() / 10f64.powi(digits);
+    Ok(json!({
+        "workload": format!("{workload:?}"),
+        "median_s": round(median, 4),
+        "min_s": round(times[0], 4),
+        "max_s": round(times[times.len() - 1], 4),
+        "steps_per_s": round(steps as f64 / median, 1),
+        "per_step_ms": round(median * 1e3 / steps as f64, 3),
+        "p50_step_ms": round(percentile(0.50), 3),
+        "p99_step_ms": round(percentile(0.99), 3),
+        "redis_used_memory_mb": round(memory_growth.iter().cloned().fold(0.0, f64::max), 2),
+        "bytes_to_workers": bytes.iter().max().copied().unwrap_or(0),
+    }))
+}
+
+async fn connection(url: &str) -> anyhow::Result<redis::aio::MultiplexedConnection> {
+    let client = redis::Client::open(url)?;
+    Ok(client.get_multiplexed_async_connection().await?)
+}
+
+/// Redis's `used_memory`, in bytes.
+pub async fn redis_used_memory(url: &str) -> anyhow::Result<u64> {
+    let mut connection = connection(url).await?;
+    let info: String = redis::cmd("INFO")
+        .arg("memory")
+        .query_async(&mut connection)
+        .await?;
+    info.lines()
+        .find_map(|line| line.strip_prefix("used_memory:"))
+        .and_then(|value| value.trim().parse().ok())
+        .context("INFO memory has no used_memory")
+}
+
+async fn flush(url: &str) -> anyhow::Result<()> {
+    let mut connection = connection(url).await?;
+    let () = redis::cmd("FLUSHDB").query_async(&mut connection).await?;
+    Ok(())
+}

@@ -1,0 +1,54 @@
+//! `baton bench` at tiny sizes, so the benchmark harness cannot rot. No timing is asserted.
+
+mod support;
+
+use support::{baton, stderr, stdout};
+
+#[test]
+fn bench_prints_one_line_per_workload_with_every_field() {
+    let output = baton()
+        .args([
+            "bench",
+            "--scale",
+            "0.02",
+            "--reps",
+            "1",
+            "--concurrency",
+            "8",
+        ])
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "stderr:\n{}", stderr(&output));
+    let lines: Vec<serde_json::Value> = stdout(&output)
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("{line}: {e}")))
+        .collect();
+    let workloads: Vec<&str> = lines
+        .iter()
+        .map(|l| l["workload"].as_str().unwrap())
+        .collect();
+    assert_eq!(workloads, ["W1", "W2", "W3", "W4"]);
+    for line in &lines {
+        for field in [
+            "median_s",
+            "min_s",
+            "max_s",
+            "steps_per_s",
+            "per_step_ms",
+            "p50_step_ms",
+            "p99_step_ms",
+            "redis_used_memory_mb",
+            "bytes_to_workers",
+        ] {
+            assert!(line[field].is_number(), "{field} missing in {line}");
+        }
+        assert!(line["min_s"].as_f64() <= line["median_s"].as_f64());
+        assert!(line["median_s"].as_f64() <= line["max_s"].as_f64());
+        assert!(
+            line["bytes_to_workers"].as_u64().unwrap() > 0,
+            "agents received payloads: {line}"
+        );
+    }
+    // W4 hands every step all earlier results: it sends far more than W1 of the same length.
+    assert!(lines[3]["bytes_to_workers"].as_u64() > lines[0]["bytes_to_workers"].as_u64());
+}

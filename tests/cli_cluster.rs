@@ -1,0 +1,493 @@
+//! `baton submit`, `baton runs ...` and `baton approve`, run as a user runs them, against a real
+//! cluster (private `redis-server`, `baton coordinator`, `baton worker` processes).
+
+#[path = "support/cluster.rs"]
+mod harness;
+#[path = "support/spec.rs"]
+mod spec;
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+use std::sync::mpsc;
+use std::time::Instant;
+
+use baton_proto::v1::run_service_client::RunServiceClient;
+use baton_proto::v1::{GetRunRequest, ListRunsRequest, RunRecord};
+use harness::{Cluster, DEADLINE, Records, baton, output, step};
+use serde_json::{Value, json};
+use tonic::transport::Channel;
+
+fn feature_workflow() -> PathBuf {
+    harness::root().join("examples/feature-development/workflow.json")
+}
+
+/// `baton ARGS... --coordinator URL`, as the user `e2e-user`.
+fn cli(cluster: &Cluster, args: &[&str]) -> Command {
+    let mut command = baton();
+    command
+        .args(args)
+        .arg("--coordinator")
+        .arg(cluster.url())
+        .env("USER", "e2e-user");
+    command
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// Runs `baton ARGS` against the cluster and asserts it succeeded; returns stdout.
+fn ok(cluster: &Cluster, args: &[&str]) -> String {
+    let out = output(&mut cli(cluster, args), None);
+    assert!(
+        out.status.success(),
+        "baton {args:?} exited with {}\n── stdout:\n{}\n── stderr:\n{}",
+        out.status,
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+    text(&out.stdout)
+}
+
+fn parse_json(out: &Output) -> Value {
+    let stdout = text(&out.stdout);
+    serde_json::from_str(&stdout).unwrap_or_else(|e| {
+        panic!(
+            "stdout is not one JSON value ({e}):\n{stdout}\n── stderr:\n{}",
+            text(&out.stderr)
+        )
+    })
+}
+
+async fn get(client: &mut RunServiceClient<Channel>, run_id: &str) -> RunRecord {
+    client
+        .get_run(GetRunRequest {
+            run_id: run_id.to_owned(),
+        })
+        .await
+        .expect("GetRun")
+        .into_inner()
+}
+
+/// Polls GetRun until `ready` holds.
+async fn until(
+    client: &mut RunServiceClient<Channel>,
+    run_id: &str,
+    what: &str,
+    ready: impl Fn(&RunRecord) -> bool,
+) -> RunRecord {
+    let deadline = Instant::now() + DEADLINE;
+    loop {
+        let record = get(client, run_id).await;
+        if ready(&record) {
+            return record;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "run {run_id}: {what} did not happen within {DEADLINE:?}: {record:#?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+}
+
+fn waits_for_approval(record: &RunRecord) -> bool {
+    record
+        .waiting
+        .iter()
+        .any(|w| w.kind == "approval" && w.step_id == "approve-plan")
+}
+
+async fn spec_cluster(worker_ids: &[&str]) -> (Cluster, Records) {
+    let mut cluster = Cluster::start().await;
+    let records = Records::new(cluster.dir().join("records"));
+    cluster.start_spec_workers(&records, worker_ids).await;
+    (cluster, records)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_no_worker_serves_stays_queued() {
+    let (cluster, _records) = spec_cluster(&["worker-1"]).await;
+    let workflow = cluster.dir().join("translate.json");
+    std::fs::write(
+        &workflow,
+        r#"{"id": "translate", "steps": [
+            {"id": "translate", "type": "agent", "agent": "translator"}
+        ]}"#,
+    )
+    .unwrap();
+    let workflow = workflow.to_str().unwrap();
+    let run_id = ok(&cluster, &["submit", workflow, "--input", "hello"])
+        .trim()
+        .to_owned();
+
+    let record = parse_json(&output(
+        &mut cli(&cluster, &["runs", "get", &run_id, "--json"]),
+        None,
+    ));
+    assert_eq!(record["run_id"], json!(run_id));
+    assert_eq!(record["status"], json!("running"));
+    let waiting = record["waiting"].as_array().expect("waiting");
+    assert_eq!(waiting.len(), 1, "{record:#}");
+    assert_eq!(waiting[0]["kind"], json!("agent"));
+    assert_eq!(waiting[0]["step_id"], json!("translate"));
+    assert_eq!(waiting[0]["agent"], json!("translator"));
+    assert_eq!(waiting[0]["served"], json!(false));
+    let note = waiting[0]["note"].as_str().unwrap();
+    assert!(
+        note.contains("translator") && note.contains("no connected worker serves it"),
+        "{note}"
+    );
+    assert_eq!(record["steps"][0]["status"], json!("queued"));
+
+    let summary = ok(&cluster, &["runs", "get", &run_id]);
+    assert!(
+        summary.contains(&format!("run {run_id} running"))
+            && summary.contains(
+                "step \"translate\" needs agent \"translator\", which no connected worker serves"
+            ),
+        "{summary}"
+    );
+
+    let cancelled = ok(&cluster, &["runs", "cancel", &run_id]);
+    assert!(
+        cancelled.contains(&format!("run {run_id} cancelled")),
+        "{cancelled}"
+    );
+    let record = parse_json(&output(
+        &mut cli(&cluster, &["runs", "get", &run_id, "--json"]),
+        None,
+    ));
+    assert_eq!(record["status"], json!("cancelled"), "{record:#}");
+    assert_eq!(record["waiting"], json!([]));
+    assert!(ok(&cluster, &["runs", "get", &run_id]).contains(&format!("run {run_id} cancelled")));
+
+    // Cancelling again is refused with a clear error.
+    let again = output(&mut cli(&cluster, &["runs", "cancel", &run_id]), None);
+    assert!(!again.status.success());
+    let stderr = text(&again.stderr);
+    assert!(
+        stderr.contains(&run_id) && stderr.contains("FailedPrecondition"),
+        "{stderr}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn submit_prints_a_run_id_then_approve_watch_list_and_get() {
+    let (cluster, records) = spec_cluster(&["worker-1", "worker-2"]).await;
+    let workflow = feature_workflow();
+    let workflow = workflow.to_str().unwrap();
+    let stdout = ok(&cluster, &["submit", workflow, "--input", spec::INPUT]);
+    let run_id = stdout.trim().to_owned();
+    assert_eq!(stdout, format!("{run_id}\n"), "one line, the run id");
+    assert_eq!(run_id.len(), 36, "a UUID: {run_id}");
+
+    let mut client = cluster.client().await;
+    until(&mut client, &run_id, "the approval", waits_for_approval).await;
+    let approved = ok(&cluster, &["approve", &run_id, "approve-plan"]);
+    assert!(
+        approved.contains(&format!("run {run_id} running")),
+        "{approved}"
+    );
+
+    let watched = ok(&cluster, &["runs", "watch", &run_id]);
+    for line in [
+        "✓ plan",
+        "✓ approve-plan",
+        "✓ code",
+        "(branch of parallel-tests)",
+        "✓ check-tests",
+        "-> review",
+        "✓ review",
+    ] {
+        assert!(watched.contains(line), "{line:?} missing from:\n{watched}");
+    }
+    assert!(
+        watched
+            .trim_end()
+            .ends_with(&format!("run {run_id} succeeded")),
+        "{watched}"
+    );
+
+    let listed = ok(&cluster, &["runs", "list"]);
+    let line = listed
+        .lines()
+        .find(|line| line.starts_with(&run_id))
+        .unwrap_or_else(|| panic!("{run_id} not listed:\n{listed}"));
+    assert!(
+        line.contains("succeeded") && line.contains("feature-development"),
+        "{line}"
+    );
+
+    let summary = ok(&cluster, &["runs", "get", &run_id]);
+    let record = get(&mut client, &run_id).await;
+    assert!(
+        summary.contains(&format!("state sha256 {}", record.state_sha256)),
+        "{summary}"
+    );
+    let plan_line = summary
+        .lines()
+        .find(|line| line.trim_start().starts_with("plan "))
+        .unwrap_or_else(|| panic!("no plan line:\n{summary}"));
+    assert!(
+        plan_line.contains("succeeded")
+            && plan_line.contains("visits 1")
+            && plan_line.contains(&format!("on {}", step(&record, "plan").worker_id)),
+        "{plan_line}"
+    );
+    // The approval carries who approved: the user running `baton approve`.
+    assert_eq!(
+        harness::context(&record)["approve-plan"],
+        json!({"approved": true, "approver": "e2e-user"})
+    );
+    assert_eq!(records.of_run(&run_id).len(), 5);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn submit_json_waits_and_prints_the_final_record() {
+    let (cluster, records) = spec_cluster(&["worker-1", "worker-2"]).await;
+    let mut client = cluster.client().await;
+    let workflow = feature_workflow();
+    let mut submit = cli(
+        &cluster,
+        &[
+            "submit",
+            workflow.to_str().unwrap(),
+            "--input",
+            spec::INPUT,
+            "--json",
+        ],
+    );
+    let submitted = std::thread::spawn(move || output(&mut submit, None));
+
+    // Find the run (the only one) and approve it with the CLI while `submit --json` waits.
+    let deadline = Instant::now() + DEADLINE;
+    let run_id = loop {
+        let runs = client
+            .list_runs(ListRunsRequest { limit: 0 })
+            .await
+            .unwrap()
+            .into_inner()
+            .runs;
+        if let Some(run) = runs.first() {
+            break run.run_id.clone();
+        }
+        assert!(Instant::now() < deadline, "the run never showed up");
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    };
+    until(&mut client, &run_id, "the approval", waits_for_approval).await;
+    ok(
+        &cluster,
+        &["approve", &run_id, "approve-plan", "--comment", "ship it"],
+    );
+
+    let out = submitted.join().expect("the submit thread");
+    assert!(
+        out.status.success(),
+        "submit --json exited with {}: {}",
+        out.status,
+        text(&out.stderr)
+    );
+    let record = parse_json(&out);
+    let final_record = get(&mut client, &run_id).await;
+    assert_eq!(record["run_id"], json!(run_id));
+    assert_eq!(record["workflow_id"], json!("feature-development"));
+    assert_eq!(record["status"], json!("succeeded"));
+    assert_eq!(record["error"], Value::Null);
+    assert_eq!(
+        record["context"],
+        spec::final_context(
+            &json!({"approved": true, "comment": "ship it", "approver": "e2e-user"})
+        )
+    );
+    assert_eq!(record["state_sha256"], json!(final_record.state_sha256));
+    assert_eq!(record["state_sha256"].as_str().unwrap().len(), 64);
+    assert_eq!(record["waiting"], json!([]));
+    let steps = record["steps"].as_array().expect("steps");
+    let ids: Vec<_> = steps.iter().map(|s| s["id"].as_str().unwrap()).collect();
+    assert_eq!(
+        ids,
+        [
+            "plan",
+            "approve-plan",
+            "code",
+            "parallel-tests",
+            "unit",
+            "integration",
+            "check-tests",
+            "review"
+        ]
+    );
+    let received = records.by_step(&run_id);
+    for step in steps {
+        let id = step["id"].as_str().unwrap();
+        assert_eq!(step["status"], json!("succeeded"), "{step}");
+        assert_eq!(step["visits"], json!(1), "{step}");
+        match received.get(&(id.to_owned(), 1)) {
+            // An agent step names the worker that ran it: the one whose folder has its payload.
+            Some(got) => assert_eq!(step["worker_id"], json!(got.worker), "{step}"),
+            None => assert_eq!(step["worker_id"], Value::Null, "{step}"),
+        }
+    }
+    assert_eq!(steps[4]["parent"], json!("parallel-tests"));
+    assert_eq!(steps[4]["agent"], json!("test-unit"));
+}
+
+/// A child whose stdout lines arrive on a channel as it prints them.
+struct Lines {
+    child: std::process::Child,
+    lines: mpsc::Receiver<String>,
+    seen: Vec<String>,
+}
+
+impl Lines {
+    fn spawn(mut command: Command) -> Lines {
+        let mut child = command
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            // Client commands log nothing; an error message shows in the test's output.
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start baton");
+        let stdout = child.stdout.take().unwrap();
+        let (sender, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { return };
+                if sender.send(line).is_err() {
+                    return;
+                }
+            }
+        });
+        Lines {
+            child,
+            lines,
+            seen: Vec::new(),
+        }
+    }
+
+    /// The next line that contains `needle` (earlier lines are kept in `seen`).
+    fn wait_for(&mut self, needle: &str) -> String {
+        let deadline = Instant::now() + DEADLINE;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) => {
+                    self.seen.push(line.clone());
+                    if line.contains(needle) {
+                        return line;
+                    }
+                }
+                Err(_) => panic!(
+                    "no line with {needle:?} within {DEADLINE:?}; so far:\n{}",
+                    self.seen.join("\n")
+                ),
+            }
+        }
+    }
+
+    /// Reads the rest of stdout and waits for the exit.
+    fn finish(mut self) -> (std::process::ExitStatus, Vec<String>) {
+        let deadline = Instant::now() + DEADLINE;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) => self.seen.push(line),
+                Err(mpsc::RecvTimeoutError::Disconnected) => break,
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    let _ = self.child.kill();
+                    panic!(
+                        "baton did not finish within {DEADLINE:?}:\n{}",
+                        self.seen.join("\n")
+                    );
+                }
+            }
+        }
+        let status = self.child.wait().expect("wait for baton");
+        (status, std::mem::take(&mut self.seen))
+    }
+}
+
+impl Drop for Lines {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn submit_watch_prints_live_progress_through_a_rejection() {
+    let (cluster, records) = spec_cluster(&["worker-1", "worker-2"]).await;
+    let workflow = feature_workflow();
+    let mut watch = Lines::spawn(cli(
+        &cluster,
+        &[
+            "submit",
+            workflow.to_str().unwrap(),
+            "--input",
+            spec::INPUT,
+            "--watch",
+        ],
+    ));
+    let first = watch.wait_for("run ");
+    let run_id = first
+        .strip_prefix("run ")
+        .unwrap_or_else(|| panic!("the first line names the run: {first}"))
+        .trim()
+        .to_owned();
+
+    let waiting = watch.wait_for("⏸ approve-plan");
+    assert!(
+        waiting.contains("Approve implementation plan?")
+            && waiting.contains(&format!("baton approve {run_id} approve-plan")),
+        "{waiting}"
+    );
+    ok(
+        &cluster,
+        &[
+            "approve",
+            &run_id,
+            "approve-plan",
+            "--reject",
+            "--comment",
+            "split the toggle",
+        ],
+    );
+    let rejected = watch.wait_for("↩ approve-plan");
+    assert!(
+        rejected.contains("rejected") && rejected.contains("-> plan"),
+        "{rejected}"
+    );
+    watch.wait_for("⏸ approve-plan (visit 2)");
+    ok(&cluster, &["approve", &run_id, "approve-plan"]);
+    let (status, lines) = watch.finish();
+    let all = lines.join("\n");
+    assert!(
+        status.success(),
+        "submit --watch exited with {status}:\n{all}"
+    );
+    for needle in [
+        "▶ plan",
+        "started   agent planner on worker-",
+        "✓ plan",
+        "▶ plan (visit 2)",
+        "✓ plan (visit 2)",
+        "✓ approve-plan (visit 2)",
+        "▶ unit",
+        "▶ integration",
+        "✓ parallel-tests",
+        "✓ review",
+    ] {
+        assert!(all.contains(needle), "{needle:?} missing from:\n{all}");
+    }
+    assert_eq!(
+        lines.last().map(String::as_str),
+        Some(format!("run {run_id} succeeded").as_str()),
+        "{all}"
+    );
+    let second_plan = &records.by_step(&run_id)[&("plan".to_owned(), 2)];
+    assert_eq!(
+        second_plan.payload["context"]["approve-plan"],
+        json!({"approved": false, "comment": "split the toggle", "approver": "e2e-user"})
+    );
+}

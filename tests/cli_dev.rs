@@ -1,0 +1,282 @@
+//! `baton dev`: a whole run in one process on the in-memory store, run as a user runs it; and the
+//! same run on a real cluster giving the same state checksum.
+
+#[path = "support/cluster.rs"]
+mod harness;
+#[path = "support/spec.rs"]
+mod spec;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use baton_proto::Json;
+use baton_proto::v1::{DecideApprovalRequest, SubmitRunRequest};
+use harness::{Cluster, Records, Watch, baton, output};
+use serde_json::{Value, json};
+
+fn example(path: &str) -> PathBuf {
+    harness::root()
+        .join("examples/feature-development")
+        .join(path)
+}
+
+/// `baton dev <feature-development> --agents AGENTS --input "Add dark mode toggle" ARGS...`,
+/// as the user `e2e-user`.
+fn dev(agents: &Path, args: &[&str]) -> Command {
+    let mut command = baton();
+    command
+        .arg("dev")
+        .arg(example("workflow.json"))
+        .arg("--agents")
+        .arg(agents)
+        .arg("--input")
+        .arg(spec::INPUT)
+        .args(args)
+        .env("USER", "e2e-user");
+    command
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+fn assert_success(out: &Output) {
+    assert!(
+        out.status.success(),
+        "baton dev exited with {}\n── stdout:\n{}\n── stderr:\n{}",
+        out.status,
+        text(&out.stdout),
+        text(&out.stderr)
+    );
+}
+
+/// The decision `--auto-approve` takes: the bare approval the spec shows.
+fn auto_approval() -> Value {
+    json!({"approved": true})
+}
+
+/// The JSON blocks of a transcript that follow a `── ... received:` or `── ... returned:` header
+/// (`what` is `"received"` or `"returned"`), each with its step, in order. A `returned:` header
+/// that names no step belongs to the step whose payload was printed just before.
+fn blocks(transcript: &str, what: &str) -> Vec<(String, Value)> {
+    let mut found = Vec::new();
+    let mut last_step = String::new();
+    let mut lines = transcript.lines();
+    while let Some(line) = lines.next() {
+        let Some(header) = line.trim_start().strip_prefix("──") else {
+            continue;
+        };
+        let header = header.trim();
+        let Some((named, kind)) = header
+            .strip_suffix(':')
+            .and_then(|h| h.rsplit_once(' ').or(Some(("", h))))
+        else {
+            continue;
+        };
+        let step = match named.split(" (agent ").next().unwrap_or_default() {
+            "" => last_step.clone(),
+            step => step.to_owned(),
+        };
+        if kind == "received" {
+            last_step = step.clone();
+        }
+        if kind != what {
+            continue;
+        }
+        let mut json = String::new();
+        let value = loop {
+            let line = lines
+                .next()
+                .unwrap_or_else(|| panic!("the block of {header:?} never ends:\n{transcript}"));
+            json.push_str(line);
+            json.push('\n');
+            if let Ok(value) = serde_json::from_str::<Value>(&json) {
+                break value;
+            }
+        };
+        found.push((step, value));
+    }
+    found
+}
+
+#[test]
+fn dev_auto_approve_prints_each_payload_and_result() {
+    let out = output(&mut dev(&example("agents.toml"), &["--auto-approve"]), None);
+    assert_success(&out);
+    let transcript = text(&out.stdout);
+    let run_id = transcript
+        .lines()
+        .next()
+        .and_then(|line| line.strip_prefix("run "))
+        .unwrap_or_else(|| panic!("the first line names the run:\n{transcript}"))
+        .to_owned();
+
+    let mut received = blocks(&transcript, "received");
+    received.sort_by(|a, b| a.0.cmp(&b.0));
+    let mut expected: Vec<(String, Value)> = spec::payloads(&auto_approval())
+        .into_iter()
+        .map(|(step, payload)| (step.to_owned(), payload))
+        .collect();
+    expected.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(received, expected, "{transcript}");
+
+    let mut returned = blocks(&transcript, "returned");
+    returned.sort_by(|a, b| a.0.cmp(&b.0));
+    let mut answers: Vec<(String, Value)> = spec::results()
+        .into_iter()
+        .map(|(key, value)| (key.split('#').next().unwrap().to_owned(), value))
+        .collect();
+    answers.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(returned, answers, "{transcript}");
+
+    for line in [
+        "(agent planner) received:",
+        "⏸ approve-plan",
+        "✓ approve-plan",
+        "✓ parallel-tests",
+        "✓ check-tests",
+        "-> review",
+    ] {
+        assert!(
+            transcript.contains(line),
+            "{line:?} missing from:\n{transcript}"
+        );
+    }
+    assert!(
+        transcript
+            .trim_end()
+            .ends_with(&format!("run {run_id} succeeded")),
+        "{transcript}"
+    );
+}
+
+#[test]
+fn dev_json_prints_exactly_one_json_object() {
+    let out = output(
+        &mut dev(&example("agents.toml"), &["--auto-approve", "--json"]),
+        None,
+    );
+    assert_success(&out);
+    let stdout = text(&out.stdout);
+    let record: Value = serde_json::from_str(&stdout)
+        .unwrap_or_else(|e| panic!("stdout is not exactly one JSON value ({e}):\n{stdout}"));
+    assert_eq!(record["status"], json!("succeeded"));
+    assert_eq!(record["workflow_id"], json!("feature-development"));
+    assert_eq!(record["context"], spec::final_context(&auto_approval()));
+    let sha = record["state_sha256"].as_str().expect("state_sha256");
+    assert!(
+        sha.len() == 64 && sha.bytes().all(|b| b.is_ascii_hexdigit()),
+        "{sha}"
+    );
+    // The transcript went to stderr.
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("── review (agent reviewer) received:"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn dev_rejection_from_stdin_runs_the_plan_twice() {
+    let out = output(
+        &mut dev(&example("agents.toml"), &[]),
+        Some("n: split the toggle\ny\n"),
+    );
+    assert_success(&out);
+    let transcript = text(&out.stdout);
+    let plans: Vec<Value> = blocks(&transcript, "received")
+        .into_iter()
+        .filter(|(step, _)| step == "plan")
+        .map(|(_, payload)| payload)
+        .collect();
+    assert_eq!(plans.len(), 2, "the planner ran twice:\n{transcript}");
+    assert_eq!(plans[0], json!({"input": spec::INPUT, "context": {}}));
+    assert_eq!(
+        plans[1],
+        json!({
+            "input": spec::INPUT,
+            "context": {
+                "plan": spec::plan(),
+                "approve-plan": {"approved": false, "comment": "split the toggle", "approver": "e2e-user"}
+            }
+        })
+    );
+    assert!(transcript.contains("↩ approve-plan"), "{transcript}");
+    assert!(transcript.contains("✓ plan (visit 2)"), "{transcript}");
+    assert!(transcript.contains("✓ review"), "{transcript}");
+}
+
+#[test]
+fn dev_json_with_a_prompt_keeps_stdout_one_json_object() {
+    let out = output(
+        &mut dev(&example("agents.toml"), &["--json"]),
+        Some("y: ship it\n"),
+    );
+    assert_success(&out);
+    let stdout = text(&out.stdout);
+    let record: Value = serde_json::from_str(&stdout)
+        .unwrap_or_else(|e| panic!("stdout is not exactly one JSON value ({e}):\n{stdout}"));
+    assert_eq!(
+        record["context"]["approve-plan"],
+        json!({"approved": true, "comment": "ship it", "approver": "e2e-user"})
+    );
+}
+
+/// The same workflow, input, agent answers and decision give the same `state_sha256` in
+/// `baton dev` (in-memory store, one worker) and on a cluster (Redis, two workers): the checksum
+/// leaves worker ids and attempts out by design.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dev_and_cluster_give_the_same_state_checksum() {
+    let mut cluster = Cluster::start().await;
+    let records = Records::new(cluster.dir().join("records"));
+    cluster
+        .start_spec_workers(&records, &["worker-1", "worker-2"])
+        .await;
+    let mut client = cluster.client().await;
+    let workflow = std::fs::read(example("workflow.json")).unwrap();
+    let run_id = client
+        .submit_run(SubmitRunRequest {
+            workflow,
+            input: Some(Json::new(serde_json::to_vec(&json!(spec::INPUT)).unwrap())),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .run_id;
+    let mut watch = Watch::start(&mut client, &run_id).await;
+    watch.approval("approve-plan").await;
+    // The decision `baton dev --auto-approve` takes: no comment, no approver.
+    client
+        .decide_approval(DecideApprovalRequest {
+            run_id: run_id.clone(),
+            step_id: "approve-plan".to_owned(),
+            approved: true,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let on_cluster = watch.finished().await;
+    assert_eq!(on_cluster.status, "succeeded");
+
+    // `baton dev` with the same `sh` agents, and with the example's template agents: all three
+    // agree on every answer, so on the context and the checksum.
+    let dev_agents = records.spec_agents_file("dev");
+    for agents in [dev_agents, example("agents.toml")] {
+        let out = output(&mut dev(&agents, &["--auto-approve", "--json"]), None);
+        assert_success(&out);
+        let record: Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+        assert_eq!(record["status"], json!("succeeded"));
+        assert_eq!(
+            record["context"],
+            harness::context(&on_cluster),
+            "{}",
+            agents.display()
+        );
+        assert_eq!(
+            record["state_sha256"],
+            json!(on_cluster.state_sha256),
+            "{}",
+            agents.display()
+        );
+    }
+}

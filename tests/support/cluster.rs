@@ -1,0 +1,635 @@
+//! A real Baton cluster for one test: a private `redis-server` on a free port, the `baton
+//! coordinator` binary on another, and `baton worker` processes, all children of the test and
+//! all killed when the [`Cluster`] is dropped. Every child's stdout and stderr go to a log file
+//! in the cluster's temporary folder; a failing test prints them.
+//!
+//! Also here: agents files of `command` agents (POSIX `sh` scripts in `tests/agents/`) that save
+//! every payload they receive under a per-worker folder, so that a test can read back what each
+//! agent received and which worker ran it ([`Records`]), and [`output`], which runs a command
+//! with a deadline.
+
+#![allow(dead_code)]
+
+#[path = "../../coordinator/tests/support/redis_server.rs"]
+mod redis_server;
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::Read;
+use std::net::{Ipv4Addr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use baton_proto::v1::run_service_client::RunServiceClient;
+use baton_proto::v1::{
+    ListRunsRequest, RunEvent, RunRecord, WatchRunRequest, run_event, worker_message,
+};
+use serde_json::Value;
+use tonic::Streaming;
+use tonic::transport::Channel;
+
+pub use redis_server::RedisServer;
+
+/// How long a process gets to come up, and a run or a command to finish.
+pub const DEADLINE: Duration = Duration::from_secs(30);
+/// How often a condition is polled while waiting for it.
+const POLL: Duration = Duration::from_millis(10);
+/// How many coordinator ports to try when another process takes the one picked first.
+const PORT_ATTEMPTS: usize = 5;
+
+/// The repository root.
+pub fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .canonicalize()
+        .expect("the repository root exists")
+}
+
+/// The `baton` binary cargo built for this test run.
+pub fn baton() -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_baton"));
+    // Nothing from the caller's environment may point the CLI elsewhere or colour its logs.
+    command
+        .env_remove("BATON_COORDINATOR")
+        .env_remove("BATON_REDIS")
+        .env("NO_COLOR", "1")
+        .env("RUST_LOG", "info");
+    command
+}
+
+/// A child process of the cluster and the file its output goes to.
+struct Process {
+    name: String,
+    child: Child,
+    log: PathBuf,
+}
+
+impl Process {
+    fn spawn(name: &str, mut command: Command, log: PathBuf) -> Process {
+        let file = File::create(&log).expect("create a log file");
+        command
+            .stdin(Stdio::null())
+            .stdout(file.try_clone().expect("clone the log file"))
+            .stderr(file);
+        let child = command
+            .spawn()
+            .unwrap_or_else(|e| panic!("could not start {name}: {e}"));
+        Process {
+            name: name.to_owned(),
+            child,
+            log,
+        }
+    }
+
+    fn log(&self) -> String {
+        strip_ansi(&std::fs::read_to_string(&self.log).unwrap_or_default())
+    }
+
+    /// Panics with the log if the process has exited.
+    fn check_alive(&mut self) {
+        if let Some(status) = self.child.try_wait().expect("poll a child") {
+            panic!(
+                "{} exited with {status}; its output:\n{}",
+                self.name,
+                self.log()
+            );
+        }
+    }
+}
+
+/// A running cluster. Dropping it kills and reaps every process.
+pub struct Cluster {
+    dir: tempfile::TempDir,
+    /// `None` for a coordinator with `--memory`.
+    redis: Option<RedisServer>,
+    coordinator: Process,
+    /// Coordinators stopped by [`Cluster::restart_coordinator`], kept for their logs.
+    retired: Vec<Process>,
+    workers: Vec<Process>,
+    port: u16,
+    url: String,
+}
+
+impl Cluster {
+    /// Starts Redis and a coordinator on it, and waits until the coordinator answers
+    /// `ListRuns`.
+    pub async fn start() -> Cluster {
+        Self::start_with(Some(RedisServer::start())).await
+    }
+
+    /// Starts a coordinator with `--memory` (no Redis).
+    pub async fn start_memory() -> Cluster {
+        Self::start_with(None).await
+    }
+
+    async fn start_with(redis: Option<RedisServer>) -> Cluster {
+        let dir = tempfile::tempdir().expect("create the cluster's folder");
+        let store = store_args(redis.as_ref());
+        for attempt in 1..=PORT_ATTEMPTS {
+            let port = free_port();
+            let log = dir.path().join(format!("coordinator-{attempt}.log"));
+            match start_coordinator(port, &store, log).await {
+                Ok(coordinator) => {
+                    return Cluster {
+                        dir,
+                        redis,
+                        coordinator,
+                        retired: Vec::new(),
+                        workers: Vec::new(),
+                        port,
+                        url: format!("http://127.0.0.1:{port}"),
+                    };
+                }
+                // The port was taken in between: try another.
+                Err(log) if log.contains("cannot listen") && attempt < PORT_ATTEMPTS => {}
+                Err(log) => panic!("baton coordinator exited; its output:\n{log}"),
+            }
+        }
+        unreachable!("every attempt either returned or panicked")
+    }
+
+    /// Kills the coordinator (SIGKILL: no goodbye to anyone) and starts a new one on the same
+    /// port and store; waits until it answers. Workers reconnect by themselves.
+    pub async fn restart_coordinator(&mut self) {
+        let _ = self.coordinator.child.kill();
+        let _ = self.coordinator.child.wait();
+        let log = self.dir.path().join(format!(
+            "coordinator-restart-{}.log",
+            self.retired.len() + 1
+        ));
+        let new = start_coordinator(self.port, &store_args(self.redis.as_ref()), log)
+            .await
+            .unwrap_or_else(|log| panic!("the restarted coordinator exited; its output:\n{log}"));
+        self.retired
+            .push(std::mem::replace(&mut self.coordinator, new));
+    }
+
+    /// Starts `baton worker --id ID --agents AGENTS --concurrency N` (not waiting for it).
+    pub fn start_worker(&mut self, id: &str, agents: &Path, concurrency: usize) {
+        let mut command = baton();
+        command
+            .arg("worker")
+            .arg("--coordinator")
+            .arg(&self.url)
+            .arg("--agents")
+            .arg(agents)
+            .arg("--concurrency")
+            .arg(concurrency.to_string())
+            .arg("--id")
+            .arg(id);
+        let log = self.dir.path().join(format!("{id}.log"));
+        self.workers
+            .push(Process::spawn(&format!("baton worker {id}"), command, log));
+    }
+
+    /// Starts one worker per id, each serving the spec's agents (`spec-agent.sh`) and saving
+    /// payloads under `records`, and waits until the coordinator has them all.
+    pub async fn start_spec_workers(&mut self, records: &Records, ids: &[&str]) {
+        for id in ids {
+            let agents = records.spec_agents_file(id);
+            self.start_worker(id, &agents, 4);
+        }
+        self.wait_for_workers(ids).await;
+    }
+
+    /// Waits until the coordinator logged the connection of every worker in `ids`.
+    pub async fn wait_for_workers(&mut self, ids: &[&str]) {
+        let deadline = Instant::now() + DEADLINE;
+        loop {
+            let log = self.coordinator.log();
+            let connected = |id: &&str| {
+                log.lines().any(|line| {
+                    line.contains("worker connected") && line.contains(&format!("\"{id}\""))
+                })
+            };
+            if ids.iter().all(connected) {
+                return;
+            }
+            self.coordinator.check_alive();
+            for worker in &mut self.workers {
+                worker.check_alive();
+            }
+            if Instant::now() > deadline {
+                panic!(
+                    "workers {ids:?} did not all connect within {DEADLINE:?}\n{}",
+                    self.logs()
+                );
+            }
+            tokio::time::sleep(POLL).await;
+        }
+    }
+
+    /// The coordinator's gRPC URL, `http://127.0.0.1:<port>`.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    pub fn redis(&self) -> &RedisServer {
+        self.redis
+            .as_ref()
+            .expect("this cluster's coordinator has no Redis")
+    }
+
+    /// A folder that lives as long as the cluster.
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    pub async fn client(&self) -> RunServiceClient<Channel> {
+        RunServiceClient::connect(self.url.clone())
+            .await
+            .expect("connect to the coordinator")
+            .max_decoding_message_size(usize::MAX)
+            .max_encoding_message_size(usize::MAX)
+    }
+
+    /// A connection to the cluster's private Redis.
+    pub async fn redis_connection(&self) -> redis::aio::MultiplexedConnection {
+        redis::Client::open(self.redis().url())
+            .expect("a Redis URL")
+            .get_multiplexed_async_connection()
+            .await
+            .expect("connect to the private Redis")
+    }
+
+    /// Every process's output, for a failure message.
+    pub fn logs(&self) -> String {
+        let mut out = String::new();
+        for process in self
+            .retired
+            .iter()
+            .chain([&self.coordinator])
+            .chain(&self.workers)
+        {
+            out.push_str(&format!(
+                "──── {} ({}):\n{}\n",
+                process.name,
+                process.log.display(),
+                process.log()
+            ));
+        }
+        out
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for process in self.workers.iter_mut().chain([&mut self.coordinator]) {
+            let _ = process.child.kill();
+            let _ = process.child.wait();
+        }
+        if std::thread::panicking() {
+            eprintln!("the cluster's logs:\n{}", self.logs());
+        }
+    }
+}
+
+/// `--redis URL`, or `--memory`.
+fn store_args(redis: Option<&RedisServer>) -> Vec<String> {
+    match redis {
+        Some(redis) => vec!["--redis".to_owned(), redis.url()],
+        None => vec!["--memory".to_owned()],
+    }
+}
+
+/// Starts `baton coordinator --listen 127.0.0.1:PORT STORE...` and waits until it answers
+/// `ListRuns`; if it exits first, returns its output.
+async fn start_coordinator(port: u16, store: &[String], log: PathBuf) -> Result<Process, String> {
+    let url = format!("http://127.0.0.1:{port}");
+    let mut command = baton();
+    command
+        .arg("coordinator")
+        .arg("--listen")
+        .arg(format!("127.0.0.1:{port}"))
+        .args(store);
+    let mut coordinator = Process::spawn("baton coordinator", command, log);
+    let deadline = Instant::now() + DEADLINE;
+    loop {
+        if let Some(status) = coordinator.child.try_wait().expect("poll the coordinator") {
+            return Err(format!("(exit status {status})\n{}", coordinator.log()));
+        }
+        if answers(&url).await {
+            return Ok(coordinator);
+        }
+        if Instant::now() > deadline {
+            panic!(
+                "baton coordinator did not answer within {DEADLINE:?}; its output:\n{}",
+                coordinator.log()
+            );
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// Whether a coordinator answers `ListRuns` at `url`.
+async fn answers(url: &str) -> bool {
+    let Ok(mut client) = RunServiceClient::connect(url.to_owned()).await else {
+        return false;
+    };
+    client.list_runs(ListRunsRequest { limit: 1 }).await.is_ok()
+}
+
+/// A loopback port nobody listens on right now.
+pub fn free_port() -> u16 {
+    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("bind 127.0.0.1:0");
+    listener.local_addr().expect("local address").port()
+}
+
+/// Logs without terminal colour codes (in case a logger ignores `NO_COLOR`).
+fn strip_ansi(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut chars = text.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// Where the test agents save the payloads they receive: one folder per worker under one root.
+pub struct Records {
+    root: PathBuf,
+}
+
+/// One payload an agent received.
+#[derive(Debug, Clone)]
+pub struct Record {
+    pub worker: String,
+    pub run_id: String,
+    pub step_id: String,
+    /// 1 for the first payload this step of this run received, 2 for the second...
+    pub n: u32,
+    pub payload: Value,
+}
+
+impl Records {
+    /// Records under `root` (created).
+    pub fn new(root: PathBuf) -> Records {
+        std::fs::create_dir_all(&root).expect("create the records folder");
+        Records { root }
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// Writes `<root>/<worker>.agents.toml`: the spec's five agents (planner, coder, test-unit,
+    /// test-integration, reviewer) as `spec-agent.sh` commands that save payloads under
+    /// `<root>/<worker>/`.
+    pub fn spec_agents_file(&self, worker: &str) -> PathBuf {
+        let agents = [
+            "planner",
+            "coder",
+            "test-unit",
+            "test-integration",
+            "reviewer",
+        ]
+        .map(|agent| (agent, vec!["spec-agent.sh", agent]));
+        self.agents_file(worker, &agents)
+    }
+
+    /// Writes `<root>/<worker>.agents.toml` with one `command` agent per entry: `name` runs
+    /// `sh tests/agents/<script> <args>...` with `RECORD_ROOT` and `WORKER` set.
+    pub fn agents_file(&self, worker: &str, agents: &[(&str, Vec<&str>)]) -> PathBuf {
+        let quote = |s: &str| serde_json::to_string(s).expect("a string is JSON");
+        let scripts = root().join("tests").join("agents");
+        let mut toml = String::new();
+        for (name, command) in agents {
+            let (script, args) = command.split_first().expect("a script");
+            let mut argv = vec![
+                quote("sh"),
+                quote(&scripts.join(script).display().to_string()),
+            ];
+            argv.extend(args.iter().map(|a| quote(a)));
+            toml.push_str(&format!(
+                "[agents.{name}]\nkind = \"command\"\ncommand = [{}]\nenv = {{ RECORD_ROOT = {}, WORKER = {} }}\n\n",
+                argv.join(", "),
+                quote(&self.root.display().to_string()),
+                quote(worker),
+            ));
+        }
+        let path = self.root.join(format!("{worker}.agents.toml"));
+        std::fs::write(&path, toml).expect("write an agents file");
+        path
+    }
+
+    /// Every payload saved for `run_id`, ordered by step and `n`.
+    pub fn of_run(&self, run_id: &str) -> Vec<Record> {
+        let mut records = Vec::new();
+        for worker in std::fs::read_dir(&self.root).expect("read the records folder") {
+            let worker = worker.expect("a folder entry");
+            if !worker.file_type().expect("a file type").is_dir() {
+                continue;
+            }
+            let worker_name = worker.file_name().to_string_lossy().into_owned();
+            for file in std::fs::read_dir(worker.path()).expect("read a worker's records") {
+                let path = file.expect("a folder entry").path();
+                let name = path.file_name().unwrap().to_string_lossy().into_owned();
+                let Some(rest) = name
+                    .strip_prefix(&format!("{run_id}."))
+                    .and_then(|rest| rest.strip_suffix(".json"))
+                else {
+                    continue;
+                };
+                let (step_id, n) = rest.rsplit_once('.').expect("<step>.<n>");
+                let text = std::fs::read_to_string(&path).expect("read a record");
+                let payload = serde_json::from_str(&text)
+                    .unwrap_or_else(|e| panic!("{} is not JSON ({e}): {text}", path.display()));
+                records.push(Record {
+                    worker: worker_name.clone(),
+                    run_id: run_id.to_owned(),
+                    step_id: step_id.to_owned(),
+                    n: n.parse().expect("a number"),
+                    payload,
+                });
+            }
+        }
+        records.sort_by(|a, b| (&a.step_id, a.n).cmp(&(&b.step_id, b.n)));
+        records
+    }
+
+    /// The payloads of `run_id` by `(step, n)`.
+    pub fn by_step(&self, run_id: &str) -> BTreeMap<(String, u32), Record> {
+        self.of_run(run_id)
+            .into_iter()
+            .map(|r| ((r.step_id.clone(), r.n), r))
+            .collect()
+    }
+}
+
+/// A run's event stream with a deadline on every wait.
+pub struct Watch {
+    run_id: String,
+    stream: Streaming<RunEvent>,
+    /// Every event received so far.
+    pub events: Vec<RunEvent>,
+}
+
+impl Watch {
+    pub async fn start(client: &mut RunServiceClient<Channel>, run_id: &str) -> Watch {
+        let stream = client
+            .watch_run(WatchRunRequest {
+                run_id: run_id.to_owned(),
+            })
+            .await
+            .expect("WatchRun")
+            .into_inner();
+        Watch {
+            run_id: run_id.to_owned(),
+            stream,
+            events: Vec::new(),
+        }
+    }
+
+    async fn next(&mut self) -> Option<RunEvent> {
+        let event = tokio::time::timeout(DEADLINE, self.stream.message())
+            .await
+            .unwrap_or_else(|_| {
+                panic!(
+                    "run {}: no event within {DEADLINE:?}; so far: {:#?}",
+                    self.run_id, self.events
+                )
+            })
+            .expect("the watch stream broke");
+        if let Some(event) = &event {
+            self.events.push(event.clone());
+        }
+        event
+    }
+
+    /// Waits for the approval request of `step_id`; returns its visit.
+    pub async fn approval(&mut self, step_id: &str) -> u32 {
+        loop {
+            match self.next().await.map(|e| e.event) {
+                Some(Some(run_event::Event::ApprovalRequested(a))) if a.step_id == step_id => {
+                    return a.visit;
+                }
+                Some(Some(run_event::Event::RunFinished(f))) => {
+                    panic!("run finished before {step_id} asked for approval: {f:#?}")
+                }
+                Some(_) => {}
+                None => panic!("the watch ended before {step_id} asked for approval"),
+            }
+        }
+    }
+
+    /// Waits for the end of the run; returns its final record.
+    pub async fn finished(&mut self) -> RunRecord {
+        loop {
+            match self.next().await.map(|e| e.event) {
+                Some(Some(run_event::Event::RunFinished(f))) => {
+                    return f.record.expect("RunFinished carries the record");
+                }
+                Some(_) => {}
+                None => panic!(
+                    "the watch of run {} ended without RunFinished: {:#?}",
+                    self.run_id, self.events
+                ),
+            }
+        }
+    }
+
+    /// The workers StepStarted named for `step_id`, in order.
+    pub fn started_on(&self, step_id: &str) -> Vec<String> {
+        self.events
+            .iter()
+            .filter_map(|e| match &e.event {
+                Some(run_event::Event::StepStarted(s)) if s.step_id == step_id => {
+                    Some(s.worker_id.clone())
+                }
+                _ => None,
+            })
+            .collect()
+    }
+}
+
+/// The run's context as JSON.
+pub fn context(record: &RunRecord) -> Value {
+    let context = record.context.as_ref().expect("a record has a context");
+    serde_json::from_slice(context.verified().expect("the context matches its SHA-256"))
+        .expect("the context is JSON")
+}
+
+/// A step of a record, by id.
+pub fn step<'a>(record: &'a RunRecord, step_id: &str) -> &'a baton_proto::v1::StepState {
+    record
+        .steps
+        .iter()
+        .find(|s| s.step_id == step_id)
+        .unwrap_or_else(|| panic!("no step {step_id} in {record:#?}"))
+}
+
+/// A `WorkerMessage` carrying `message`.
+pub fn worker_message(message: worker_message::Message) -> baton_proto::v1::WorkerMessage {
+    baton_proto::v1::WorkerMessage {
+        message: Some(message),
+    }
+}
+
+/// Runs `command` to its end, feeding it `stdin`; kills it and panics if it takes longer than
+/// [`DEADLINE`].
+pub fn output(command: &mut Command, stdin: Option<&str>) -> Output {
+    output_within(command, stdin, DEADLINE)
+}
+
+/// [`output`] with another deadline.
+pub fn output_within(command: &mut Command, stdin: Option<&str>, deadline: Duration) -> Output {
+    command
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = command
+        .spawn()
+        .unwrap_or_else(|e| panic!("could not run {command:?}: {e}"));
+    if let Some(text) = stdin {
+        let mut pipe = child.stdin.take().expect("stdin is piped");
+        let text = text.to_owned();
+        // Written from a thread, so a child that reads slowly cannot block the test.
+        std::thread::spawn(move || {
+            use std::io::Write;
+            let _ = pipe.write_all(text.as_bytes());
+        });
+    }
+    let read = |mut pipe: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            let _ = pipe.read_to_end(&mut bytes);
+            bytes
+        })
+    };
+    let stdout = read(Box::new(child.stdout.take().expect("stdout is piped")));
+    let stderr = read(Box::new(child.stderr.take().expect("stderr is piped")));
+    let until = Instant::now() + deadline;
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("poll a child") {
+            break status;
+        }
+        if Instant::now() > until {
+            let _ = child.kill();
+            let _ = child.wait();
+            let stdout = String::from_utf8_lossy(&stdout.join().unwrap_or_default()).into_owned();
+            let stderr = String::from_utf8_lossy(&stderr.join().unwrap_or_default()).into_owned();
+            panic!(
+                "{command:?} did not exit within {deadline:?}; killed it.\n── stdout:\n{stdout}\n── stderr:\n{stderr}"
+            );
+        }
+        std::thread::sleep(POLL);
+    };
+    Output {
+        status,
+        stdout: stdout.join().expect("read stdout"),
+        stderr: stderr.join().expect("read stderr"),
+    }
+}
