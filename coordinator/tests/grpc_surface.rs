@@ -1,0 +1,82 @@
+//! What any gRPC tool sees of a coordinator: health checking and reflection.
+
+use baton_coordinator::store::memory::MemoryStore;
+use baton_coordinator::{Config, Coordinator};
+use tokio::net::TcpListener;
+use tokio_stream::StreamExt;
+use tonic_health::pb::HealthCheckRequest;
+use tonic_health::pb::health_check_response::ServingStatus;
+use tonic_health::pb::health_client::HealthClient;
+use tonic_reflection::pb::v1::ServerReflectionRequest;
+use tonic_reflection::pb::v1::server_reflection_client::ServerReflectionClient;
+use tonic_reflection::pb::v1::server_reflection_request::MessageRequest;
+use tonic_reflection::pb::v1::server_reflection_response::MessageResponse;
+
+async fn channel(url: String) -> tonic::transport::Channel {
+    tonic::transport::Endpoint::from_shared(url)
+        .unwrap()
+        .connect()
+        .await
+        .unwrap()
+}
+
+async fn serve() -> (String, tokio::sync::oneshot::Sender<()>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let coordinator = Coordinator::new(MemoryStore::new(), Config::default());
+    tokio::spawn(baton_coordinator::grpc::serve(
+        listener,
+        coordinator,
+        async {
+            let _ = stopped.await;
+        },
+    ));
+    (url, stop)
+}
+
+#[tokio::test]
+async fn health_checking_reports_both_services_serving() {
+    let (url, _stop) = serve().await;
+    let mut health = HealthClient::new(channel(url).await);
+    for service in ["baton.v1.RunService", "baton.v1.WorkerService", ""] {
+        let response = health
+            .check(HealthCheckRequest {
+                service: service.into(),
+            })
+            .await
+            .unwrap_or_else(|status| panic!("{service:?}: {status}"))
+            .into_inner();
+        assert_eq!(response.status(), ServingStatus::Serving, "{service:?}");
+    }
+}
+
+#[tokio::test]
+async fn reflection_lists_the_baton_services() {
+    let (url, _stop) = serve().await;
+    let mut reflection = ServerReflectionClient::new(channel(url).await);
+    let request = ServerReflectionRequest {
+        host: String::new(),
+        message_request: Some(MessageRequest::ListServices(String::new())),
+    };
+    let mut responses = reflection
+        .server_reflection_info(tokio_stream::once(request))
+        .await
+        .unwrap()
+        .into_inner();
+    let response = responses.next().await.unwrap().unwrap();
+    let Some(MessageResponse::ListServicesResponse(list)) = response.message_response else {
+        panic!("unexpected reflection answer: {response:?}");
+    };
+    let names: Vec<String> = list.service.into_iter().map(|s| s.name).collect();
+    for expected in [
+        "baton.v1.RunService",
+        "baton.v1.WorkerService",
+        "grpc.health.v1.Health",
+    ] {
+        assert!(
+            names.iter().any(|n| n == expected),
+            "{expected} missing from {names:?}"
+        );
+    }
+}
