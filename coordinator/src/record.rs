@@ -10,12 +10,20 @@ use serde_json::{Value, json};
 use crate::model::StepState;
 
 /// SHA-256 of the run's state in canonical JSON (serde_json writes object keys sorted): status,
-/// error, context, and each step's status and visits. Worker ids and attempts are left out, so
-/// that the same workflow with the same agents gives the same checksum however it was scheduled.
+/// error, context, and each step's status and visits. Scheduling is left out (worker ids,
+/// attempts, and whether a dispatched task has been picked up yet: `running` counts as
+/// `queued`), so that the same workflow with the same agents gives the same checksum however it
+/// was scheduled, and a coordinator that restarts computes the same one.
 pub fn state_sha256(run: &Run, steps: &BTreeMap<String, StepState>) -> String {
     let steps: BTreeMap<&str, Value> = steps
         .iter()
-        .map(|(id, state)| (id.as_str(), json!([state.status, state.visits])))
+        .map(|(id, state)| {
+            let status = match state.status.as_str() {
+                "running" => "queued",
+                other => other,
+            };
+            (id.as_str(), json!([status, state.visits]))
+        })
         .collect();
     let state = json!({
         "status": run.status().as_str(),

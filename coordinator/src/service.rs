@@ -608,14 +608,9 @@ impl<S: Store> Coordinator<S> {
                 step.worker_id = assignment.worker_id.clone();
                 step.attempts += 1;
             }
-            if let Err(error) = self
-                .inner
-                .store
-                .set_task(&assignment.run_id, &assignment.task_key, json(&entry))
-                .await
-            {
-                tracing::warn!(run_id = %assignment.run_id, %error, "could not record a task's worker");
-            }
+            // Which worker holds a task is kept in memory only: writing it would cost a Redis
+            // round trip per step, and after a restart every task is queued again anyway. The
+            // result's transition records the worker for good.
             self.notify(
                 &assignment.run_id,
                 started(step_id, visit.parse().unwrap_or(0), &entry),
@@ -633,7 +628,11 @@ impl<S: Store> Coordinator<S> {
             context: Some(Json::new(json(&loaded.run.context().visible_serializer()))),
             steps: record::step_states(workflow, &loaded.steps),
             waiting: record::waiting(&loaded.run, |agent| self.inner.hub.serves(agent)),
-            state_sha256: loaded.state_sha256.clone(),
+            state_sha256: if loaded.state_sha256.is_empty() {
+                record::state_sha256(&loaded.run, &loaded.steps)
+            } else {
+                loaded.state_sha256.clone()
+            },
             created_ms: loaded.header.created_ms,
             updated_ms: loaded.updated_ms,
         }
@@ -644,18 +643,21 @@ impl Loaded {
     fn adopt(&mut self, run: Run, version: u64, planned: Planned) {
         self.run = run;
         self.version = version;
-        self.steps = planned.steps;
-        self.tasks = planned.tasks;
+        self.steps.extend(planned.steps);
+        for key in &planned.write.tasks_removed {
+            self.tasks.remove(key);
+        }
+        self.tasks.extend(planned.tasks_set);
         self.updated_ms = planned.write.updated_ms;
         self.state_sha256 = planned.write.state_sha256;
     }
 }
 
-/// A transition's write, and the step and task maps it leads to.
+/// A transition's write, and the changes it makes to the step and task maps.
 struct Planned {
     write: TransitionWrite,
-    steps: BTreeMap<String, StepState>,
-    tasks: BTreeMap<String, TaskEntry>,
+    steps: Vec<(String, StepState)>,
+    tasks_set: Vec<(String, TaskEntry)>,
 }
 
 /// Turns a transition into the store write that records it. Pure: nothing changes until the
@@ -669,20 +671,17 @@ fn plan(
     now: i64,
 ) -> Planned {
     let run = &transition.run;
-    let mut steps = loaded.steps.clone();
-    let mut tasks = loaded.tasks.clone();
-    let mut changed_steps: Vec<String> = Vec::new();
+    // Only what changes is copied: a transition costs the size of its change, not of the run
+    // (a 500-branch parallel step settles 500 times).
+    let mut steps: BTreeMap<String, StepState> = BTreeMap::new();
     let mut write = TransitionWrite {
         event: event.map(json),
         ..TransitionWrite::default()
     };
+    let mut tasks_set = Vec::new();
     if let Some((worker_id, task)) = from_worker {
-        let key = task_key(task);
-        tasks.remove(&key);
-        write.tasks_removed.push(key);
-        if let Some(step) = steps.get_mut(task.step_id.as_ref()) {
-            step.worker_id = worker_id.to_owned();
-        }
+        write.tasks_removed.push(task_key(task));
+        changed(&mut steps, loaded, &task.step_id).worker_id = worker_id.to_owned();
     }
     for record in run.history().iter().skip(history_before) {
         // Agent and transform data is stored once here; parallel data is rebuilt from its
@@ -693,14 +692,13 @@ fn plan(
             let key = format!("{}#{}", record.step_id, record.visit);
             write.results.push((key, json(data.as_ref())));
         }
-        let step = steps.entry(record.step_id.to_string()).or_default();
-        step.status = serde_json::to_value(record.status)
+        let state = changed(&mut steps, loaded, &record.step_id);
+        state.status = serde_json::to_value(record.status)
             .ok()
             .and_then(|v| v.as_str().map(str::to_owned))
             .unwrap_or_default();
-        step.visits = run.visits(&record.step_id);
-        step.error = record.error.as_deref().unwrap_or_default().to_owned();
-        changed_steps.push(record.step_id.to_string());
+        state.visits = run.visits(&record.step_id);
+        state.error = record.error.as_deref().unwrap_or_default().to_owned();
     }
     for action in &transition.actions {
         match action {
@@ -712,46 +710,54 @@ fn plan(
                     worker_id: String::new(),
                 };
                 write.tasks_set.push((key.clone(), json(&entry)));
-                tasks.insert(key, entry);
-                let step = steps.entry(task.task.step_id.to_string()).or_default();
-                step.status = "queued".into();
-                step.visits = run.visits(&task.task.step_id);
-                step.error.clear();
-                changed_steps.push(task.task.step_id.to_string());
+                tasks_set.push((key, entry));
+                let state = changed(&mut steps, loaded, &task.task.step_id);
+                state.status = "queued".into();
+                state.visits = run.visits(&task.task.step_id);
+                state.error.clear();
             }
             Action::AwaitApproval { step_id, .. } => {
-                let step = steps.entry(step_id.to_string()).or_default();
-                step.status = "waiting".into();
-                step.visits = run.visits(step_id);
-                changed_steps.push(step_id.to_string());
+                let state = changed(&mut steps, loaded, step_id);
+                state.status = "waiting".into();
+                state.visits = run.visits(step_id);
             }
             Action::Abandon(task) => {
-                let key = task_key(task);
-                tasks.remove(&key);
-                write.tasks_removed.push(key);
-                let step = steps.entry(task.step_id.to_string()).or_default();
-                step.status = "cancelled".into();
-                changed_steps.push(task.step_id.to_string());
+                write.tasks_removed.push(task_key(task));
+                changed(&mut steps, loaded, &task.step_id).status = "cancelled".into();
             }
             Action::Finished { .. } => {}
         }
     }
-    changed_steps.sort();
-    changed_steps.dedup();
-    for step_id in changed_steps {
-        if let Some(state) = steps.get(&step_id) {
-            write.steps.push((step_id, json(state)));
-        }
-    }
+    write.steps = steps
+        .iter()
+        .map(|(id, state)| (id.clone(), json(state)))
+        .collect();
     write.status = run.status().as_str().into();
     write.error = run.error().map(str::to_owned);
-    write.state_sha256 = record::state_sha256(run, &steps);
+    // The checksum covers the whole context: computed once, when the run ends (and on demand
+    // for a running run's record), never per transition.
+    if run.status().is_terminal() {
+        let mut all = loaded.steps.clone();
+        all.extend(steps.clone());
+        write.state_sha256 = record::state_sha256(run, &all);
+    }
     write.updated_ms = now;
     Planned {
         write,
-        steps,
-        tasks,
+        steps: steps.into_iter().collect(),
+        tasks_set,
     }
+}
+
+/// The step's state as this transition changes it, starting from what `loaded` holds.
+fn changed<'a>(
+    steps: &'a mut BTreeMap<String, StepState>,
+    loaded: &Loaded,
+    id: &str,
+) -> &'a mut StepState {
+    steps
+        .entry(id.to_owned())
+        .or_insert_with(|| loaded.steps.get(id).cloned().unwrap_or_default())
 }
 
 /// Rebuilds a run from the store by replaying its events.
