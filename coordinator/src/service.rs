@@ -174,8 +174,12 @@ impl<S: Store> Coordinator<S> {
             .expect("runs lock")
             .insert(run_id.clone(), slot.clone());
         let assignments = self.act(&run_id, &mut loaded, &transition, 0);
+        let finished = loaded.run.status().is_terminal();
         *guard = Some(loaded);
         drop(guard);
+        if finished {
+            self.evict(&run_id);
+        }
         self.assigned(assignments).await;
         Ok(run_id)
     }
@@ -538,9 +542,19 @@ impl<S: Store> Coordinator<S> {
             Err(other) => return Err(other.into()),
         }
         let assignments = self.act(run_id, loaded, &transition, before);
+        let finished = loaded.run.status().is_terminal();
         drop(guard);
+        if finished {
+            self.evict(run_id);
+        }
         self.assigned(assignments).await;
         Ok(())
+    }
+
+    /// Forgets a finished run's in-memory copy: it is read back from the store if asked for, so
+    /// a long-lived coordinator's memory follows its running runs, not every run it has seen.
+    fn evict(&self, run_id: &str) {
+        self.inner.runs.lock().expect("runs lock").remove(run_id);
     }
 
     /// Carries out a stored transition: tasks to the hub, events to watchers.
@@ -681,7 +695,10 @@ fn plan(
     let mut tasks_set = Vec::new();
     if let Some((worker_id, task)) = from_worker {
         write.tasks_removed.push(task_key(task));
-        changed(&mut steps, loaded, &task.step_id).worker_id = worker_id.to_owned();
+        let state = changed(&mut steps, loaded, &task.step_id);
+        state.worker_id = worker_id.to_owned();
+        // The answer can overtake the bookkeeping of its own delivery: it was delivered once.
+        state.attempts = state.attempts.max(1);
     }
     for record in run.history().iter().skip(history_before) {
         // Agent and transform data is stored once here; parallel data is rebuilt from its
@@ -715,6 +732,8 @@ fn plan(
                 state.status = "queued".into();
                 state.visits = run.visits(&task.task.step_id);
                 state.error.clear();
+                // Attempts count deliveries of this visit; each assignment adds one.
+                state.attempts = 0;
             }
             Action::AwaitApproval { step_id, .. } => {
                 let state = changed(&mut steps, loaded, step_id);

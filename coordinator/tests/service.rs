@@ -152,6 +152,7 @@ async fn a_run_survives_a_coordinator_restart_from_the_store_alone() {
         (unit_step.worker_id.as_str(), unit_step.parent.as_str()),
         ("w2", "parallel-tests")
     );
+    assert_eq!(unit_step.attempts, 1, "one delivery");
     assert!(store.active_runs().await.unwrap().is_empty());
 }
 
