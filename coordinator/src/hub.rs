@@ -166,8 +166,8 @@ impl Hub {
         Ok(state.fill(worker_id))
     }
 
-    /// Forgets a task wherever it is (the run was cancelled); returns the worker that held it.
-    pub fn forget(&self, run_id: &str, task_key: &str) -> Option<String> {
+    /// Forgets a task wherever it is (its run ended); the slot it held takes the next task.
+    pub fn forget(&self, run_id: &str, task_key: &str) -> Vec<Assignment> {
         let mut state = self.state.lock().expect("hub lock");
         for queue in state.queues.values_mut() {
             queue.retain(|task| !(task.run_id == run_id && task.task_key == task_key));
@@ -176,8 +176,53 @@ impl Hub {
         let holder = state
             .workers
             .iter_mut()
-            .find_map(|(id, worker)| worker.holding.remove(&key).map(|_| id.clone()))?;
-        Some(holder)
+            .find_map(|(id, worker)| worker.holding.remove(&key).map(|_| id.clone()));
+        match holder {
+            Some(holder) => state.fill(&holder),
+            None => Vec::new(),
+        }
+    }
+
+    /// Takes a task back from a worker and queues it again at the front (its result could not
+    /// be recorded); it goes out again at once if a worker has room.
+    pub fn requeue(&self, worker_id: &str, run_id: &str, task_key: &str) -> Vec<Assignment> {
+        let mut state = self.state.lock().expect("hub lock");
+        let key = (run_id.to_owned(), task_key.to_owned());
+        let Some(task) = state
+            .workers
+            .get_mut(worker_id)
+            .and_then(|worker| worker.holding.remove(&key))
+        else {
+            return Vec::new();
+        };
+        let agent = task.agent.clone();
+        state
+            .queues
+            .entry(agent.clone())
+            .or_default()
+            .push_front(task);
+        let serving: Vec<String> = state
+            .workers
+            .iter()
+            .filter(|(_, worker)| worker.agents.contains(&agent))
+            .map(|(id, _)| id.clone())
+            .collect();
+        serving.iter().flat_map(|id| state.fill(id)).collect()
+    }
+
+    /// Whether the task is held by a worker or waiting in a queue.
+    pub fn knows(&self, run_id: &str, task_key: &str) -> bool {
+        let state = self.state.lock().expect("hub lock");
+        let key = (run_id.to_owned(), task_key.to_owned());
+        state
+            .workers
+            .values()
+            .any(|worker| worker.holding.contains_key(&key))
+            || state
+                .queues
+                .values()
+                .flatten()
+                .any(|task| task.run_id == run_id && task.task_key == task_key)
     }
 
     /// Whether any connected worker serves `agent`.
@@ -204,51 +249,58 @@ impl Hub {
         state
             .workers
             .iter()
-            .map(|(id, worker)| (id.clone(), worker.capacity - worker.holding.len()))
+            .map(|(id, worker)| {
+                (
+                    id.clone(),
+                    worker.capacity.saturating_sub(worker.holding.len()),
+                )
+            })
             .collect()
     }
 }
 
 impl State {
-    /// Hands `task` to the least-loaded worker that can take it.
+    /// Hands `task` to the least-loaded worker that can take it. A worker whose stream turns
+    /// out to be closed is skipped (its disconnect follows), so it cannot hold up dispatch.
     fn assign(&mut self, task: ReadyTask) -> Result<Assignment, Box<ReadyTask>> {
-        let chosen = self
+        let mut candidates: Vec<(usize, String)> = self
             .workers
             .iter()
             .filter(|(_, worker)| {
                 worker.agents.contains(&task.agent) && worker.holding.len() < worker.capacity
             })
-            .min_by_key(|(id, worker)| (worker.holding.len(), id.as_str()))
-            .map(|(id, _)| id.clone());
-        let Some(worker_id) = chosen else {
-            return Err(Box::new(task));
-        };
-        let worker = self
-            .workers
-            .get_mut(&worker_id)
-            .expect("chosen worker exists");
+            .map(|(id, worker)| (worker.holding.len(), id.clone()))
+            .collect();
+        candidates.sort();
         let message = CoordinatorMessage {
             message: Some(coordinator_message::Message::Task(task.message.clone())),
         };
-        if worker.stream.send(message).is_err() {
-            // Its stream closed; disconnect() will follow. Keep the task for someone else.
-            return Err(Box::new(task));
+        for (_, worker_id) in candidates {
+            let worker = self
+                .workers
+                .get_mut(&worker_id)
+                .expect("a candidate exists");
+            if worker.stream.send(message.clone()).is_err() {
+                worker.capacity = 0;
+                continue;
+            }
+            self.tasks_dispatched += 1;
+            self.bytes_to_workers += task
+                .message
+                .payload
+                .as_ref()
+                .map_or(0, |payload| payload.json.len() as u64);
+            let assignment = Assignment {
+                worker_id,
+                run_id: task.run_id.clone(),
+                task_key: task.task_key.clone(),
+            };
+            worker
+                .holding
+                .insert((task.run_id.clone(), task.task_key.clone()), task);
+            return Ok(assignment);
         }
-        self.tasks_dispatched += 1;
-        self.bytes_to_workers += task
-            .message
-            .payload
-            .as_ref()
-            .map_or(0, |payload| payload.json.len() as u64);
-        let assignment = Assignment {
-            worker_id: worker_id.clone(),
-            run_id: task.run_id.clone(),
-            task_key: task.task_key.clone(),
-        };
-        worker
-            .holding
-            .insert((task.run_id.clone(), task.task_key.clone()), task);
-        Ok(assignment)
+        Err(Box::new(task))
     }
 
     /// Gives `worker_id` queued tasks until it is full.

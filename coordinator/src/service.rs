@@ -199,7 +199,8 @@ impl<S: Store> Coordinator<S> {
             step_id: step_id.to_owned(),
             decision,
         };
-        self.apply(run_id, event, stored, None)
+        let record = self
+            .apply(run_id, event, stored, None, true)
             .await
             .map_err(|e| match e {
                 Error::NotAwaitingApproval { .. } => Error::NotAwaitingApproval {
@@ -208,7 +209,7 @@ impl<S: Store> Coordinator<S> {
                 },
                 other => other,
             })?;
-        self.record(run_id).await
+        Ok(record.expect("asked for"))
     }
 
     /// Stops a run now; tasks queued or running for it are dropped.
@@ -224,8 +225,8 @@ impl<S: Store> Coordinator<S> {
         let stored = StoredEvent::Cancel {
             reason: reason.to_owned(),
         };
-        self.apply(run_id, event, stored, None).await?;
-        self.record(run_id).await
+        let record = self.apply(run_id, event, stored, None, true).await?;
+        Ok(record.expect("asked for"))
     }
 
     /// A worker's result for a task it holds.
@@ -239,32 +240,22 @@ impl<S: Store> Coordinator<S> {
                 task_id: result.task_id.clone(),
             });
         }
-        let (event, stored) = match result.outcome {
-            Some(v1::task_result::Outcome::Data(data)) => {
-                if data.json.len() > self.inner.config.max_result_bytes {
-                    return Err(Error::TooLarge {
-                        what: "the result",
-                        size: data.json.len(),
-                        limit: self.inner.config.max_result_bytes,
-                    });
-                }
-                let bytes = data.verified()?;
-                let value: Value = serde_json::from_slice(bytes).map_err(|e| {
-                    Error::InvalidInput(format!("the result is not valid JSON: {e}"))
-                })?;
-                (
-                    Event::AgentSucceeded {
-                        task: task.clone(),
-                        data: value,
-                    },
-                    StoredEvent::AgentSucceeded {
-                        task: task.clone(),
-                        result: key.clone(),
-                        worker_id: worker_id.to_owned(),
-                    },
-                )
-            }
-            Some(v1::task_result::Outcome::Error(error)) => (
+        // A result that cannot be taken as data still settles its task: the step fails with
+        // the reason, instead of waiting for an answer that will never come again.
+        let (event, stored, refusal) = match self.read_outcome(result.outcome) {
+            Ok(Ok(data)) => (
+                Event::AgentSucceeded {
+                    task: task.clone(),
+                    data,
+                },
+                StoredEvent::AgentSucceeded {
+                    task: task.clone(),
+                    result: key.clone(),
+                    worker_id: worker_id.to_owned(),
+                },
+                None,
+            ),
+            Ok(Err(error)) => (
                 Event::AgentFailed {
                     task: task.clone(),
                     error: error.clone(),
@@ -274,24 +265,73 @@ impl<S: Store> Coordinator<S> {
                     error,
                     worker_id: worker_id.to_owned(),
                 },
+                None,
             ),
-            None => {
-                return Err(Error::InvalidInput(
-                    "a result needs data or an error".into(),
-                ));
+            Err(refused) => {
+                let error = format!("the agent's result was refused: {refused}");
+                (
+                    Event::AgentFailed {
+                        task: task.clone(),
+                        error: error.clone(),
+                    },
+                    StoredEvent::AgentFailed {
+                        task: task.clone(),
+                        error,
+                        worker_id: worker_id.to_owned(),
+                    },
+                    Some(refused),
+                )
             }
         };
         let applied = self
-            .apply(run_id, event, stored, Some((worker_id, &task)))
+            .apply(run_id, event, stored, Some((worker_id, &task)), false)
             .await;
-        // The worker's slot is free whatever the engine thought of the result (a stale answer
-        // to an older visit is refused, but the worker is done with it).
-        if let Ok(assignments) = self.inner.hub.finish(worker_id, run_id, &key) {
-            self.assigned(assignments).await;
+        let assignments = match &applied {
+            // Not recorded: the task goes back to the queue rather than being lost.
+            Err(Error::Store(_) | Error::Corrupt { .. }) => {
+                self.inner.hub.requeue(worker_id, run_id, &key)
+            }
+            // Recorded, or refused by the engine (a stale answer to an older visit): either
+            // way this worker is done with it.
+            _ => self
+                .inner
+                .hub
+                .finish(worker_id, run_id, &key)
+                .unwrap_or_default(),
+        };
+        self.assigned(assignments).await;
+        match (applied, refusal) {
+            (Err(Error::RunFinished { .. }), _) => Ok(()),
+            (Err(error), _) => Err(error),
+            (Ok(_), Some(refused)) => Err(refused),
+            (Ok(_), None) => Ok(()),
         }
-        match applied {
-            Err(Error::RunFinished { .. }) => Ok(()),
-            other => other.map(|_| ()),
+    }
+
+    /// The data of an outcome, the agent's error, or why the result cannot be accepted.
+    fn read_outcome(
+        &self,
+        outcome: Option<v1::task_result::Outcome>,
+    ) -> Result<Result<Value, String>, Error> {
+        match outcome {
+            Some(v1::task_result::Outcome::Data(data)) => {
+                let limit = self.inner.config.max_result_bytes;
+                if data.json.len() > limit {
+                    return Err(Error::TooLarge {
+                        what: "the result",
+                        size: data.json.len(),
+                        limit,
+                    });
+                }
+                let bytes = data.verified()?;
+                serde_json::from_slice(bytes)
+                    .map(Ok)
+                    .map_err(|e| Error::InvalidInput(format!("the result is not valid JSON: {e}")))
+            }
+            Some(v1::task_result::Outcome::Error(error)) => Ok(Err(error)),
+            None => Err(Error::InvalidInput(
+                "a result needs data or an error".into(),
+            )),
         }
     }
 
@@ -410,36 +450,18 @@ impl<S: Store> Coordinator<S> {
         Ok((events, Some(receiver)))
     }
 
-    /// After a restart: reload every running run and queue its tasks again.
+    /// After a restart: reload every running run, which queues its tasks again. A run that
+    /// cannot be loaded is logged and skipped, so that one bad run does not stop the others.
     pub async fn recover(&self) -> Result<usize, Error> {
         let active = self.inner.store.active_runs().await?;
+        let mut recovered = 0;
         for run_id in &active {
-            let slot = self.slot(run_id).await?;
-            let mut guard = slot.lock().await;
-            let Some(loaded) = guard.as_mut() else {
-                continue;
-            };
-            let mut ready = Vec::new();
-            for task in loaded.run.pending_tasks() {
-                let key = task_key(&task.task);
-                loaded.tasks.insert(
-                    key.clone(),
-                    TaskEntry {
-                        agent: task.agent.clone(),
-                        state: "queued".into(),
-                        worker_id: String::new(),
-                    },
-                );
-                ready.push(ready_task(run_id, &task));
+            match self.slot(run_id).await {
+                Ok(_) => recovered += 1,
+                Err(error) => tracing::error!(%run_id, %error, "cannot recover run"),
             }
-            drop(guard);
-            let assignments: Vec<Assignment> = ready
-                .into_iter()
-                .filter_map(|task| self.inner.hub.submit(task))
-                .collect();
-            self.assigned(assignments).await;
         }
-        Ok(active.len())
+        Ok(recovered)
     }
 
     fn watchers(&self, run_id: &str) -> broadcast::Sender<v1::RunEvent> {
@@ -465,7 +487,9 @@ impl<S: Store> Coordinator<S> {
         }
     }
 
-    /// The run's slot, loading it from the store the first time.
+    /// The run's slot, loading it from the store the first time. A run loaded from the store
+    /// gets its pending tasks queued again unless the hub already has them (after a restart,
+    /// or after another coordinator moved it on), and a finished one is not kept in memory.
     async fn slot(&self, run_id: &str) -> Result<Arc<AsyncMutex<Option<Loaded>>>, Error> {
         let slot = self
             .inner
@@ -476,79 +500,115 @@ impl<S: Store> Coordinator<S> {
             .or_insert_with(|| Arc::new(AsyncMutex::new(None)))
             .clone();
         let mut guard = slot.lock().await;
-        if guard.is_none() {
-            match self.inner.store.load_run(run_id).await? {
-                Some(stored) => *guard = Some(rebuild(stored, &self.inner.config.limits)?),
-                None => {
-                    drop(guard);
-                    self.inner.runs.lock().expect("runs lock").remove(run_id);
-                    return Err(Error::RunNotFound(run_id.to_owned()));
-                }
-            }
+        if guard.is_some() {
+            return Ok(slot.clone());
         }
+        let stored = match self.inner.store.load_run(run_id).await {
+            Ok(Some(stored)) => stored,
+            Ok(None) => {
+                drop(guard);
+                self.evict(run_id);
+                return Err(Error::RunNotFound(run_id.to_owned()));
+            }
+            Err(error) => return Err(error.into()),
+        };
+        let mut loaded = rebuild(stored, &self.inner.config.limits)?;
+        let mut assignments = Vec::new();
+        for task in loaded.run.pending_tasks() {
+            let key = task_key(&task.task);
+            if self.inner.hub.knows(run_id, &key) {
+                continue;
+            }
+            loaded.tasks.insert(
+                key,
+                TaskEntry {
+                    agent: task.agent.clone(),
+                    state: "queued".into(),
+                    worker_id: String::new(),
+                },
+            );
+            assignments.extend(self.inner.hub.submit(ready_task(run_id, &task)));
+        }
+        for assignment in &assignments {
+            self.mark_assigned(&mut loaded, assignment);
+        }
+        let finished = loaded.run.status().is_terminal();
+        *guard = Some(loaded);
         drop(guard);
+        if finished {
+            self.evict(run_id);
+        }
         Ok(slot)
     }
 
-    /// Applies one event to a run: engine, store, then effects.
+    /// Applies one event to a run: engine, store, then effects. Returns the run record when
+    /// `want_record` (built before a finished run leaves memory).
     async fn apply(
         &self,
         run_id: &str,
         event: Event,
         stored: StoredEvent,
         from_worker: Option<(&str, &TaskId)>,
-    ) -> Result<(), Error> {
-        let slot = self.slot(run_id).await?;
-        let mut guard = slot.lock().await;
-        let loaded = guard
-            .as_mut()
-            .ok_or_else(|| Error::RunNotFound(run_id.to_owned()))?;
-        let transition = loaded.run.apply(event).map_err(|e| match e {
-            EngineError::NotRunning(status) => Error::RunFinished {
-                run_id: run_id.to_owned(),
-                status: status.to_string(),
-            },
-            EngineError::NotAwaitingApproval(step_id) => Error::NotAwaitingApproval {
-                run_id: run_id.to_owned(),
-                step_id,
-            },
-            EngineError::UnknownTask(task) => Error::TaskNotHeld {
-                worker_id: from_worker.map(|(w, _)| w.to_owned()).unwrap_or_default(),
-                task_id: task_id(run_id, &task),
-            },
-        })?;
-        let before = loaded.run.history().len();
-        let now = now_ms();
-        let planned = plan(loaded, Some(&stored), from_worker, &transition, before, now);
-        match self
-            .inner
-            .store
-            .apply_transition(run_id, loaded.version, planned.write.clone())
-            .await
-        {
-            Ok(version) => {
-                self.inner.transitions.fetch_add(1, Ordering::Relaxed);
-                loaded.adopt(transition.run.clone(), version, planned)
-            }
-            Err(store::Error::Conflict { .. }) => {
-                // Another coordinator moved the run on: forget our copy, the next call reloads.
-                *guard = None;
-                return Err(Error::Store(store::Error::Conflict {
+        want_record: bool,
+    ) -> Result<Option<v1::RunRecord>, Error> {
+        // A conflict means another coordinator moved the run on: reload it and try again.
+        let mut conflicts = 0;
+        loop {
+            let slot = self.slot(run_id).await?;
+            let mut guard = slot.lock().await;
+            let Some(loaded) = guard.as_mut() else {
+                continue; // cleared by a conflict in between; slot() reloads it
+            };
+            let transition = loaded.run.apply(event.clone()).map_err(|e| match e {
+                EngineError::NotRunning(status) => Error::RunFinished {
                     run_id: run_id.to_owned(),
-                    expected: 0,
-                    actual: 0,
-                }));
+                    status: status.to_string(),
+                },
+                EngineError::NotAwaitingApproval(step_id) => Error::NotAwaitingApproval {
+                    run_id: run_id.to_owned(),
+                    step_id,
+                },
+                EngineError::UnknownTask(task) => Error::TaskNotHeld {
+                    worker_id: from_worker.map(|(w, _)| w.to_owned()).unwrap_or_default(),
+                    task_id: task_id(run_id, &task),
+                },
+            })?;
+            let before = loaded.run.history().len();
+            let planned = plan(
+                loaded,
+                Some(&stored),
+                from_worker,
+                &transition,
+                before,
+                now_ms(),
+            );
+            match self
+                .inner
+                .store
+                .apply_transition(run_id, loaded.version, planned.write.clone())
+                .await
+            {
+                Ok(version) => {
+                    self.inner.transitions.fetch_add(1, Ordering::Relaxed);
+                    loaded.adopt(transition.run.clone(), version, planned);
+                }
+                Err(store::Error::Conflict { .. }) if conflicts < 3 => {
+                    conflicts += 1;
+                    *guard = None;
+                    continue;
+                }
+                Err(other) => return Err(other.into()),
             }
-            Err(other) => return Err(other.into()),
+            let assignments = self.act(run_id, loaded, &transition, before);
+            let record = want_record.then(|| self.record_of(loaded));
+            let finished = loaded.run.status().is_terminal();
+            drop(guard);
+            if finished {
+                self.evict(run_id);
+            }
+            self.assigned(assignments).await;
+            return Ok(record);
         }
-        let assignments = self.act(run_id, loaded, &transition, before);
-        let finished = loaded.run.status().is_terminal();
-        drop(guard);
-        if finished {
-            self.evict(run_id);
-        }
-        self.assigned(assignments).await;
-        Ok(())
     }
 
     /// Forgets a finished run's in-memory copy: it is read back from the store if asked for, so
@@ -582,7 +642,7 @@ impl<S: Store> Coordinator<S> {
                     message,
                 } => self.notify(run_id, approval_requested(step_id, *visit, message)),
                 Action::Abandon(task) => {
-                    self.inner.hub.forget(run_id, &task_key(task));
+                    assignments.extend(self.inner.hub.forget(run_id, &task_key(task)));
                 }
                 Action::Finished { status, .. } => {
                     tracing::info!(run_id, status = %status, "run finished");
@@ -601,35 +661,47 @@ impl<S: Store> Coordinator<S> {
     /// Records which worker took each task, and tells watchers the step started.
     async fn assigned(&self, assignments: Vec<Assignment>) {
         for assignment in assignments {
-            let Ok(slot) = self.slot(&assignment.run_id).await else {
+            // Only runs in memory: a run that is not has finished, or will queue its tasks
+            // again when it is loaded.
+            let slot = self
+                .inner
+                .runs
+                .lock()
+                .expect("runs lock")
+                .get(&assignment.run_id)
+                .cloned();
+            let Some(slot) = slot else {
                 continue;
             };
             let mut guard = slot.lock().await;
-            let Some(loaded) = guard.as_mut() else {
-                continue;
-            };
-            let Some(entry) = loaded.tasks.get_mut(&assignment.task_key) else {
-                continue;
-            };
-            entry.state = "running".into();
-            entry.worker_id = assignment.worker_id.clone();
-            let entry = entry.clone();
-            let Some((step_id, visit)) = assignment.task_key.rsplit_once('#') else {
-                continue;
-            };
-            if let Some(step) = loaded.steps.get_mut(step_id) {
-                step.status = "running".into();
-                step.worker_id = assignment.worker_id.clone();
-                step.attempts += 1;
+            if let Some(loaded) = guard.as_mut() {
+                self.mark_assigned(loaded, &assignment);
             }
-            // Which worker holds a task is kept in memory only: writing it would cost a Redis
-            // round trip per step, and after a restart every task is queued again anyway. The
-            // result's transition records the worker for good.
-            self.notify(
-                &assignment.run_id,
-                started(step_id, visit.parse().unwrap_or(0), &entry),
-            );
         }
+    }
+
+    /// Notes which worker took a task. Which worker holds a task is kept in memory only:
+    /// writing it would cost a Redis round trip per step, and after a restart every task is
+    /// queued again anyway; the result's transition records the worker for good.
+    fn mark_assigned(&self, loaded: &mut Loaded, assignment: &Assignment) {
+        let Some(entry) = loaded.tasks.get_mut(&assignment.task_key) else {
+            return;
+        };
+        entry.state = "running".into();
+        entry.worker_id = assignment.worker_id.clone();
+        let entry = entry.clone();
+        let Some((step_id, visit)) = assignment.task_key.rsplit_once('#') else {
+            return;
+        };
+        if let Some(step) = loaded.steps.get_mut(step_id) {
+            step.status = "running".into();
+            step.worker_id = assignment.worker_id.clone();
+            step.attempts += 1;
+        }
+        self.notify(
+            &assignment.run_id,
+            started(step_id, visit.parse().unwrap_or(0), &entry),
+        );
     }
 
     fn record_of(&self, loaded: &Loaded) -> v1::RunRecord {

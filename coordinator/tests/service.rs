@@ -251,20 +251,6 @@ async fn refusals_change_nothing() {
         tonic::Code::PermissionDenied
     );
 
-    let mut corrupted = input(json!({"files": []}));
-    corrupted.json[2] = b'F';
-    let digest = coordinator
-        .complete(
-            &worker.id,
-            TaskResult {
-                task_id: plan.task_id.clone(),
-                outcome: Some(task_result::Outcome::Data(corrupted)),
-            },
-        )
-        .await
-        .unwrap_err();
-    assert!(matches!(digest, Error::Digest(_)));
-
     let unknown = coordinator.record("no-such-run").await.unwrap_err();
     assert_eq!(tonic::Status::from(unknown).code(), tonic::Code::NotFound);
 
@@ -278,6 +264,47 @@ async fn refusals_change_nothing() {
     assert_eq!(
         coordinator.record(&run_id).await.unwrap().waiting[0].kind,
         "approval"
+    );
+}
+
+#[tokio::test]
+async fn a_corrupted_result_fails_its_step_instead_of_stalling_the_run() {
+    let coordinator = Coordinator::new(MemoryStore::new(), Config::default());
+    let run_id = coordinator
+        .submit(FEATURE.as_bytes(), &input(json!("toggle")))
+        .await
+        .unwrap();
+    let mut worker = FakeWorker::connect(&coordinator, "w1", &["planner"]).await;
+    let plan = worker.next_task();
+    let mut corrupted = input(json!({"files": []}));
+    corrupted.json[2] = b'F';
+    let refused = coordinator
+        .complete(
+            &worker.id,
+            TaskResult {
+                task_id: plan.task_id.clone(),
+                outcome: Some(task_result::Outcome::Data(corrupted)),
+            },
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(refused, Error::Digest(_)),
+        "the worker is told why"
+    );
+    let record = coordinator.record(&run_id).await.unwrap();
+    assert_eq!(record.status, "failed");
+    assert!(
+        record
+            .error
+            .contains("step \"plan\" failed: the agent's result was refused"),
+        "{}",
+        record.error
+    );
+    assert_eq!(
+        coordinator.hub().workers(),
+        [("w1".to_string(), 8)],
+        "the slot is free again"
     );
 }
 
@@ -356,5 +383,168 @@ async fn cancel_drops_queued_tasks_and_ends_the_run() {
     assert_eq!(
         tonic::Status::from(again).code(),
         tonic::Code::FailedPrecondition
+    );
+}
+
+#[tokio::test]
+async fn cancelling_frees_the_slot_for_a_task_of_another_run() {
+    let coordinator = Coordinator::new(MemoryStore::new(), Config::default());
+    let first = coordinator
+        .submit(FEATURE.as_bytes(), &input(json!("one")))
+        .await
+        .unwrap();
+    let (tx, mut stream) = mpsc::unbounded_channel();
+    coordinator
+        .connect_worker("solo", vec!["planner".into()], 1, tx)
+        .await
+        .unwrap();
+    let second = coordinator
+        .submit(FEATURE.as_bytes(), &input(json!("two")))
+        .await
+        .unwrap();
+    let first_task = match stream.try_recv().unwrap().message {
+        Some(coordinator_message::Message::Task(task)) => task,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(first_task.run_id, first);
+    assert!(stream.try_recv().is_err(), "one slot: the second run waits");
+    coordinator
+        .cancel(&first, "no longer needed")
+        .await
+        .unwrap();
+    let next = match stream.try_recv().unwrap().message {
+        Some(coordinator_message::Message::Task(task)) => task,
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(next.run_id, second, "the freed slot took the waiting task");
+}
+
+#[tokio::test]
+async fn one_unreadable_run_does_not_stop_recovery_of_the_others() {
+    use baton_coordinator::store::{RunHeader, TransitionWrite};
+    let store = Arc::new(MemoryStore::new());
+    let coordinator = Coordinator::new(store.clone(), Config::default());
+    let good = coordinator
+        .submit(FEATURE.as_bytes(), &input(json!("toggle")))
+        .await
+        .unwrap();
+    store
+        .create_run(
+            RunHeader {
+                run_id: "broken".into(),
+                workflow_id: "x".into(),
+                workflow: "{ this is not a workflow".into(),
+                input: b"null".to_vec(),
+                created_ms: 0,
+            },
+            TransitionWrite {
+                status: "running".into(),
+                ..TransitionWrite::default()
+            },
+        )
+        .await
+        .unwrap();
+    drop(coordinator);
+    let restarted = Coordinator::new(store, Config::default());
+    assert_eq!(restarted.recover().await.unwrap(), 1);
+    let mut worker = FakeWorker::connect(&restarted, "w", &["planner"]).await;
+    assert_eq!(worker.next_task().run_id, good);
+}
+
+/// A store whose next transition write fails, as when Redis blips.
+#[derive(Default)]
+struct FlakyStore {
+    inner: MemoryStore,
+    fail_next: std::sync::atomic::AtomicBool,
+}
+
+impl Store for FlakyStore {
+    async fn create_run(
+        &self,
+        header: baton_coordinator::store::RunHeader,
+        first: baton_coordinator::store::TransitionWrite,
+    ) -> Result<(), baton_coordinator::store::Error> {
+        self.inner.create_run(header, first).await
+    }
+
+    async fn apply_transition(
+        &self,
+        run_id: &str,
+        expected_version: u64,
+        write: baton_coordinator::store::TransitionWrite,
+    ) -> Result<u64, baton_coordinator::store::Error> {
+        if self
+            .fail_next
+            .swap(false, std::sync::atomic::Ordering::SeqCst)
+        {
+            return Err(baton_coordinator::store::Error::Unavailable(
+                "connection reset".into(),
+            ));
+        }
+        self.inner
+            .apply_transition(run_id, expected_version, write)
+            .await
+    }
+
+    async fn load_run(
+        &self,
+        run_id: &str,
+    ) -> Result<Option<baton_coordinator::store::StoredRun>, baton_coordinator::store::Error> {
+        self.inner.load_run(run_id).await
+    }
+
+    async fn set_task(
+        &self,
+        run_id: &str,
+        task_key: &str,
+        task: Vec<u8>,
+    ) -> Result<bool, baton_coordinator::store::Error> {
+        self.inner.set_task(run_id, task_key, task).await
+    }
+
+    async fn list_runs(
+        &self,
+        limit: usize,
+    ) -> Result<Vec<baton_coordinator::store::RunSummary>, baton_coordinator::store::Error> {
+        self.inner.list_runs(limit).await
+    }
+
+    async fn active_runs(&self) -> Result<Vec<String>, baton_coordinator::store::Error> {
+        self.inner.active_runs().await
+    }
+}
+
+#[tokio::test]
+async fn a_result_the_store_could_not_record_sends_the_task_again() {
+    let store = Arc::new(FlakyStore::default());
+    let coordinator = Coordinator::new(store.clone(), Config::default());
+    let run_id = coordinator
+        .submit(FEATURE.as_bytes(), &input(json!("toggle")))
+        .await
+        .unwrap();
+    let mut worker = FakeWorker::connect(&coordinator, "w1", &["planner"]).await;
+    let plan = worker.next_task();
+    store
+        .fail_next
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    let error = coordinator
+        .complete(
+            &worker.id,
+            TaskResult {
+                task_id: plan.task_id.clone(),
+                outcome: Some(task_result::Outcome::Data(input(json!({"files": []})))),
+            },
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(tonic::Status::from(error).code(), tonic::Code::Unavailable);
+    let again = worker.next_task();
+    assert_eq!(again.task_id, plan.task_id, "the task was not lost");
+    worker
+        .answer(&coordinator, &again, json!({"files": []}))
+        .await;
+    assert_eq!(
+        coordinator.record(&run_id).await.unwrap().waiting[0].kind,
+        "approval"
     );
 }

@@ -61,6 +61,9 @@ pub struct Worker {
     concurrency: usize,
     agents: BTreeMap<String, Handler>,
     observer: Option<Observer>,
+    /// The stream of the current session. Tasks answer through it when they finish, so that a
+    /// task that outlives a reconnect answers on the new stream, not the dead one.
+    current: std::sync::Mutex<Option<mpsc::Sender<WorkerMessage>>>,
 }
 
 pub struct WorkerBuilder {
@@ -127,7 +130,8 @@ impl Worker {
                 message: Some(worker_message::Message::Hello(Hello {
                     worker_id: self.id.clone(),
                     agents: self.agents.keys().cloned().collect(),
-                    capacity: self.concurrency as u32,
+                    // Tasks still running from a previous session hold their slots.
+                    capacity: slots.available_permits().max(1) as u32,
                 })),
             })
             .await
@@ -138,6 +142,10 @@ impl Worker {
             .map_err(|status| format!("coordinator refused the stream: {}", status.message()))?
             .into_inner();
         backoff.reset();
+        *self.current.lock().expect("session lock") = Some(outbound.clone());
+        // Cleared when the session ends or is dropped: a sender left behind would keep the
+        // stream open, and the coordinator would think this worker is still there.
+        let _session = EndSession(self.clone());
         tracing::info!(worker_id = %self.id, coordinator = %self.coordinator, "connected");
         // Aborted when the session ends or is dropped (shutdown): the heartbeat holds a sender of
         // the stream, and a stream with a sender left open never closes on the coordinator's side.
@@ -168,10 +176,10 @@ impl Worker {
             match message.message {
                 Some(coordinator_message::Message::Task(task)) => {
                     let permit = slots.clone().acquire_owned().await.expect("never closed");
-                    let (worker, outbound) = (self.clone(), outbound.clone());
+                    let worker = self.clone();
                     tokio::spawn(async move {
                         let result = worker.execute(task).await;
-                        let _ = outbound.send(result).await;
+                        worker.answer(result).await;
                         drop(permit);
                     });
                 }
@@ -181,6 +189,22 @@ impl Worker {
                 None => {}
             }
         }
+    }
+
+    /// Sends an answer on the current session's stream, waiting out a reconnect (up to a
+    /// minute) rather than dropping it.
+    async fn answer(&self, message: WorkerMessage) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+        while tokio::time::Instant::now() < deadline {
+            let sender = self.current.lock().expect("session lock").clone();
+            if let Some(sender) = sender
+                && sender.send(message.clone()).await.is_ok()
+            {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        tracing::warn!(worker_id = %self.id, "dropped an answer: no coordinator for a minute");
     }
 
     /// Checks the payload, runs the agent, and wraps its answer.
@@ -222,7 +246,28 @@ impl Worker {
             payload,
             timeout_ms: task.timeout_ms,
         };
-        let result = handler(task.clone()).await;
+        // The handler runs as its own task, so that a panic fails the step instead of leaving
+        // it unanswered, and a step's timeout_ms stops it.
+        let mut running = tokio::spawn(handler(task.clone()));
+        let joined = if task.timeout_ms > 0 {
+            match tokio::time::timeout(Duration::from_millis(task.timeout_ms), &mut running).await {
+                Ok(joined) => joined,
+                Err(_) => {
+                    running.abort();
+                    return Err(format!(
+                        "agent \"{}\" timed out after {} ms",
+                        task.agent, task.timeout_ms
+                    ));
+                }
+            }
+        } else {
+            running.await
+        };
+        let result = match joined {
+            Ok(result) => result,
+            Err(error) if error.is_panic() => Err(format!("agent \"{}\" panicked", task.agent)),
+            Err(error) => Err(format!("agent \"{}\" did not finish: {error}", task.agent)),
+        };
         if let Some(observer) = &self.observer {
             observer(&task, &result);
         }
@@ -277,6 +322,7 @@ impl WorkerBuilder {
             concurrency: self.concurrency,
             agents: self.agents,
             observer: self.observer,
+            current: std::sync::Mutex::new(None),
         }
     }
 }
@@ -286,6 +332,17 @@ fn default_id() -> String {
         .map(|h| h.trim().to_owned())
         .unwrap_or_else(|_| "worker".into());
     format!("{host}-{}", std::process::id())
+}
+
+/// Forgets the session's stream when dropped.
+struct EndSession(Arc<Worker>);
+
+impl Drop for EndSession {
+    fn drop(&mut self) {
+        if let Ok(mut current) = self.0.current.lock() {
+            *current = None;
+        }
+    }
 }
 
 /// Aborts a spawned task when dropped.

@@ -126,7 +126,7 @@ fn async_stream(
                 Some((Ok(event), if last { None } else { Some(receiver) }))
             }
             Err(RecvError::Lagged(_)) => Some((
-                Err(Status::data_loss(
+                Err(Status::aborted(
                     "the watcher fell behind the run; watch it again to catch up",
                 )),
                 None,
