@@ -272,7 +272,7 @@ impl State {
             .map(|(id, worker)| (worker.holding.len(), id.clone()))
             .collect();
         candidates.sort();
-        let message = CoordinatorMessage {
+        let mut message = CoordinatorMessage {
             message: Some(coordinator_message::Message::Task(task.message.clone())),
         };
         for (_, worker_id) in candidates {
@@ -280,7 +280,9 @@ impl State {
                 .workers
                 .get_mut(&worker_id)
                 .expect("a candidate exists");
-            if worker.stream.send(message.clone()).is_err() {
+            if let Err(refused) = worker.stream.send(message) {
+                // A closed stream hands the message back: the next worker gets it.
+                message = refused.0;
                 worker.capacity = 0;
                 continue;
             }
