@@ -67,6 +67,23 @@ struct Inner<S> {
     watchers: std::sync::Mutex<HashMap<String, broadcast::Sender<v1::RunEvent>>>,
     /// Transitions written to the store since start.
     transitions: AtomicU64,
+    /// Where transitions spend their time, for `baton bench`'s profile.
+    profile: Profile,
+}
+
+/// Microseconds spent in each phase of a transition, summed.
+#[derive(Default)]
+struct Profile {
+    engine_us: AtomicU64,
+    plan_us: AtomicU64,
+    store_us: AtomicU64,
+    act_us: AtomicU64,
+}
+
+fn add_elapsed(counter: &AtomicU64, since: std::time::Instant) -> std::time::Instant {
+    let now = std::time::Instant::now();
+    counter.fetch_add((now - since).as_micros() as u64, Ordering::Relaxed);
+    now
 }
 
 /// A run as the coordinator holds it between transitions.
@@ -101,6 +118,7 @@ impl<S: Store> Coordinator<S> {
                 runs: Default::default(),
                 watchers: Default::default(),
                 transitions: AtomicU64::new(0),
+                profile: Profile::default(),
             }),
         }
     }
@@ -385,6 +403,10 @@ impl<S: Store> Coordinator<S> {
             tasks_dispatched: hub.tasks_dispatched,
             bytes_to_workers: hub.bytes_to_workers,
             transitions: self.inner.transitions.load(Ordering::Relaxed),
+            engine_us: self.inner.profile.engine_us.load(Ordering::Relaxed),
+            plan_us: self.inner.profile.plan_us.load(Ordering::Relaxed),
+            store_us: self.inner.profile.store_us.load(Ordering::Relaxed),
+            act_us: self.inner.profile.act_us.load(Ordering::Relaxed),
         }
     }
 
@@ -559,6 +581,8 @@ impl<S: Store> Coordinator<S> {
             let Some(loaded) = guard.as_mut() else {
                 continue; // cleared by a conflict in between; slot() reloads it
             };
+            let profile = &self.inner.profile;
+            let started = std::time::Instant::now();
             let transition = loaded.run.apply(event.clone()).map_err(|e| match e {
                 EngineError::NotRunning(status) => Error::RunFinished {
                     run_id: run_id.to_owned(),
@@ -573,6 +597,7 @@ impl<S: Store> Coordinator<S> {
                     task_id: task_id(run_id, &task),
                 },
             })?;
+            let started = add_elapsed(&profile.engine_us, started);
             let before = loaded.run.history().len();
             let planned = plan(
                 loaded,
@@ -582,12 +607,14 @@ impl<S: Store> Coordinator<S> {
                 before,
                 now_ms(),
             );
-            match self
+            let started = add_elapsed(&profile.plan_us, started);
+            let written = self
                 .inner
                 .store
                 .apply_transition(run_id, loaded.version, planned.write.clone())
-                .await
-            {
+                .await;
+            let started = add_elapsed(&profile.store_us, started);
+            match written {
                 Ok(version) => {
                     self.inner.transitions.fetch_add(1, Ordering::Relaxed);
                     loaded.adopt(transition.run.clone(), version, planned);
@@ -600,6 +627,7 @@ impl<S: Store> Coordinator<S> {
                 Err(other) => return Err(other.into()),
             }
             let assignments = self.act(run_id, loaded, &transition, before);
+            add_elapsed(&profile.act_us, started);
             let record = want_record.then(|| self.record_of(loaded));
             let finished = loaded.run.status().is_terminal();
             drop(guard);

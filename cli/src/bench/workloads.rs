@@ -173,6 +173,7 @@ pub async fn measure(
     let mut memory_growth = Vec::new();
     let mut bytes = Vec::new();
     let mut steps = 0;
+    let stats_before = client.get_stats(GetStatsRequest {}).await?.into_inner();
     for _ in 0..reps {
         flush(&cluster.redis_url).await?;
         let memory_before = redis_used_memory(&cluster.redis_url).await?;
@@ -194,6 +195,12 @@ pub async fn measure(
         bytes.push(bytes_after - bytes_before);
         steps = run_steps;
     }
+    let stats_after = client.get_stats(GetStatsRequest {}).await?.into_inner();
+    let total_s: f64 = times.iter().sum();
+    eprintln!(
+        "{}",
+        profile(workload, &stats_before, &stats_after, total_s)
+    );
     times.sort_by(f64::total_cmp);
     gaps.sort();
     let median = times[times.len() / 2];
@@ -217,6 +224,31 @@ pub async fn measure(
         "redis_used_memory_mb": round(memory_growth.iter().cloned().fold(0.0, f64::max), 2),
         "bytes_to_workers": bytes.iter().max().copied().unwrap_or(0),
     }))
+}
+
+/// Where the coordinator's time went during a workload, per transition, and what is left of
+/// the wall time for everything else (gRPC, workers, the client, Redis's own CPU).
+fn profile(
+    workload: Workload,
+    before: &baton_proto::v1::Stats,
+    after: &baton_proto::v1::Stats,
+    total_s: f64,
+) -> String {
+    let transitions = (after.transitions - before.transitions).max(1);
+    let per = |a: u64, b: u64| (a - b) as f64 / transitions as f64;
+    let (engine, plan, store, act) = (
+        per(after.engine_us, before.engine_us),
+        per(after.plan_us, before.plan_us),
+        per(after.store_us, before.store_us),
+        per(after.act_us, before.act_us),
+    );
+    let wall = total_s * 1e6 / transitions as f64;
+    format!(
+        "profile {workload:?}: {transitions} transitions; per transition: engine {engine:.1} us, \
+         store write planning {plan:.1} us, store round trip {store:.1} us, dispatch and \
+         payloads {act:.1} us; wall time per transition {wall:.1} us (the rest is gRPC, \
+         workers, the client and contention)"
+    )
 }
 
 async fn connection(url: &str) -> anyhow::Result<redis::aio::MultiplexedConnection> {
