@@ -59,6 +59,14 @@ impl FakeWorker {
     }
 }
 
+/// Starts the spec's feature-development workflow with a string input.
+async fn start<S: Store>(coordinator: &Coordinator<S>, text: &str) -> String {
+    coordinator
+        .submit(FEATURE.as_bytes(), &input(json!(text)))
+        .await
+        .unwrap()
+}
+
 fn payload(task: &Task) -> Value {
     serde_json::from_slice(task.payload.as_ref().unwrap().verified().unwrap()).unwrap()
 }
@@ -67,10 +75,7 @@ fn payload(task: &Task) -> Value {
 async fn a_run_survives_a_coordinator_restart_from_the_store_alone() {
     let store = Arc::new(MemoryStore::new());
     let first = Coordinator::new(store.clone(), Config::default());
-    let run_id = first
-        .submit(FEATURE.as_bytes(), &input(json!("toggle")))
-        .await
-        .unwrap();
+    let run_id = start(&first, "toggle").await;
     let mut worker = FakeWorker::connect(
         &first,
         "w1",
@@ -218,10 +223,7 @@ async fn bad_input_is_refused_with_what_is_wrong_and_nothing_is_stored() {
 #[tokio::test]
 async fn refusals_change_nothing() {
     let coordinator = Coordinator::new(MemoryStore::new(), Config::default());
-    let run_id = coordinator
-        .submit(FEATURE.as_bytes(), &input(json!("toggle")))
-        .await
-        .unwrap();
+    let run_id = start(&coordinator, "toggle").await;
     let before = coordinator.record(&run_id).await.unwrap();
 
     let not_waiting = coordinator
@@ -270,10 +272,7 @@ async fn refusals_change_nothing() {
 #[tokio::test]
 async fn a_corrupted_result_fails_its_step_instead_of_stalling_the_run() {
     let coordinator = Coordinator::new(MemoryStore::new(), Config::default());
-    let run_id = coordinator
-        .submit(FEATURE.as_bytes(), &input(json!("toggle")))
-        .await
-        .unwrap();
+    let run_id = start(&coordinator, "toggle").await;
     let mut worker = FakeWorker::connect(&coordinator, "w1", &["planner"]).await;
     let plan = worker.next_task();
     let mut corrupted = input(json!({"files": []}));
@@ -311,10 +310,7 @@ async fn a_corrupted_result_fails_its_step_instead_of_stalling_the_run() {
 #[tokio::test]
 async fn an_unserved_agent_is_named_in_the_record_and_served_once_a_worker_comes() {
     let coordinator = Coordinator::new(MemoryStore::new(), Config::default());
-    let run_id = coordinator
-        .submit(FEATURE.as_bytes(), &input(json!("toggle")))
-        .await
-        .unwrap();
+    let run_id = start(&coordinator, "toggle").await;
     let record = coordinator.record(&run_id).await.unwrap();
     assert_eq!(record.status, "running");
     assert_eq!(record.waiting.len(), 1);
@@ -338,10 +334,7 @@ async fn an_unserved_agent_is_named_in_the_record_and_served_once_a_worker_comes
 #[tokio::test]
 async fn a_worker_that_leaves_hands_its_task_to_another() {
     let coordinator = Coordinator::new(MemoryStore::new(), Config::default());
-    let run_id = coordinator
-        .submit(FEATURE.as_bytes(), &input(json!("toggle")))
-        .await
-        .unwrap();
+    let run_id = start(&coordinator, "toggle").await;
     let mut first = FakeWorker::connect(&coordinator, "first", &["planner"]).await;
     let task = first.next_task();
     coordinator.disconnect_worker("first").await;
@@ -362,10 +355,7 @@ async fn a_worker_that_leaves_hands_its_task_to_another() {
 #[tokio::test]
 async fn cancel_drops_queued_tasks_and_ends_the_run() {
     let coordinator = Coordinator::new(MemoryStore::new(), Config::default());
-    let run_id = coordinator
-        .submit(FEATURE.as_bytes(), &input(json!("toggle")))
-        .await
-        .unwrap();
+    let run_id = start(&coordinator, "toggle").await;
     let record = coordinator
         .cancel(&run_id, "changed my mind")
         .await
@@ -389,19 +379,13 @@ async fn cancel_drops_queued_tasks_and_ends_the_run() {
 #[tokio::test]
 async fn cancelling_frees_the_slot_for_a_task_of_another_run() {
     let coordinator = Coordinator::new(MemoryStore::new(), Config::default());
-    let first = coordinator
-        .submit(FEATURE.as_bytes(), &input(json!("one")))
-        .await
-        .unwrap();
+    let first = start(&coordinator, "one").await;
     let (tx, mut stream) = mpsc::unbounded_channel();
     coordinator
         .connect_worker("solo", vec!["planner".into()], 1, tx)
         .await
         .unwrap();
-    let second = coordinator
-        .submit(FEATURE.as_bytes(), &input(json!("two")))
-        .await
-        .unwrap();
+    let second = start(&coordinator, "two").await;
     let first_task = match stream.try_recv().unwrap().message {
         Some(coordinator_message::Message::Task(task)) => task,
         other => panic!("{other:?}"),
@@ -424,10 +408,7 @@ async fn one_unreadable_run_does_not_stop_recovery_of_the_others() {
     use baton_coordinator::store::{RunHeader, TransitionWrite};
     let store = Arc::new(MemoryStore::new());
     let coordinator = Coordinator::new(store.clone(), Config::default());
-    let good = coordinator
-        .submit(FEATURE.as_bytes(), &input(json!("toggle")))
-        .await
-        .unwrap();
+    let good = start(&coordinator, "toggle").await;
     store
         .create_run(
             RunHeader {
@@ -518,10 +499,7 @@ impl Store for FlakyStore {
 async fn a_result_the_store_could_not_record_sends_the_task_again() {
     let store = Arc::new(FlakyStore::default());
     let coordinator = Coordinator::new(store.clone(), Config::default());
-    let run_id = coordinator
-        .submit(FEATURE.as_bytes(), &input(json!("toggle")))
-        .await
-        .unwrap();
+    let run_id = start(&coordinator, "toggle").await;
     let mut worker = FakeWorker::connect(&coordinator, "w1", &["planner"]).await;
     let plan = worker.next_task();
     store
