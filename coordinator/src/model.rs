@@ -77,19 +77,6 @@ impl StoredEvent {
             },
         })
     }
-
-    /// The worker that produced an agent's outcome.
-    pub fn worker(&self) -> Option<(&TaskId, &str)> {
-        match self {
-            StoredEvent::AgentSucceeded {
-                task, worker_id, ..
-            }
-            | StoredEvent::AgentFailed {
-                task, worker_id, ..
-            } => Some((task, worker_id)),
-            _ => None,
-        }
-    }
 }
 
 /// The scheduling view of a step, as `GetRun` reports it.

@@ -260,8 +260,15 @@ impl<S: Store> Coordinator<S> {
         }
         // A result that cannot be taken as data still settles its task: the step fails with
         // the reason, instead of waiting for an answer that will never come again.
-        let (event, stored, refusal) = match self.read_outcome(result.outcome) {
-            Ok(Ok(data)) => (
+        let (outcome, refusal) = match self.read_outcome(result.outcome) {
+            Ok(outcome) => (outcome, None),
+            Err(refused) => (
+                Err(format!("the agent's result was refused: {refused}")),
+                Some(refused),
+            ),
+        };
+        let (event, stored) = match outcome {
+            Ok(data) => (
                 Event::AgentSucceeded {
                     task: task.clone(),
                     data,
@@ -271,9 +278,8 @@ impl<S: Store> Coordinator<S> {
                     result: key.clone(),
                     worker_id: worker_id.to_owned(),
                 },
-                None,
             ),
-            Ok(Err(error)) => (
+            Err(error) => (
                 Event::AgentFailed {
                     task: task.clone(),
                     error: error.clone(),
@@ -283,23 +289,7 @@ impl<S: Store> Coordinator<S> {
                     error,
                     worker_id: worker_id.to_owned(),
                 },
-                None,
             ),
-            Err(refused) => {
-                let error = format!("the agent's result was refused: {refused}");
-                (
-                    Event::AgentFailed {
-                        task: task.clone(),
-                        error: error.clone(),
-                    },
-                    StoredEvent::AgentFailed {
-                        task: task.clone(),
-                        error,
-                        worker_id: worker_id.to_owned(),
-                    },
-                    Some(refused),
-                )
-            }
         };
         let applied = self
             .apply(run_id, event, stored, Some((worker_id, &task)), false)
@@ -375,8 +365,9 @@ impl<S: Store> Coordinator<S> {
     pub async fn disconnect_worker(&self, worker_id: &str) {
         let (assignments, requeued) = self.inner.hub.disconnect(worker_id);
         tracing::info!(worker_id, requeued = requeued.len(), "worker disconnected");
+        // Redis holds these tasks as queued already (the holder is kept in memory only).
         for (run_id, key) in requeued {
-            let Ok(slot) = self.slot(&run_id).await else {
+            let Some(slot) = self.cached_slot(&run_id) else {
                 continue;
             };
             let mut guard = slot.lock().await;
@@ -386,10 +377,11 @@ impl<S: Store> Coordinator<S> {
             if let Some(entry) = loaded.tasks.get_mut(&key) {
                 entry.state = "queued".into();
                 entry.worker_id.clear();
-                let bytes = json(entry);
-                if let Err(error) = self.inner.store.set_task(&run_id, &key, bytes).await {
-                    tracing::warn!(%run_id, %key, %error, "could not record a requeued task");
-                }
+            }
+            if let Some((step_id, _)) = key.rsplit_once('#')
+                && let Some(step) = loaded.steps.get_mut(step_id)
+            {
+                step.status = "queued".into();
             }
         }
         self.assigned(assignments).await;
@@ -507,6 +499,16 @@ impl<S: Store> Coordinator<S> {
         if let Some(sender) = sender {
             let _ = sender.send(event);
         }
+    }
+
+    /// The run's slot if this coordinator holds the run in memory; never loads it.
+    fn cached_slot(&self, run_id: &str) -> Option<Arc<AsyncMutex<Option<Loaded>>>> {
+        self.inner
+            .runs
+            .lock()
+            .expect("runs lock")
+            .get(run_id)
+            .cloned()
     }
 
     /// The run's slot, loading it from the store the first time. A run loaded from the store
@@ -691,14 +693,7 @@ impl<S: Store> Coordinator<S> {
         for assignment in assignments {
             // Only runs in memory: a run that is not has finished, or will queue its tasks
             // again when it is loaded.
-            let slot = self
-                .inner
-                .runs
-                .lock()
-                .expect("runs lock")
-                .get(&assignment.run_id)
-                .cloned();
-            let Some(slot) = slot else {
+            let Some(slot) = self.cached_slot(&assignment.run_id) else {
                 continue;
             };
             let mut guard = slot.lock().await;
@@ -810,10 +805,7 @@ fn plan(
             write.results.push((key, json(data.as_ref())));
         }
         let state = changed(&mut steps, loaded, &record.step_id);
-        state.status = serde_json::to_value(record.status)
-            .ok()
-            .and_then(|v| v.as_str().map(str::to_owned))
-            .unwrap_or_default();
+        state.status = record.status.as_str().to_owned();
         state.visits = run.visits(&record.step_id);
         state.error = record.error.as_deref().unwrap_or_default().to_owned();
     }
@@ -954,10 +946,7 @@ fn step_finished(record: &StepRecord) -> v1::RunEvent {
         event: Some(run_event::Event::StepFinished(v1::StepFinished {
             step_id: record.step_id.to_string(),
             visit: record.visit,
-            status: serde_json::to_value(record.status)
-                .ok()
-                .and_then(|v| v.as_str().map(str::to_owned))
-                .unwrap_or_default(),
+            status: record.status.as_str().to_owned(),
             data: record.data.as_ref().map(|d| Json::new(json(d.as_ref()))),
             error: record.error.as_deref().unwrap_or_default().to_owned(),
             next: record.next.as_deref().unwrap_or_default().to_owned(),

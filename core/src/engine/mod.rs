@@ -147,6 +147,16 @@ pub enum StepStatus {
     Rejected,
 }
 
+impl StepStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StepStatus::Succeeded => "succeeded",
+            StepStatus::Failed => "failed",
+            StepStatus::Rejected => "rejected",
+        }
+    }
+}
+
 /// One settled visit of a step, kept in the run's history (branches included).
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct StepRecord {
