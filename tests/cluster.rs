@@ -633,6 +633,7 @@ async fn a_result_for_a_task_the_worker_does_not_hold_is_refused() {
             worker_id: "impostor".to_owned(),
             agents: vec!["something-else".to_owned()],
             capacity: 1,
+            cache_bytes: 0,
         })))
         .await
         .unwrap();

@@ -88,7 +88,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
             "    ── {} (agent {}) received:\n{}\n",
             task.step_id,
             task.agent,
-            indent(&pretty(&task.payload))
+            indent(&pretty(task.payload.value()))
         );
         match result {
             Ok(data) => text.push_str(&format!("    ── returned:\n{}\n", indent(&pretty(data)))),

@@ -61,9 +61,16 @@ pub struct WorkerArgs {
     /// Serve the built-in no-op agents `baton bench` uses (`noop`, `blob64k`) instead.
     #[arg(long, hide = true)]
     bench_agents: bool,
+    /// The size of the string `blob64k` returns.
+    #[arg(long, hide = true, default_value_t = 64 * 1024)]
+    bench_blob_bytes: usize,
     /// How many tasks run at once.
     #[arg(long, default_value_t = 4)]
     concurrency: usize,
+    /// MiB of payload parts (earlier results) kept between tasks, so that each crosses the
+    /// network to this worker once; 0 keeps none.
+    #[arg(long, default_value_t = Worker::DEFAULT_PART_CACHE_BYTES >> 20)]
+    part_cache_mb: u64,
     /// The worker's id (default: host name and process id).
     #[arg(long)]
     id: Option<String>,
@@ -73,7 +80,8 @@ pub async fn worker(args: WorkerArgs) -> anyhow::Result<ExitCode> {
     crate::init_logging();
     let mut builder = Worker::builder()
         .coordinator(args.coordinator.clone())
-        .concurrency(args.concurrency);
+        .concurrency(args.concurrency)
+        .part_cache_bytes(args.part_cache_mb << 20);
     if let Some(id) = args.id {
         builder = builder.id(id);
     }
@@ -81,7 +89,7 @@ pub async fn worker(args: WorkerArgs) -> anyhow::Result<ExitCode> {
         Some(path) => {
             baton_worker::agents_into(builder, AgentsFile::load(path)?, &args.coordinator)
         }
-        None => crate::bench::agents(builder),
+        None => crate::bench::agents(builder, args.bench_blob_bytes),
     };
     let worker = builder.build();
     tracing::info!(worker_id = worker.id(), "worker starting");

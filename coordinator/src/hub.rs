@@ -4,10 +4,15 @@
 //! slot, over that worker's open stream; otherwise it waits in its agent's queue until a slot
 //! frees up or a worker that serves the agent connects. Handing out branches to the least loaded
 //! worker is what spreads a parallel step across workers.
+//!
+//! The hub also mirrors each worker's cache of payload parts ([`BlobLru`]), so a task carries
+//! the bytes of only the parts that worker does not hold yet.
 
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
+use baton_core::BlobLru;
+use baton_proto::Json;
 use baton_proto::v1::{CoordinatorMessage, Task, coordinator_message};
 use tokio::sync::mpsc;
 
@@ -17,7 +22,10 @@ pub struct ReadyTask {
     pub run_id: String,
     pub task_key: String,
     pub agent: String,
+    /// The task with its manifest and without parts; the hub adds the parts a worker lacks.
     pub message: Task,
+    /// Every part the manifest names, in [`baton_core::Manifest::parts`] order.
+    pub parts: Vec<Arc<Json>>,
 }
 
 /// A task handed to a worker.
@@ -46,6 +54,46 @@ struct Worker {
     /// Tasks it holds, kept whole so they can be sent again if it goes away.
     holding: HashMap<(String, String), ReadyTask>,
     stream: mpsc::UnboundedSender<CoordinatorMessage>,
+    /// What the worker's part cache holds, by the same policy the worker runs.
+    cache: BlobLru,
+}
+
+impl Worker {
+    /// The task as this worker gets it: the parts it does not hold, each once, and the cache
+    /// touched as the worker will touch it on arrival.
+    fn message_for(&mut self, task: &ReadyTask) -> CoordinatorMessage {
+        let mut sent = HashSet::new();
+        let parts = task
+            .parts
+            .iter()
+            .filter(|part| !self.cache.contains(&part.sha256) && sent.insert(&part.sha256))
+            .map(|part| Json::clone(part))
+            .collect();
+        CoordinatorMessage {
+            message: Some(coordinator_message::Message::Task(Task {
+                parts,
+                ..task.message.clone()
+            })),
+        }
+    }
+
+    fn touch_parts(&mut self, task: &ReadyTask) {
+        for part in &task.parts {
+            self.cache.touch(&part.sha256, part.json.len() as u64);
+        }
+    }
+}
+
+/// The bytes a task message carries to a worker: its manifest and parts.
+fn payload_bytes(message: &CoordinatorMessage) -> u64 {
+    match &message.message {
+        Some(coordinator_message::Message::Task(task)) => {
+            let manifest = task.manifest.as_ref().map_or(0, |m| m.json.len());
+            let parts: usize = task.parts.iter().map(|part| part.json.len()).sum();
+            (manifest + parts) as u64
+        }
+        _ => 0,
+    }
 }
 
 #[derive(Default)]
@@ -71,12 +119,14 @@ pub struct Hub {
 }
 
 impl Hub {
-    /// Adds a worker and gives it what is waiting for its agents.
+    /// Adds a worker, whose part cache starts empty, and gives it what is waiting for its
+    /// agents.
     pub fn connect(
         &self,
         worker_id: &str,
         agents: impl IntoIterator<Item = String>,
         capacity: usize,
+        cache_bytes: u64,
         stream: mpsc::UnboundedSender<CoordinatorMessage>,
     ) -> Result<Vec<Assignment>, Error> {
         let mut state = self.state.lock().expect("hub lock");
@@ -88,6 +138,7 @@ impl Hub {
             capacity: capacity.max(1),
             holding: HashMap::new(),
             stream,
+            cache: BlobLru::new(cache_bytes),
         };
         state.workers.insert(worker_id.to_owned(), worker);
         Ok(state.fill(worker_id))
@@ -272,26 +323,21 @@ impl State {
             .map(|(id, worker)| (worker.holding.len(), id.clone()))
             .collect();
         candidates.sort();
-        let mut message = CoordinatorMessage {
-            message: Some(coordinator_message::Message::Task(task.message.clone())),
-        };
         for (_, worker_id) in candidates {
             let worker = self
                 .workers
                 .get_mut(&worker_id)
                 .expect("a candidate exists");
-            if let Err(refused) = worker.stream.send(message) {
-                // A closed stream hands the message back: the next worker gets it.
-                message = refused.0;
+            let message = worker.message_for(&task);
+            let bytes = payload_bytes(&message);
+            if worker.stream.send(message).is_err() {
+                // A closed stream: its disconnect follows; the next worker gets the task.
                 worker.capacity = 0;
                 continue;
             }
+            worker.touch_parts(&task);
             self.tasks_dispatched += 1;
-            self.bytes_to_workers += task
-                .message
-                .payload
-                .as_ref()
-                .map_or(0, |payload| payload.json.len() as u64);
+            self.bytes_to_workers += bytes;
             let assignment = Assignment {
                 worker_id,
                 run_id: task.run_id.clone(),
@@ -349,6 +395,7 @@ mod tests {
             task_key: key.into(),
             agent: agent.into(),
             message: Task::default(),
+            parts: Vec::new(),
         }
     }
 
@@ -359,7 +406,7 @@ mod tests {
         capacity: usize,
     ) -> mpsc::UnboundedReceiver<CoordinatorMessage> {
         let (tx, rx) = mpsc::unbounded_channel();
-        hub.connect(id, agents.iter().map(|a| a.to_string()), capacity, tx)
+        hub.connect(id, agents.iter().map(|a| a.to_string()), capacity, 0, tx)
             .unwrap();
         rx
     }
@@ -420,13 +467,79 @@ mod tests {
         assert!(!hub.holds("a", "r", "one#1"));
     }
 
+    fn with_parts(mut task: ReadyTask, parts: &[&str]) -> ReadyTask {
+        task.parts = parts
+            .iter()
+            .map(|json| Arc::new(Json::new(json.as_bytes().to_vec())))
+            .collect();
+        task
+    }
+
+    fn sent_parts(rx: &mut mpsc::UnboundedReceiver<CoordinatorMessage>) -> Vec<String> {
+        match rx.try_recv().unwrap().message {
+            Some(coordinator_message::Message::Task(task)) => task
+                .parts
+                .into_iter()
+                .map(|part| String::from_utf8(part.json).unwrap())
+                .collect(),
+            other => panic!("expected a task, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_worker_gets_each_part_once_while_its_cache_holds_it() {
+        let hub = Hub::default();
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        // Room for the input and two 10-byte results.
+        hub.connect("a", ["x".to_string()], 1, 26, tx).unwrap();
+        let input = r#""input""#;
+        let steps = [r#""result 1""#, r#""result 2""#, r#""result 3""#];
+        let mut sent = Vec::new();
+        for n in 0..3 {
+            let mut parts = vec![input];
+            parts.extend(&steps[..n]);
+            let key = format!("s{n}#1");
+            hub.submit(with_parts(task("r", &key, "x"), &parts))
+                .unwrap();
+            sent.push(sent_parts(&mut rx));
+            hub.finish("a", "r", &key).unwrap();
+        }
+        assert_eq!(sent[0], [input]);
+        assert_eq!(sent[1], [steps[0]], "the input is cached");
+        assert_eq!(sent[2], [steps[1]]);
+        // The cache holds 26 bytes: input (7) + result 1 (10) + result 2 (10) is over, so the
+        // least recently used part (the input, touched before result 1) went.
+        hub.submit(with_parts(
+            task("r", "s3#1", "x"),
+            &[input, steps[0], steps[1]],
+        ))
+        .unwrap();
+        assert_eq!(sent_parts(&mut rx), [input]);
+        let counters = hub.counters();
+        assert_eq!(counters.bytes_to_workers, 7 + 10 + 10 + 7);
+    }
+
+    #[test]
+    fn without_a_cache_every_part_goes_with_every_task_once() {
+        let hub = Hub::default();
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        hub.connect("a", ["x".to_string()], 2, 0, tx).unwrap();
+        let parts = [r#""in""#, r#"{"plan":1}"#, r#"{"plan":1}"#];
+        hub.submit(with_parts(task("r", "a#1", "x"), &parts))
+            .unwrap();
+        hub.submit(with_parts(task("r", "b#1", "x"), &parts))
+            .unwrap();
+        assert_eq!(sent_parts(&mut rx), [parts[0], parts[1]]);
+        assert_eq!(sent_parts(&mut rx), [parts[0], parts[1]]);
+    }
+
     #[test]
     fn worker_ids_are_unique() {
         let hub = Hub::default();
         let _a = worker(&hub, "a", &["x"], 1);
         let (tx, _rx) = mpsc::unbounded_channel();
         assert_eq!(
-            hub.connect("a", ["x".to_string()], 1, tx),
+            hub.connect("a", ["x".to_string()], 1, 0, tx),
             Err(Error::DuplicateWorker("a".into()))
         );
     }

@@ -3,6 +3,7 @@
 //!
 //! - [`service`]: the logic: submit, decide, cancel, complete, watch, recover.
 //! - [`hub`]: connected workers and the tasks waiting for them.
+//! - [`parts`]: agent payloads by reference, each part encoded and hashed once per run.
 //! - [`store`]: the store trait, its contract, and the memory and Redis stores.
 //! - [`model`]: stored events, step states and tasks.
 //! - [`record`]: the run record clients see, and the state checksum.
@@ -13,6 +14,7 @@ pub mod error;
 pub mod grpc;
 pub mod hub;
 pub mod model;
+pub mod parts;
 pub mod record;
 pub mod service;
 pub mod store;

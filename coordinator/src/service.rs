@@ -22,6 +22,7 @@ use tokio::sync::{Mutex as AsyncMutex, broadcast};
 use crate::error::Error;
 use crate::hub::{Assignment, Hub, ReadyTask};
 use crate::model::{StepState, StoredEvent, TaskEntry, parse_task_id, task_id, task_key};
+use crate::parts::PartEncoder;
 use crate::record;
 use crate::store::{self, RunHeader, Store, StoredRun, TransitionWrite};
 
@@ -95,6 +96,8 @@ struct Loaded {
     tasks: BTreeMap<String, TaskEntry>,
     updated_ms: i64,
     state_sha256: String,
+    /// The encoded parts of this run's payloads.
+    parts: PartEncoder,
 }
 
 fn now_ms() -> i64 {
@@ -177,6 +180,7 @@ impl<S: Store> Coordinator<S> {
             tasks: BTreeMap::new(),
             updated_ms: now,
             state_sha256: String::new(),
+            parts: PartEncoder::default(),
         };
         let planned = plan(&loaded, None, None, &transition, 0, now);
         self.inner
@@ -349,12 +353,13 @@ impl<S: Store> Coordinator<S> {
         worker_id: &str,
         agents: Vec<String>,
         capacity: usize,
+        cache_bytes: u64,
         stream: tokio::sync::mpsc::UnboundedSender<v1::CoordinatorMessage>,
     ) -> Result<(), Error> {
         let assignments = self
             .inner
             .hub
-            .connect(worker_id, agents, capacity, stream)
+            .connect(worker_id, agents, capacity, cache_bytes, stream)
             .map_err(|e| Error::DuplicateWorker(e.to_string()))?;
         tracing::info!(worker_id, capacity, "worker connected");
         self.assigned(assignments).await;
@@ -551,7 +556,11 @@ impl<S: Store> Coordinator<S> {
                     worker_id: String::new(),
                 },
             );
-            assignments.extend(self.inner.hub.submit(ready_task(run_id, &task)));
+            assignments.extend(
+                self.inner
+                    .hub
+                    .submit(ready_task(run_id, &task, &mut loaded.parts)),
+            );
         }
         for assignment in &assignments {
             self.mark_assigned(&mut loaded, assignment);
@@ -662,7 +671,11 @@ impl<S: Store> Coordinator<S> {
         for action in &transition.actions {
             match action {
                 Action::Dispatch(task) => {
-                    if let Some(assignment) = self.inner.hub.submit(ready_task(run_id, task)) {
+                    if let Some(assignment) =
+                        self.inner
+                            .hub
+                            .submit(ready_task(run_id, task, &mut loaded.parts))
+                    {
                         assignments.push(assignment);
                     }
                 }
@@ -921,10 +934,12 @@ fn rebuild(stored: StoredRun, limits: &Limits) -> Result<Loaded, Error> {
         tasks,
         updated_ms: stored.updated_ms,
         state_sha256: stored.state_sha256,
+        parts: PartEncoder::default(),
     })
 }
 
-fn ready_task(run_id: &str, task: &baton_core::AgentTask) -> ReadyTask {
+fn ready_task(run_id: &str, task: &baton_core::AgentTask, encoder: &mut PartEncoder) -> ReadyTask {
+    let payload = encoder.payload(&task.payload);
     ReadyTask {
         run_id: run_id.to_owned(),
         task_key: task_key(&task.task),
@@ -935,9 +950,11 @@ fn ready_task(run_id: &str, task: &baton_core::AgentTask) -> ReadyTask {
             step_id: task.task.step_id.to_string(),
             visit: task.task.visit,
             agent: task.agent.clone(),
-            payload: Some(Json::new(task.payload.to_json())),
+            manifest: Some(payload.manifest),
+            parts: Vec::new(),
             timeout_ms: task.timeout_ms.unwrap_or_default(),
         },
+        parts: payload.parts,
     }
 }
 

@@ -27,7 +27,7 @@ impl FakeWorker {
     async fn connect<S: Store>(coordinator: &Coordinator<S>, id: &str, agents: &[&str]) -> Self {
         let (tx, rx) = mpsc::unbounded_channel();
         coordinator
-            .connect_worker(id, agents.iter().map(|a| a.to_string()).collect(), 8, tx)
+            .connect_worker(id, agents.iter().map(|a| a.to_string()).collect(), 8, 0, tx)
             .await
             .unwrap();
         FakeWorker {
@@ -67,8 +67,17 @@ async fn start<S: Store>(coordinator: &Coordinator<S>, text: &str) -> String {
         .unwrap()
 }
 
+/// The payload a worker with no part cache rebuilds: every part comes with the task.
 fn payload(task: &Task) -> Value {
-    serde_json::from_slice(task.payload.as_ref().unwrap().verified().unwrap()).unwrap()
+    let manifest: baton_core::Manifest =
+        serde_json::from_slice(task.manifest.as_ref().unwrap().verified().unwrap()).unwrap();
+    let parts: std::collections::HashMap<&str, &[u8]> = task
+        .parts
+        .iter()
+        .map(|part| (part.sha256.as_str(), part.verified().unwrap()))
+        .collect();
+    let bytes = baton_core::payload::assemble(&manifest, |d| parts.get(d).copied()).unwrap();
+    serde_json::from_slice(&bytes).unwrap()
 }
 
 #[tokio::test]
@@ -382,7 +391,7 @@ async fn cancelling_frees_the_slot_for_a_task_of_another_run() {
     let first = start(&coordinator, "one").await;
     let (tx, mut stream) = mpsc::unbounded_channel();
     coordinator
-        .connect_worker("solo", vec!["planner".into()], 1, tx)
+        .connect_worker("solo", vec!["planner".into()], 1, 0, tx)
         .await
         .unwrap();
     let second = start(&coordinator, "two").await;

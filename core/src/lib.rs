@@ -5,10 +5,13 @@
 //! - [`diagnostics`]: problems found in a workflow, each with its JSON path and step id.
 //! - [`eval`]: paths, conditions and jq transforms, evaluated without `eval`.
 //! - [`context`]: the run's immutable, structurally shared context.
-//! - [`payload`]: what an agent receives (`{input, context, <ref>}`).
+//! - [`payload`]: what an agent receives (`{input, context, <ref>}`), whole or by reference.
+//! - [`blob_cache`]: the bounded cache of payload parts a worker keeps, mirrored by the
+//!   coordinator.
 //! - [`engine`]: the run state machine, `(Run, Event) -> (Run, [Action])`.
 //! - [`limits`]: ceilings on every size a workflow author controls.
 
+pub mod blob_cache;
 pub mod context;
 pub mod diagnostics;
 pub mod engine;
@@ -17,6 +20,7 @@ pub mod limits;
 pub mod payload;
 pub mod workflow;
 
+pub use blob_cache::BlobLru;
 pub use context::{Context, StepResult};
 pub use diagnostics::{Diagnostic, Diagnostics, Severity};
 pub use engine::{
@@ -24,5 +28,5 @@ pub use engine::{
     TaskId, Transition, Waiting,
 };
 pub use limits::Limits;
-pub use payload::AgentPayload;
+pub use payload::{AgentPayload, Manifest};
 pub use workflow::{Workflow, parse_workflow, parse_workflow_with};

@@ -1,12 +1,15 @@
 //! Baton workers: stateless processes that pull agent tasks from a coordinator and run them.
 //!
 //! - [`runtime`]: the worker and its Rust SDK (`Worker::builder().agent(...)`).
+//! - [`payload`]: the payload an agent receives, rebuilt from parts the worker caches.
 //! - [`agents_into`]: serve an agents file's agents with the runtime.
 //! - [`agents`]: agents declared in an `agents.toml` file (`command` and `template` kinds).
 
 pub mod agents;
+pub mod payload;
 pub mod runtime;
 mod serve_agents;
 
+pub use payload::Payload;
 pub use runtime::{AgentResult, Task, Worker, WorkerBuilder};
 pub use serve_agents::agents_into;

@@ -13,10 +13,11 @@
 //! # }
 //! ```
 //!
-//! A worker keeps nothing between tasks. It checks each payload's SHA-256 before running the
-//! agent and sends each result with its own. When the coordinator goes away it reconnects with
-//! exponential backoff; tasks still running finish and their answers go to whichever coordinator
-//! it is connected to by then.
+//! A worker keeps no state of its own between tasks, only a bounded cache of payload parts (see
+//! [`crate::payload`]) that starts empty with each stream. It checks every part it receives
+//! against its SHA-256 before running the agent and sends each result with its own. When the
+//! coordinator goes away it reconnects with exponential backoff; tasks still running finish and
+//! their answers go to whichever coordinator it is connected to by then.
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -33,6 +34,8 @@ use serde_json::Value;
 use tokio::sync::{Semaphore, mpsc};
 use tokio_stream::wrappers::ReceiverStream;
 
+use crate::payload::{PartCache, Payload};
+
 /// One agent step to run.
 #[derive(Debug, Clone)]
 pub struct Task {
@@ -41,8 +44,8 @@ pub struct Task {
     pub step_id: String,
     pub visit: u32,
     pub agent: String,
-    /// `{input, context, <reference>}`, as the spec describes.
-    pub payload: Value,
+    /// `{input, context, <reference>}`, as the spec describes, built when first read.
+    pub payload: Payload,
     /// 0 when the step sets none.
     pub timeout_ms: u64,
 }
@@ -59,6 +62,7 @@ pub struct Worker {
     id: String,
     coordinator: String,
     concurrency: usize,
+    part_cache_bytes: u64,
     agents: BTreeMap<String, Handler>,
     observer: Option<Observer>,
     /// The stream of the current session. Tasks answer through it when they finish, so that a
@@ -70,16 +74,21 @@ pub struct WorkerBuilder {
     id: Option<String>,
     coordinator: String,
     concurrency: usize,
+    part_cache_bytes: u64,
     agents: BTreeMap<String, Handler>,
     observer: Option<Observer>,
 }
 
 impl Worker {
+    /// 256 MiB of payload parts: a 200-step run of 1 MiB results is sent to a worker once.
+    pub const DEFAULT_PART_CACHE_BYTES: u64 = 256 << 20;
+
     pub fn builder() -> WorkerBuilder {
         WorkerBuilder {
             id: None,
             coordinator: "http://127.0.0.1:50051".into(),
             concurrency: 4,
+            part_cache_bytes: Self::DEFAULT_PART_CACHE_BYTES,
             agents: BTreeMap::new(),
             observer: None,
         }
@@ -132,6 +141,7 @@ impl Worker {
                     agents: self.agents.keys().cloned().collect(),
                     // Tasks still running from a previous session hold their slots.
                     capacity: slots.available_permits().max(1) as u32,
+                    cache_bytes: self.part_cache_bytes,
                 })),
             })
             .await
@@ -167,6 +177,7 @@ impl Worker {
             })
             .abort_handle()
         });
+        let mut cache = PartCache::new(self.part_cache_bytes);
         loop {
             let message = match inbound.message().await {
                 Ok(Some(message)) => message,
@@ -174,11 +185,21 @@ impl Worker {
                 Err(status) => break Err(status.message().to_owned()),
             };
             match message.message {
-                Some(coordinator_message::Message::Task(task)) => {
+                Some(coordinator_message::Message::Task(mut task)) => {
+                    // At once and in arrival order: the coordinator touched its copy of the
+                    // cache in the order it sent the tasks.
+                    let payload = match cache
+                        .receive(task.manifest.take(), std::mem::take(&mut task.parts))
+                    {
+                        Ok(payload) => payload,
+                        // The task goes back to the queue when this stream ends; a new stream
+                        // starts both copies of the cache afresh.
+                        Err(error) => break Err(format!("task {}: {error}", task.task_id)),
+                    };
                     let permit = slots.clone().acquire_owned().await.expect("never closed");
                     let worker = self.clone();
                     tokio::spawn(async move {
-                        let result = worker.execute(task).await;
+                        let result = worker.execute(task, payload).await;
                         worker.answer(result).await;
                         drop(permit);
                     });
@@ -207,10 +228,10 @@ impl Worker {
         tracing::warn!(worker_id = %self.id, "dropped an answer: no coordinator for a minute");
     }
 
-    /// Checks the payload, runs the agent, and wraps its answer.
-    async fn execute(&self, task: baton_proto::v1::Task) -> WorkerMessage {
+    /// Runs the agent and wraps its answer.
+    async fn execute(&self, task: baton_proto::v1::Task, payload: Payload) -> WorkerMessage {
         let task_id = task.task_id.clone();
-        let outcome = match self.run_agent(task).await {
+        let outcome = match self.run_agent(task, payload).await {
             Ok(data) => task_result::Outcome::Data(Json::new(
                 serde_json::to_vec(&data).expect("a JSON value serialises"),
             )),
@@ -224,15 +245,7 @@ impl Worker {
         }
     }
 
-    async fn run_agent(&self, task: baton_proto::v1::Task) -> AgentResult {
-        let payload = task
-            .payload
-            .as_ref()
-            .ok_or("the task carries no payload")?
-            .verified()
-            .map_err(|e| format!("payload rejected: {e}"))?;
-        let payload: Value =
-            serde_json::from_slice(payload).map_err(|e| format!("payload is not JSON: {e}"))?;
+    async fn run_agent(&self, task: baton_proto::v1::Task, payload: Payload) -> AgentResult {
         let handler = self
             .agents
             .get(&task.agent)
@@ -294,6 +307,14 @@ impl WorkerBuilder {
         self
     }
 
+    /// The bytes of payload parts kept between tasks, so that results every later step sees
+    /// cross the network once; 0 keeps none. Defaults to
+    /// [`Worker::DEFAULT_PART_CACHE_BYTES`].
+    pub fn part_cache_bytes(mut self, bytes: u64) -> Self {
+        self.part_cache_bytes = bytes;
+        self
+    }
+
     /// Serves `name` with an async function from task to data.
     pub fn agent<F, Fut>(mut self, name: impl Into<String>, handler: F) -> Self
     where
@@ -320,6 +341,7 @@ impl WorkerBuilder {
             id,
             coordinator: self.coordinator,
             concurrency: self.concurrency,
+            part_cache_bytes: self.part_cache_bytes,
             agents: self.agents,
             observer: self.observer,
             current: std::sync::Mutex::new(None),

@@ -111,3 +111,76 @@ async fn a_steps_timeout_stops_a_handler_that_hangs() {
         record.error
     );
 }
+
+/// Runs a chain of `steps` agent steps, each returning 10 kB and counting the earlier results
+/// its payload holds, on one worker with `cache_bytes` of part cache. Returns the final context
+/// and the bytes the coordinator sent to the worker.
+async fn accumulate(steps: usize, cache_bytes: u64) -> (serde_json::Value, u64) {
+    let (coordinator, url) = coordinator().await;
+    let worker = Worker::builder()
+        .coordinator(url)
+        .part_cache_bytes(cache_bytes)
+        .agent("grow", |task| async move {
+            let seen = task.payload["context"].as_object().map_or(0, |c| c.len());
+            Ok(json!({"seen": seen, "blob": "x".repeat(10_000)}))
+        })
+        .build();
+    tokio::spawn(worker.run(std::future::pending()));
+    let chain: Vec<_> = (0..steps)
+        .map(|i| json!({"id": format!("s{i:02}"), "type": "agent", "agent": "grow"}))
+        .collect();
+    let workflow = json!({"steps": chain}).to_string();
+    let run_id = coordinator
+        .submit(workflow.as_bytes(), &Json::new(b"\"x\"".to_vec()))
+        .await
+        .unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let record = loop {
+        let record = coordinator.record(&run_id).await.unwrap();
+        if record.status != "running" {
+            break record;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "run did not end");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(record.status, "succeeded", "{record:?}");
+    let context = serde_json::from_slice(&record.context.unwrap().json).unwrap();
+    (context, coordinator.stats().bytes_to_workers)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_earlier_result_crosses_to_a_caching_worker_once() {
+    const STEPS: usize = 12;
+    let (cached, cached_bytes) = accumulate(STEPS, 1 << 20).await;
+    let (uncached, uncached_bytes) = accumulate(STEPS, 0).await;
+    // Every agent saw every earlier result, with or without the cache.
+    assert_eq!(cached, uncached);
+    for i in 0..STEPS {
+        assert_eq!(cached[format!("s{i:02}")]["seen"], json!(i), "{i}");
+    }
+    // With the cache each 10 kB result goes once (plus manifests of 65-byte digests); without
+    // it, step n receives all n earlier results again: 66 results for 12 steps.
+    let results_once = STEPS as u64 * 10_030;
+    assert!(
+        cached_bytes < results_once + 20_000,
+        "cached: {cached_bytes} bytes"
+    );
+    assert!(
+        uncached_bytes > 66 * 10_000,
+        "uncached: {uncached_bytes} bytes"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cache_smaller_than_the_context_still_gives_every_agent_everything() {
+    // Room for about three results: older ones are evicted and sent again when needed.
+    let (context, bytes) = accumulate(10, 35_000).await;
+    for i in 0..10 {
+        assert_eq!(context[format!("s{i:02}")]["seen"], json!(i), "{i}");
+    }
+    // Each of the 9 results a later step reads went more than once.
+    assert!(
+        bytes > 15 * 10_000,
+        "evicted parts were sent again: {bytes}"
+    );
+}

@@ -40,6 +40,7 @@ impl Cluster {
         redis: Option<&str>,
         workers: usize,
         concurrency: usize,
+        scale: f64,
     ) -> anyhow::Result<Self> {
         let me = std::env::current_exe().context("cannot find the baton binary")?;
         let mut children = Vec::new();
@@ -113,6 +114,8 @@ impl Cluster {
                         &concurrency.to_string(),
                         "--id",
                         &format!("bench-{n}"),
+                        "--bench-blob-bytes",
+                        &super::workloads::scaled(64 * 1024, scale).to_string(),
                     ])
                     .env("RUST_LOG", "warn")
                     .kill_on_drop(true)

@@ -48,8 +48,13 @@ pub struct Args {
 }
 
 pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let cluster =
-        cluster::Cluster::start(args.redis.as_deref(), args.workers, args.concurrency).await?;
+    let cluster = cluster::Cluster::start(
+        args.redis.as_deref(),
+        args.workers,
+        args.concurrency,
+        args.scale,
+    )
+    .await?;
     eprintln!(
         "bench: redis {}, coordinator {}, {} workers",
         cluster.redis_url, cluster.coordinator_url, args.workers
@@ -64,9 +69,10 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// The built-in agents: `noop` returns `{"ok": true, "i": n}`, `blob64k` adds a 64 KiB string
-/// (`blob_bytes` in the payload's input overrides the size, for scaled-down runs).
-pub fn agents(builder: WorkerBuilder) -> WorkerBuilder {
+/// The built-in agents: `noop` returns `{"ok": true, "i": n}` without reading its payload;
+/// `blob64k` adds a string of `blob_bytes` (64 KiB unless scaled down) and takes its payload's
+/// bytes first, as a `command` agent would to write them to its stdin.
+pub fn agents(builder: WorkerBuilder, blob_bytes: usize) -> WorkerBuilder {
     let counter = Arc::new(AtomicU64::new(0));
     let noop_counter = counter.clone();
     builder
@@ -76,9 +82,12 @@ pub fn agents(builder: WorkerBuilder) -> WorkerBuilder {
         })
         .agent("blob64k", move |task| {
             let i = counter.fetch_add(1, Ordering::Relaxed);
-            let size = task.payload["input"]["blob_bytes"]
-                .as_u64()
-                .unwrap_or(64 * 1024) as usize;
-            async move { Ok(json!({"ok": true, "i": i, "blob": "x".repeat(size)})) }
+            let received = task.payload.bytes().len();
+            async move {
+                if received == 0 {
+                    return Err("an empty payload".to_owned());
+                }
+                Ok(json!({"ok": true, "i": i, "blob": "x".repeat(blob_bytes)}))
+            }
         })
 }

@@ -36,7 +36,7 @@ impl FromStr for Workload {
     }
 }
 
-fn scaled(n: usize, scale: f64) -> usize {
+pub fn scaled(n: usize, scale: f64) -> usize {
     ((n as f64 * scale).round() as usize).max(1)
 }
 
@@ -142,8 +142,7 @@ async fn once(
         }
         Workload::W4 => {
             let steps = scaled(200, scale);
-            let blob = scaled(64 * 1024, scale);
-            let input = json!({"workload": "W4", "blob_bytes": blob});
+            let input = json!({"workload": "W4"});
             let (time, gaps) = one_run(&mut client, &chain(steps, "blob64k"), &input).await?;
             Ok((time, gaps, steps))
         }

@@ -54,6 +54,7 @@ impl<S: Store> WorkerService for Workers<S> {
                 &hello.worker_id,
                 hello.agents.clone(),
                 hello.capacity.max(1) as usize,
+                hello.cache_bytes,
                 outbound.clone(),
             )
             .await?;

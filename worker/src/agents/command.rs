@@ -103,12 +103,9 @@ impl CommandAgent {
         self.stdout_limit = limit;
     }
 
-    /// Runs the process on `payload`; `env` is added last to its environment.
-    pub async fn run(
-        &self,
-        payload: &Value,
-        env: &[(String, String)],
-    ) -> Result<Value, AgentError> {
+    /// Runs the process with the payload's JSON on stdin; `env` is added last to its
+    /// environment.
+    pub async fn run(&self, payload: &[u8], env: &[(String, String)]) -> Result<Value, AgentError> {
         let mut command = Command::new(&self.program);
         command
             .args(&self.args)
@@ -127,7 +124,7 @@ impl CommandAgent {
         else {
             unreachable!("all three pipes were requested");
         };
-        let input = serde_json::to_vec(payload).expect("a JSON value always serializes");
+        let input = payload.to_vec();
 
         let exchange = exchange(&mut child, stdin, input, stdout, stderr, self.stdout_limit);
         let outcome = match self.timeout {
@@ -399,6 +396,7 @@ mod tests {
     use tempfile::TempDir;
 
     use super::*;
+    use crate::Payload;
     use crate::agents::{Agent, AgentsFile};
 
     /// A tempdir holding `agents.toml` with `toml` and the given scripts (executable).
@@ -425,7 +423,10 @@ mod tests {
     }
 
     async fn run(file: &AgentsFile, payload: &Value) -> Result<Value, AgentError> {
-        file.get("a").unwrap().run(payload, &[]).await
+        file.get("a")
+            .unwrap()
+            .run(&Payload::from_value(payload.clone()), &[])
+            .await
     }
 
     #[tokio::test]
@@ -552,7 +553,12 @@ mod tests {
             ("BATON_RUN_ID".to_owned(), "run-1".to_owned()),
             ("TIER".to_owned(), "paid".to_owned()),
         ];
-        let out = file.get("a").unwrap().run(&json!({}), &env).await.unwrap();
+        let out = file
+            .get("a")
+            .unwrap()
+            .run(&Payload::from_value(json!({})), &env)
+            .await
+            .unwrap();
         assert_eq!(
             out,
             json!({"model": "small", "tier": "paid", "run": "run-1", "has_path": true})
@@ -582,7 +588,7 @@ command = ["./bin/agent.sh", "data.txt"]
         let out = file
             .get("bare")
             .unwrap()
-            .run(&json!({}), &[])
+            .run(&Payload::from_value(json!({})), &[])
             .await
             .unwrap();
         assert_eq!(
@@ -592,7 +598,7 @@ command = ["./bin/agent.sh", "data.txt"]
         let out = file
             .get("nested")
             .unwrap()
-            .run(&json!({}), &[])
+            .run(&Payload::from_value(json!({})), &[])
             .await
             .unwrap();
         assert_eq!(out, json!({"arg": "from the file's folder"}));
@@ -692,6 +698,7 @@ printf '{"bytes": %s, "pad": "' "$n"; head -c 3000000 /dev/zero | tr '\0' x; pri
         fn assert_send<T: Send>(_: T) {}
         let (_dir, file) = script_agent("true", "");
         let payload = json!({});
+        let payload = Payload::from_value(payload);
         assert_send(file.get("a").unwrap().run(&payload, &[]));
     }
 }

@@ -126,14 +126,15 @@ impl Agent {
     ///
     /// `env` holds extra environment variables for command agents (the runtime passes
     /// `BATON_RUN_ID` etc.); they override the agent's own `env`. Template agents ignore it.
+    /// A command agent reads the payload's bytes as they came, without parsing them.
     pub async fn run(
         &self,
-        payload: &Value,
+        payload: &crate::Payload,
         env: &[(String, String)],
     ) -> Result<Value, AgentError> {
         match self {
-            Agent::Command(agent) => agent.run(payload, env).await,
-            Agent::Template(agent) => agent.run(payload),
+            Agent::Command(agent) => agent.run(payload.bytes(), env).await,
+            Agent::Template(agent) => agent.run(payload.value()),
         }
     }
 }

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use serde_json::{Value, json};
 
 use super::{AgentsFile, render_text};
+use crate::Payload;
 
 // The "Agent Prompt Templates" of the spec, verbatim.
 
@@ -346,7 +347,7 @@ async fn example_agents_answer_like_the_spec() {
         let out = agents
             .get(agent)
             .unwrap()
-            .run(&payload, &[])
+            .run(&Payload::from_value(payload.clone()), &[])
             .await
             .unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(out, expected, "{agent}");
@@ -361,7 +362,7 @@ async fn example_coder_uses_the_plan_it_receives() {
     let out = agents
         .get("coder")
         .unwrap()
-        .run(&payload, &[])
+        .run(&Payload::from_value(payload.clone()), &[])
         .await
         .unwrap();
     assert_eq!(out["filesCreated"], json!(["src/other.ts"]));
@@ -369,7 +370,7 @@ async fn example_coder_uses_the_plan_it_receives() {
     let err = agents
         .get("coder")
         .unwrap()
-        .run(&planner_payload(), &[])
+        .run(&Payload::from_value(planner_payload()), &[])
         .await
         .unwrap_err();
     assert!(
@@ -409,7 +410,7 @@ async fn example_workflow_runs_end_to_end_with_the_example_agents() {
                     .get(&task.agent)
                     .unwrap_or_else(|| panic!("no agent {}", task.agent));
                 let data = agent
-                    .run(&task.payload.to_value(), &[])
+                    .run(&Payload::from_value(task.payload.to_value()), &[])
                     .await
                     .unwrap_or_else(|e| panic!("{e}"));
                 answered.push(task.agent.clone());

@@ -9,18 +9,21 @@
 
 use std::sync::Arc;
 
-use serde::Serialize;
 use serde::ser::SerializeMap;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::context::Context;
+
+mod manifest;
+pub use manifest::{Manifest, MissingPart, assemble};
 
 /// Top-level keys of the agent payload that Baton owns; no step id or alias may take them.
 /// `messages` and `handoff` are kept for message history and handoff records.
 pub const RESERVED_KEYS: &[&str] = &["input", "context", "error", "messages", "handoff"];
 
 /// The failure that sent a run to an `on_error` step.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ErrorInfo {
     /// The step that failed.
     pub step: Arc<str>,

@@ -1,0 +1,101 @@
+//! Agent payloads by reference: each part of a run's payloads is encoded and hashed once.
+//!
+//! Every task of a run names the same run input and, through the default injection, the same
+//! earlier results. Encoding and hashing them for each task made a 200-step run's payload work
+//! quadratic; here each value is encoded once, when a task first names it, and its bytes and
+//! SHA-256 are shared by every later task (the hub then sends the bytes to a worker only if that
+//! worker's cache does not hold them).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use baton_core::{AgentPayload, Manifest};
+use baton_proto::Json;
+use serde_json::Value;
+
+/// The encoded parts of one run's payloads, by the identity of the shared value.
+///
+/// Keyed by the address of the `Arc`'d value, which the map keeps alive, so an address cannot
+/// be reused by another value while its entry exists. The engine shares one `Arc` per result
+/// across every context that holds it, so each result is encoded once per coordinator.
+#[derive(Default)]
+pub struct PartEncoder {
+    encoded: HashMap<usize, (Arc<Value>, Arc<Json>)>,
+}
+
+/// A payload ready for the hub: its manifest and its parts in [`Manifest::parts`] order.
+#[derive(Debug, Clone)]
+pub struct TaskPayload {
+    pub manifest: Json,
+    pub parts: Vec<Arc<Json>>,
+}
+
+impl PartEncoder {
+    pub fn payload(&mut self, payload: &AgentPayload) -> TaskPayload {
+        let mut parts = Vec::new();
+        let manifest = Manifest::of(payload, |value| {
+            let part = self.part(value);
+            let digest = part.sha256.clone();
+            parts.push(part);
+            digest
+        });
+        let manifest = Json::new(serde_json::to_vec(&manifest).expect("a manifest serialises"));
+        TaskPayload { manifest, parts }
+    }
+
+    fn part(&mut self, value: &Arc<Value>) -> Arc<Json> {
+        let key = Arc::as_ptr(value) as usize;
+        self.encoded
+            .entry(key)
+            .or_insert_with(|| {
+                let bytes = serde_json::to_vec(value.as_ref()).expect("a JSON value serialises");
+                (value.clone(), Arc::new(Json::new(bytes)))
+            })
+            .1
+            .clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use baton_core::{Context, StepResult};
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn each_shared_value_is_encoded_once_and_the_parts_rebuild_the_payload() {
+        let plan = Arc::new(json!({"files": ["a.ts"]}));
+        let context = Context::new(json!("dark mode"))
+            .with_result("plan".into(), StepResult::success("plan".into(), 1, plan));
+        let payload = AgentPayload {
+            reference: Some(("plan".into(), context.data("plan").unwrap().clone())),
+            context,
+            error: None,
+        };
+        let mut encoder = PartEncoder::default();
+        let first = encoder.payload(&payload);
+        let again = encoder.payload(&payload);
+        assert_eq!(encoder.encoded.len(), 2, "input and plan, once each");
+        assert!(Arc::ptr_eq(&first.parts[1], &again.parts[1]));
+        assert!(
+            Arc::ptr_eq(&first.parts[1], &first.parts[2]),
+            "reference is plan"
+        );
+
+        let manifest: Manifest =
+            serde_json::from_slice(first.manifest.verified().unwrap()).unwrap();
+        let by_digest: HashMap<&str, &[u8]> = first
+            .parts
+            .iter()
+            .map(|part| (part.sha256.as_str(), part.json.as_slice()))
+            .collect();
+        let assembled =
+            baton_core::payload::assemble(&manifest, |d| by_digest.get(d).copied()).unwrap();
+        assert_eq!(assembled, payload.to_json());
+        assert_eq!(
+            manifest.context[0].1,
+            baton_proto::sha256_hex(br#"{"files":["a.ts"]}"#)
+        );
+    }
+}

@@ -1,0 +1,219 @@
+//! A payload by reference: which stored results it is made of, named by their SHA-256.
+//!
+//! The spec's default injection hands every agent every earlier result, so sending payloads
+//! whole costs time and bytes quadratic in the length of a run. Instead the coordinator sends a
+//! [`Manifest`] (the payload's shape, with each part named by the SHA-256 of its JSON) and only
+//! the parts the worker does not hold yet; the worker rebuilds the payload with [`assemble`],
+//! byte for byte what [`AgentPayload::to_json`] would have produced.
+//!
+//! A part's JSON is `serde_json::to_vec` of its value: the same encoder writes the whole
+//! payload, which is why splicing the parts together gives identical bytes.
+
+use std::sync::Arc;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::{AgentPayload, ErrorInfo};
+
+/// The shape of an agent payload, each part named by the SHA-256 (lowercase hex) of its JSON.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Manifest {
+    /// The run input.
+    pub input: String,
+    /// `step.input`'s key and the data it names (Method 2).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reference: Option<(String, String)>,
+    /// The visible context, `(key, digest)` in the payload's (sorted) order.
+    pub context: Vec<(String, String)>,
+    /// Why the run came to an `on_error` step; small, so carried inline.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<ErrorInfo>,
+}
+
+/// A part the manifest names but that was neither sent nor held.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("payload part {digest} (\"{key}\") is neither in the task nor in the worker's cache")]
+pub struct MissingPart {
+    pub key: String,
+    pub digest: String,
+}
+
+impl Manifest {
+    /// The manifest of `payload`; `digest` names a part's value (and usually caches its JSON).
+    pub fn of(payload: &AgentPayload, mut digest: impl FnMut(&Arc<Value>) -> String) -> Self {
+        Self {
+            input: digest(payload.context.input()),
+            reference: payload
+                .reference
+                .as_ref()
+                .map(|(key, data)| (key.to_string(), digest(data))),
+            context: payload
+                .context
+                .visible()
+                .map(|(key, data)| (key.to_string(), digest(data)))
+                .collect(),
+            error: payload.error.clone(),
+        }
+    }
+
+    /// Every part as `(key, digest)`, in payload order: input, reference, context. Both ends of
+    /// a worker stream walk the parts in this order, which keeps their caches identical.
+    pub fn parts(&self) -> impl Iterator<Item = (&str, &str)> {
+        std::iter::once(("input", self.input.as_str()))
+            .chain(
+                self.reference
+                    .iter()
+                    .map(|(key, digest)| (key.as_str(), digest.as_str())),
+            )
+            .chain(
+                self.context
+                    .iter()
+                    .map(|(key, digest)| (key.as_str(), digest.as_str())),
+            )
+    }
+}
+
+/// The payload's JSON, from the manifest and each part's JSON bytes (looked up by digest). The
+/// caller has checked every part against its digest.
+pub fn assemble<'a>(
+    manifest: &Manifest,
+    part: impl Fn(&str) -> Option<&'a [u8]>,
+) -> Result<Vec<u8>, MissingPart> {
+    let lookup = |key: &str, digest: &str| {
+        part(digest).ok_or_else(|| MissingPart {
+            key: key.to_owned(),
+            digest: digest.to_owned(),
+        })
+    };
+    let input = lookup("input", &manifest.input)?;
+    let reference = match &manifest.reference {
+        Some((key, digest)) => Some((key, lookup(key, digest)?)),
+        None => None,
+    };
+    let context = manifest
+        .context
+        .iter()
+        .map(|(key, digest)| Ok((key, lookup(key, digest)?)))
+        .collect::<Result<Vec<_>, MissingPart>>()?;
+    let size = input.len()
+        + reference.map_or(0, |(k, r)| k.len() + r.len() + 4)
+        + context
+            .iter()
+            .map(|(k, c)| k.len() + c.len() + 4)
+            .sum::<usize>()
+        + 32;
+    let mut out = Vec::with_capacity(size);
+    out.extend_from_slice(br#"{"input":"#);
+    out.extend_from_slice(input);
+    if let Some((key, data)) = reference {
+        out.push(b',');
+        write_key(&mut out, key);
+        out.extend_from_slice(data);
+    }
+    out.extend_from_slice(br#","context":{"#);
+    for (i, (key, data)) in context.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        write_key(&mut out, key);
+        out.extend_from_slice(data);
+    }
+    out.push(b'}');
+    if let Some(error) = &manifest.error {
+        out.extend_from_slice(br#","error":"#);
+        serde_json::to_writer(&mut out, error).expect("an error record serialises");
+    }
+    out.push(b'}');
+    Ok(out)
+}
+
+/// `"key":`, escaped as serde_json escapes map keys.
+fn write_key(out: &mut Vec<u8>, key: &str) {
+    serde_json::to_writer(&mut *out, key).expect("a string serialises");
+    out.push(b':');
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use serde_json::json;
+
+    use super::*;
+    use crate::context::{Context, StepResult};
+
+    fn digest_of(parts: &mut HashMap<String, Vec<u8>>) -> impl FnMut(&Arc<Value>) -> String {
+        move |value| {
+            let bytes = serde_json::to_vec(value.as_ref()).unwrap();
+            // Any injective name will do for the test; the coordinator uses SHA-256.
+            let name = format!("d{}", String::from_utf8_lossy(&bytes).len());
+            let name = format!("{name}-{}", parts.len());
+            parts.insert(name.clone(), bytes);
+            name
+        }
+    }
+
+    fn payload() -> AgentPayload {
+        let context = Context::new(json!({"task": "dark \"mode\""}))
+            .with_result(
+                "plan".into(),
+                StepResult::success("plan".into(), 1, Arc::new(json!({"files": ["a.ts"]}))),
+            )
+            .with_result(
+                "odd \"key\"\n".into(),
+                StepResult::success("x".into(), 1, Arc::new(json!("é"))),
+            );
+        AgentPayload {
+            reference: Some(("plan".into(), context.data("plan").unwrap().clone())),
+            context,
+            error: Some(ErrorInfo {
+                step: "test".into(),
+                message: "boom".into(),
+            }),
+        }
+    }
+
+    #[test]
+    fn assembling_gives_the_bytes_of_the_whole_payload() {
+        let payload = payload();
+        let mut parts = HashMap::new();
+        let manifest = Manifest::of(&payload, digest_of(&mut parts));
+        let assembled = assemble(&manifest, |d| parts.get(d).map(Vec::as_slice)).unwrap();
+        assert_eq!(
+            String::from_utf8(assembled).unwrap(),
+            String::from_utf8(payload.to_json()).unwrap()
+        );
+    }
+
+    #[test]
+    fn a_missing_part_is_named() {
+        let payload = payload();
+        let mut parts = HashMap::new();
+        let manifest = Manifest::of(&payload, digest_of(&mut parts));
+        let plan_digest = manifest.context[1].1.clone();
+        parts.remove(&plan_digest);
+        let error = assemble(&manifest, |d| parts.get(d).map(Vec::as_slice)).unwrap_err();
+        assert_eq!(error.key, "plan");
+        assert_eq!(error.digest, plan_digest);
+    }
+
+    #[test]
+    fn parts_walk_input_then_reference_then_context() {
+        let payload = payload();
+        let mut parts = HashMap::new();
+        let manifest = Manifest::of(&payload, digest_of(&mut parts));
+        let keys: Vec<&str> = manifest.parts().map(|(key, _)| key).collect();
+        assert_eq!(keys, ["input", "plan", "odd \"key\"\n", "plan"]);
+    }
+
+    #[test]
+    fn the_manifest_round_trips_through_json() {
+        let payload = payload();
+        let mut parts = HashMap::new();
+        let manifest = Manifest::of(&payload, digest_of(&mut parts));
+        let back: Manifest =
+            serde_json::from_slice(&serde_json::to_vec(&manifest).unwrap()).unwrap();
+        assert_eq!(back, manifest);
+    }
+}
