@@ -55,17 +55,22 @@ impl BlobLru {
     /// include `digest` itself when it alone is larger than the budget.
     pub fn touch(&mut self, digest: &str, size: u64) -> Vec<String> {
         self.clock += 1;
-        match self.entries.get_mut(digest) {
+        let name = match self.entries.get_mut(digest) {
             Some((last, _)) => {
-                self.order.remove(last);
+                let name = self
+                    .order
+                    .remove(last)
+                    .expect("every entry has a place in the order");
                 *last = self.clock;
+                name
             }
             None => {
                 self.entries.insert(digest.to_owned(), (self.clock, size));
                 self.used += size;
+                digest.to_owned()
             }
-        }
-        self.order.insert(self.clock, digest.to_owned());
+        };
+        self.order.insert(self.clock, name);
         let mut evicted = Vec::new();
         while self.used > self.budget {
             let Some((_, oldest)) = self.order.pop_first() else {

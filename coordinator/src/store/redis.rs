@@ -461,12 +461,16 @@ impl Store for RedisStore {
         invocation.arg(expected_version);
         add_transition(&mut invocation, &write);
         let mut con = self.con.clone();
-        let version: u64 = invocation
+        let (version, before): (u64, String) = invocation
             .invoke_async(&mut con)
             .await
             .map_err(|err| script_error(err, run_id, expected_version))?;
 
-        if let Err(err) = self.update_active(run_id, &write.status).await {
+        // Most transitions leave a running run running: its index entry is already there, and
+        // skipping the update keeps a transition at one round trip.
+        if !(before == RUNNING && write.status == RUNNING)
+            && let Err(err) = self.update_active(run_id, &write.status).await
+        {
             tracing::warn!(run_id, error = %err, "transition applied but active index not updated; rebuild_indexes repairs it");
         }
         Ok(version)

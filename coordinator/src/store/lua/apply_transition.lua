@@ -1,7 +1,8 @@
 -- apply_transition: applies a transition if the run is at the expected version, or nothing.
 -- KEYS: see transition.lua.
 -- ARGV: 1 expected version (decimal), 2.. the transition.
--- Replies: the new version, or an error NOTFOUND / CONFLICT <actual version> / CORRUPT <why>.
+-- Replies: {new version, status before the transition}, or an error NOTFOUND /
+-- CONFLICT <actual version> / CORRUPT <why>.
 
 local version = redis.call('HGET', KEYS[1], 'version')
 if not version then
@@ -20,4 +21,5 @@ err = check_results(t)
 if err then
   return err
 end
-return write_transition(t)
+local before = redis.call('HGET', KEYS[1], 'status')
+return {write_transition(t), before}

@@ -1,0 +1,78 @@
+//! The coordinator's mirror of a worker's part cache and the worker's cache itself never
+//! disagree: whatever the tasks, the budget and the sizes, every part a task names is either
+//! sent with it or held by the worker, and the worker rebuilds the exact payload.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use baton_coordinator::hub::{Hub, ReadyTask};
+use baton_core::payload::{Manifest, assemble};
+use baton_proto::Json;
+use baton_proto::v1::{Task, coordinator_message};
+use baton_worker::payload::PartCache;
+use proptest::prelude::*;
+use tokio::sync::mpsc;
+
+/// A task naming `picks` (indexes into `pool`): the first as the input, the rest as context.
+fn task(n: usize, pool: &[Arc<Json>], picks: &[usize]) -> (ReadyTask, Vec<u8>) {
+    let parts: Vec<Arc<Json>> = picks.iter().map(|&i| pool[i].clone()).collect();
+    let manifest = Manifest {
+        input: parts[0].sha256.clone(),
+        reference: None,
+        context: parts[1..]
+            .iter()
+            .enumerate()
+            .map(|(k, part)| (format!("k{k}"), part.sha256.clone()))
+            .collect(),
+        error: None,
+    };
+    let all: HashMap<&str, &[u8]> = parts
+        .iter()
+        .map(|part| (part.sha256.as_str(), part.json.as_slice()))
+        .collect();
+    let expected = assemble(&manifest, |d| all.get(d).copied()).unwrap();
+    let ready = ReadyTask {
+        run_id: "r".into(),
+        task_key: format!("t{n}#1"),
+        agent: "x".into(),
+        message: Task {
+            task_id: format!("r/t{n}#1"),
+            manifest: Some(Json::new(serde_json::to_vec(&manifest).unwrap())),
+            ..Task::default()
+        },
+        parts,
+    };
+    (ready, expected)
+}
+
+proptest! {
+    #[test]
+    fn mirror_and_worker_cache_agree(
+        sizes in prop::collection::vec(1usize..120, 1..10),
+        tasks in prop::collection::vec(prop::collection::vec(any::<prop::sample::Index>(), 1..12), 1..40),
+        budget in 0u64..600,
+    ) {
+        let pool: Vec<Arc<Json>> = sizes
+            .iter()
+            .enumerate()
+            .map(|(i, size)| Arc::new(Json::new(format!("\"{i}{}\"", "x".repeat(*size)).into_bytes())))
+            .collect();
+        let hub = Hub::default();
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        hub.connect("w", ["x".to_owned()], 1, budget, tx).unwrap();
+        let mut cache = PartCache::new(budget);
+        for (n, picks) in tasks.iter().enumerate() {
+            let picks: Vec<usize> = picks.iter().map(|i| i.index(pool.len())).collect();
+            let (ready, expected) = task(n, &pool, &picks);
+            hub.submit(ready).expect("the worker has room");
+            let Some(coordinator_message::Message::Task(sent)) = rx.try_recv().unwrap().message
+            else {
+                panic!("expected a task");
+            };
+            let payload = cache.receive(sent.manifest, sent.parts).unwrap();
+            prop_assert_eq!(payload.bytes(), &expected[..]);
+            prop_assert!(cache.used() <= budget);
+            hub.finish("w", "r", &format!("t{n}#1")).unwrap();
+        }
+    }
+}
