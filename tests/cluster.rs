@@ -634,6 +634,7 @@ async fn a_result_for_a_task_the_worker_does_not_hold_is_refused() {
             agents: vec!["something-else".to_owned()],
             capacity: 1,
             cache_bytes: 0,
+            protocol: baton_proto::WORKER_PROTOCOL,
         })))
         .await
         .unwrap();

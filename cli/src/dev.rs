@@ -88,7 +88,10 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
             "    ── {} (agent {}) received:\n{}\n",
             task.step_id,
             task.agent,
-            indent(&pretty(task.payload.value()))
+            indent(&match task.payload.try_value() {
+                Ok(value) => pretty(value),
+                Err(error) => error,
+            })
         );
         match result {
             Ok(data) => text.push_str(&format!("    ── returned:\n{}\n", indent(&pretty(data)))),

@@ -33,6 +33,10 @@ pub enum Error {
     DuplicateWorker(String),
     #[error("a worker stream must start with a hello message")]
     NoHello,
+    #[error(
+        "the worker speaks worker protocol {worker} and this coordinator {coordinator}: run the same Baton version on both"
+    )]
+    Protocol { worker: u32, coordinator: u32 },
     #[error("run {run_id}: stored state is corrupt: {reason}")]
     Corrupt { run_id: String, reason: String },
     #[error(transparent)]
@@ -49,9 +53,9 @@ impl From<Error> for Status {
             | Error::Digest(_)
             | Error::NoHello => Code::InvalidArgument,
             Error::RunNotFound(_) => Code::NotFound,
-            Error::NotAwaitingApproval { .. } | Error::RunFinished { .. } => {
-                Code::FailedPrecondition
-            }
+            Error::NotAwaitingApproval { .. }
+            | Error::RunFinished { .. }
+            | Error::Protocol { .. } => Code::FailedPrecondition,
             Error::TaskNotHeld { .. } => Code::PermissionDenied,
             Error::DuplicateWorker(_) => Code::AlreadyExists,
             Error::Store(store::Error::NotFound(_)) => Code::NotFound,

@@ -26,6 +26,8 @@ pub struct ReadyTask {
     pub message: Task,
     /// Every part the manifest names, in [`baton_core::Manifest::parts`] order.
     pub parts: Vec<Arc<Json>>,
+    /// How many times a worker asked for it again because it could not rebuild the payload.
+    pub resends: u32,
 }
 
 /// A task handed to a worker.
@@ -40,6 +42,12 @@ pub struct Assignment {
 pub enum Error {
     #[error("a worker with id {0} is already connected")]
     DuplicateWorker(String),
+    #[error("task {run_id}/{task_key} was sent {resends} times and never arrived intact")]
+    ResendsExhausted {
+        run_id: String,
+        task_key: String,
+        resends: u32,
+    },
     #[error("worker {worker_id} does not hold task {run_id}/{task_key}")]
     NotHeld {
         worker_id: String,
@@ -56,6 +64,8 @@ struct Worker {
     stream: mpsc::UnboundedSender<CoordinatorMessage>,
     /// What the worker's part cache holds, by the same policy the worker runs.
     cache: BlobLru,
+    /// Its limits, to start afresh after a reset.
+    cache_bytes: u64,
 }
 
 impl Worker {
@@ -118,6 +128,21 @@ pub struct Hub {
     state: Mutex<State>,
 }
 
+/// The coordinator's copy of a worker's part cache holds at most this many bytes' worth and this
+/// many parts, whatever the worker asks for, so a worker cannot make it keep unbounded
+/// bookkeeping. A worker with a larger cache then holds more than the copy says (see
+/// [`BlobLru`]), and at worst gets some parts it already has.
+pub const MIRROR_MAX_BYTES: u64 = 16 << 30;
+pub const MIRROR_MAX_PARTS: usize = 1 << 16;
+
+/// How many times a task is sent again to a worker that could not rebuild its payload before
+/// its step fails.
+pub const MAX_RESENDS: u32 = 3;
+
+fn mirror(cache_bytes: u64) -> BlobLru {
+    BlobLru::with_max_entries(cache_bytes.min(MIRROR_MAX_BYTES), MIRROR_MAX_PARTS)
+}
+
 impl Hub {
     /// Adds a worker, whose part cache starts empty, and gives it what is waiting for its
     /// agents.
@@ -138,7 +163,8 @@ impl Hub {
             capacity: capacity.max(1),
             holding: HashMap::new(),
             stream,
-            cache: BlobLru::new(cache_bytes),
+            cache: mirror(cache_bytes),
+            cache_bytes,
         };
         state.workers.insert(worker_id.to_owned(), worker);
         Ok(state.fill(worker_id))
@@ -182,6 +208,46 @@ impl Hub {
                 None
             }
         }
+    }
+
+    /// The worker could not rebuild the task's payload (it lacked a part, or one was corrupt):
+    /// tells it to empty its part cache, empties the copy here, and sends the task again with
+    /// every part. Tasks sent after the reset assume the empty cache, so the two agree again
+    /// from there. Fails when the worker does not hold the task or it was resent
+    /// [`MAX_RESENDS`] times already.
+    pub fn resend(&self, worker_id: &str, run_id: &str, task_key: &str) -> Result<(), Error> {
+        let mut state = self.state.lock().expect("hub lock");
+        let not_held = || Error::NotHeld {
+            worker_id: worker_id.to_owned(),
+            run_id: run_id.to_owned(),
+            task_key: task_key.to_owned(),
+        };
+        let worker = state.workers.get_mut(worker_id).ok_or_else(not_held)?;
+        let key = (run_id.to_owned(), task_key.to_owned());
+        let task = worker.holding.get_mut(&key).ok_or_else(not_held)?;
+        if task.resends >= MAX_RESENDS {
+            return Err(Error::ResendsExhausted {
+                run_id: run_id.to_owned(),
+                task_key: task_key.to_owned(),
+                resends: task.resends,
+            });
+        }
+        task.resends += 1;
+        let task = task.clone();
+        worker.cache = mirror(worker.cache_bytes);
+        let reset = CoordinatorMessage {
+            message: Some(coordinator_message::Message::ResetPartCache(
+                baton_proto::v1::ResetPartCache {},
+            )),
+        };
+        let message = worker.message_for(&task);
+        let bytes = payload_bytes(&message);
+        // A closed stream: the disconnect that follows requeues the task.
+        if worker.stream.send(reset).is_ok() && worker.stream.send(message).is_ok() {
+            worker.touch_parts(&task);
+            state.bytes_to_workers += bytes;
+        }
+        Ok(())
     }
 
     /// Whether `worker_id` holds the task.
@@ -396,6 +462,7 @@ mod tests {
             agent: agent.into(),
             message: Task::default(),
             parts: Vec::new(),
+            resends: 0,
         }
     }
 
@@ -531,6 +598,49 @@ mod tests {
             .unwrap();
         assert_eq!(sent_parts(&mut rx), [parts[0], parts[1]]);
         assert_eq!(sent_parts(&mut rx), [parts[0], parts[1]]);
+    }
+
+    #[test]
+    fn a_resend_resets_the_cache_and_sends_every_part_again() {
+        let hub = Hub::default();
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        hub.connect("a", ["x".to_string()], 2, 1 << 20, tx).unwrap();
+        let parts = [r#""in""#, r#"{"plan":1}"#];
+        hub.submit(with_parts(task("r", "a#1", "x"), &parts))
+            .unwrap();
+        assert_eq!(sent_parts(&mut rx), parts);
+        hub.submit(with_parts(task("r", "b#1", "x"), &parts))
+            .unwrap();
+        assert!(sent_parts(&mut rx).is_empty(), "cached");
+
+        hub.resend("a", "r", "b#1").unwrap();
+        assert!(matches!(
+            rx.try_recv().unwrap().message,
+            Some(coordinator_message::Message::ResetPartCache(_))
+        ));
+        assert_eq!(sent_parts(&mut rx), parts, "whole, after the reset");
+        // Tasks after the reset build on the resent one.
+        assert!(
+            hub.submit(with_parts(task("r", "c#1", "x"), &parts))
+                .is_none()
+        );
+        hub.finish("a", "r", "a#1").unwrap();
+        assert!(sent_parts(&mut rx).is_empty());
+
+        for _ in 1..MAX_RESENDS {
+            hub.resend("a", "r", "b#1").unwrap();
+        }
+        assert!(matches!(
+            hub.resend("a", "r", "b#1"),
+            Err(Error::ResendsExhausted {
+                resends: MAX_RESENDS,
+                ..
+            })
+        ));
+        assert!(matches!(
+            hub.resend("a", "r", "nope#1"),
+            Err(Error::NotHeld { .. })
+        ));
     }
 
     #[test]

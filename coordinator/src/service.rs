@@ -32,6 +32,10 @@ pub struct Config {
     pub max_workflow_bytes: usize,
     pub max_input_bytes: usize,
     pub max_result_bytes: usize,
+    /// How deep a run input or an agent result may nest. A payload nests data two levels
+    /// deeper, and parsers commonly stop at 128 (serde_json among them), so every agent can
+    /// still read its payload.
+    pub max_data_depth: usize,
     pub limits: Limits,
 }
 
@@ -41,6 +45,7 @@ impl Default for Config {
             max_workflow_bytes: 1 << 20,
             max_input_bytes: 4 << 20,
             max_result_bytes: 64 << 20,
+            max_data_depth: 100,
             limits: Limits::default(),
         }
     }
@@ -154,6 +159,7 @@ impl<S: Store> Coordinator<S> {
         let input_bytes = input.verified()?;
         let input_value: Value = serde_json::from_slice(input_bytes)
             .map_err(|e| Error::InvalidInput(format!("the input is not valid JSON: {e}")))?;
+        self.check_depth("the input", &input_value)?;
         let text = std::str::from_utf8(workflow).map_err(|_| {
             Error::InvalidWorkflow(baton_core::Diagnostics(vec![
                 baton_core::Diagnostic::error("$", None, "the workflow is not UTF-8 text"),
@@ -336,14 +342,55 @@ impl<S: Store> Coordinator<S> {
                     });
                 }
                 let bytes = data.verified()?;
-                serde_json::from_slice(bytes)
-                    .map(Ok)
-                    .map_err(|e| Error::InvalidInput(format!("the result is not valid JSON: {e}")))
+                let value: Value = serde_json::from_slice(bytes).map_err(|e| {
+                    Error::InvalidInput(format!("the result is not valid JSON: {e}"))
+                })?;
+                self.check_depth("the result", &value)?;
+                Ok(Ok(value))
             }
             Some(v1::task_result::Outcome::Error(error)) => Ok(Err(error)),
             None => Err(Error::InvalidInput(
                 "a result needs data or an error".into(),
             )),
+        }
+    }
+
+    fn check_depth(&self, what: &str, value: &Value) -> Result<(), Error> {
+        let limit = self.inner.config.max_data_depth;
+        let depth = json_depth(value);
+        if depth > limit {
+            return Err(Error::InvalidInput(format!(
+                "{what} nests {depth} levels deep; the limit is {limit}"
+            )));
+        }
+        Ok(())
+    }
+
+    /// A worker could not rebuild a task's payload: the task goes to it again whole, or, after
+    /// [`crate::hub::MAX_RESENDS`] tries, its step fails with the reason (it is logged either way).
+    pub async fn resend(&self, worker_id: &str, request: v1::ResendTask) -> Result<(), Error> {
+        let (run_id, task) = parse_task_id(&request.task_id)
+            .ok_or_else(|| Error::MalformedTaskId(request.task_id.clone()))?;
+        let reason = request.reason;
+        match self.inner.hub.resend(worker_id, run_id, &task_key(&task)) {
+            Ok(()) => {
+                tracing::warn!(worker_id, task_id = %request.task_id, %reason, "payload did not arrive intact; sent again");
+                Ok(())
+            }
+            Err(exhausted @ crate::hub::Error::ResendsExhausted { .. }) => {
+                tracing::error!(worker_id, task_id = %request.task_id, %reason, "payload never arrived intact; failing the step");
+                let failure = v1::TaskResult {
+                    task_id: request.task_id,
+                    outcome: Some(v1::task_result::Outcome::Error(format!(
+                        "{exhausted}: {reason}"
+                    ))),
+                };
+                self.complete(worker_id, failure).await
+            }
+            Err(_) => Err(Error::TaskNotHeld {
+                worker_id: worker_id.to_owned(),
+                task_id: request.task_id,
+            }),
         }
     }
 
@@ -938,6 +985,21 @@ fn rebuild(stored: StoredRun, limits: &Limits) -> Result<Loaded, Error> {
     })
 }
 
+/// How deep a JSON value nests: 1 for a scalar, one more for each array or object around it.
+fn json_depth(value: &Value) -> usize {
+    let mut deepest = 0;
+    let mut stack = vec![(value, 1)];
+    while let Some((value, depth)) = stack.pop() {
+        deepest = deepest.max(depth);
+        match value {
+            Value::Array(items) => stack.extend(items.iter().map(|v| (v, depth + 1))),
+            Value::Object(fields) => stack.extend(fields.values().map(|v| (v, depth + 1))),
+            _ => {}
+        }
+    }
+    deepest
+}
+
 fn ready_task(run_id: &str, task: &baton_core::AgentTask, encoder: &mut PartEncoder) -> ReadyTask {
     let payload = encoder.payload(&task.payload);
     ReadyTask {
@@ -955,6 +1017,7 @@ fn ready_task(run_id: &str, task: &baton_core::AgentTask, encoder: &mut PartEnco
             timeout_ms: task.timeout_ms.unwrap_or_default(),
         },
         parts: payload.parts,
+        resends: 0,
     }
 }
 

@@ -80,3 +80,33 @@ async fn reflection_lists_the_baton_services() {
         );
     }
 }
+
+#[tokio::test]
+async fn a_worker_of_another_protocol_is_refused_at_hello_naming_both_versions() {
+    use baton_proto::v1::worker_service_client::WorkerServiceClient;
+    use baton_proto::v1::{Hello, WorkerMessage, worker_message};
+    let (url, _stop) = serve().await;
+    let mut workers = WorkerServiceClient::new(channel(url).await);
+    let hello = WorkerMessage {
+        message: Some(worker_message::Message::Hello(Hello {
+            worker_id: "old".into(),
+            agents: vec!["planner".into()],
+            capacity: 1,
+            cache_bytes: 0,
+            protocol: 1,
+        })),
+    };
+    let status = workers
+        .task_stream(tokio_stream::iter([hello]))
+        .await
+        .expect_err("an old worker is refused");
+    assert_eq!(status.code(), tonic::Code::FailedPrecondition);
+    assert!(
+        status.message().contains("protocol 1")
+            && status
+                .message()
+                .contains(&baton_proto::WORKER_PROTOCOL.to_string()),
+        "{}",
+        status.message()
+    );
+}

@@ -535,3 +535,83 @@ async fn a_result_the_store_could_not_record_sends_the_task_again() {
         "approval"
     );
 }
+
+#[tokio::test]
+async fn a_payload_that_does_not_arrive_intact_is_sent_again_whole_then_fails_its_step() {
+    let coordinator = Coordinator::new(MemoryStore::new(), Config::default());
+    let mut worker = FakeWorker::connect(&coordinator, "w", &["planner"]).await;
+    let run_id = start(&coordinator, "dark mode").await;
+    let plan = worker.next_task();
+    let resend = |task: &Task| baton_proto::v1::ResendTask {
+        task_id: task.task_id.clone(),
+        reason: "a payload part is corrupt".into(),
+    };
+    for _ in 0..baton_coordinator::hub::MAX_RESENDS {
+        coordinator.resend("w", resend(&plan)).await.unwrap();
+        match worker.stream.try_recv() {
+            Ok(CoordinatorMessage {
+                message: Some(coordinator_message::Message::ResetPartCache(_)),
+            }) => {}
+            other => panic!("expected a cache reset first, got {other:?}"),
+        }
+        let again = worker.next_task();
+        assert_eq!(again.task_id, plan.task_id);
+        assert_eq!(payload(&again), payload(&plan), "the same payload, whole");
+    }
+    // Another worker cannot ask for a task it does not hold.
+    assert!(matches!(
+        coordinator.resend("someone-else", resend(&plan)).await,
+        Err(Error::TaskNotHeld { .. })
+    ));
+    // One resend too many: the step fails, naming why, and the run with it.
+    coordinator.resend("w", resend(&plan)).await.unwrap();
+    let record = coordinator.record(&run_id).await.unwrap();
+    let step = record.steps.iter().find(|s| s.step_id == "plan").unwrap();
+    assert_eq!(step.status, "failed");
+    assert!(
+        step.error.contains("never arrived intact") && step.error.contains("corrupt"),
+        "{}",
+        step.error
+    );
+    assert_eq!(record.status, "failed");
+}
+
+/// `[[[...1...]]]`, `depth` levels deep.
+fn nested(depth: usize) -> Value {
+    (1..depth).fold(json!(1), |inner, _| json!([inner]))
+}
+
+#[tokio::test]
+async fn data_nested_deeper_than_agents_can_parse_is_refused_by_name() {
+    let coordinator = Coordinator::new(MemoryStore::new(), Config::default());
+    let error = coordinator
+        .submit(FEATURE.as_bytes(), &input(nested(101)))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&error, Error::InvalidInput(m) if m.contains("the input nests 101 levels deep; the limit is 100")),
+        "{error}"
+    );
+
+    let mut worker = FakeWorker::connect(&coordinator, "w", &["planner"]).await;
+    let run_id = start(&coordinator, "dark mode").await;
+    let plan = worker.next_task();
+    coordinator
+        .complete(
+            "w",
+            TaskResult {
+                task_id: plan.task_id.clone(),
+                outcome: Some(task_result::Outcome::Data(input(nested(101)))),
+            },
+        )
+        .await
+        .unwrap_err();
+    let record = coordinator.record(&run_id).await.unwrap();
+    let step = record.steps.iter().find(|s| s.step_id == "plan").unwrap();
+    assert_eq!(step.status, "failed");
+    assert!(
+        step.error.contains("the result nests 101 levels deep"),
+        "{}",
+        step.error
+    );
+}

@@ -6,7 +6,8 @@
 use std::hint::black_box;
 use std::sync::Arc;
 
-use baton_core::{Action, Event, Run, Workflow, parse_workflow};
+use baton_core::payload::assemble;
+use baton_core::{Action, Event, Manifest, Run, Workflow, parse_workflow};
 use criterion::{BatchSize, Criterion, criterion_group, criterion_main};
 use serde_json::{Value, json};
 use sha2::Digest;
@@ -90,6 +91,38 @@ fn payloads(c: &mut Criterion) {
     let bytes = payload.to_json();
     c.bench_function("payload/sha256 of 12.7 MB", |b| {
         b.iter(|| black_box(hex::encode(sha2::Sha256::digest(&bytes))))
+    });
+    // By reference: the manifest of that payload when every part's digest is already known
+    // (the coordinator's per-run encoder), and the worker splicing the payload from its parts.
+    let mut digests = std::collections::HashMap::new();
+    let mut parts = std::collections::HashMap::new();
+    for (_, data) in payload.context.visible() {
+        let bytes = serde_json::to_vec(data.as_ref()).unwrap();
+        let digest = hex::encode(sha2::Sha256::digest(&bytes));
+        digests.insert(Arc::as_ptr(data) as usize, digest.clone());
+        parts.insert(digest, bytes);
+    }
+    let input = serde_json::to_vec(payload.context.input().as_ref()).unwrap();
+    let input_digest = hex::encode(sha2::Sha256::digest(&input));
+    digests.insert(
+        Arc::as_ptr(payload.context.input()) as usize,
+        input_digest.clone(),
+    );
+    parts.insert(input_digest, input);
+    c.bench_function(
+        "payload/manifest of 199 known parts, serialised and hashed",
+        |b| {
+            b.iter(|| {
+                let manifest =
+                    Manifest::of(&payload, |v| digests[&(Arc::as_ptr(v) as usize)].clone());
+                let bytes = serde_json::to_vec(&manifest).unwrap();
+                black_box(hex::encode(sha2::Sha256::digest(&bytes)))
+            })
+        },
+    );
+    let manifest = Manifest::of(&payload, |v| digests[&(Arc::as_ptr(v) as usize)].clone());
+    c.bench_function("payload/splice 12.7 MB from 200 parts", |b| {
+        b.iter(|| black_box(assemble(&manifest, |d| parts.get(d).map(Vec::as_slice)).unwrap()))
     });
     let small = json!({"input": "x", "context": {"plan": {"files": ["a", "b"]}}});
     c.bench_function("payload/serialise and sha256 a small payload", |b| {

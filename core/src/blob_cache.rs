@@ -6,6 +6,12 @@
 //! one stream, in the order they were sent): the coordinator's copy then says exactly what the
 //! worker holds, and a task carries the bytes of just the parts missing from it. Both start
 //! empty with each new stream.
+//!
+//! The policy only ever evicts the least recently used part, and only while over a limit, so
+//! what it holds is always the longest run of most recently used parts that fits the limits.
+//! Hence a cache with tighter limits holds a subset of what one with looser limits holds, over
+//! the same touches: the coordinator may clamp its copy (it does, so that a worker cannot make it
+//! keep unbounded bookkeeping) and still never believes the worker holds a part it does not.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -13,6 +19,7 @@ use std::collections::{BTreeMap, HashMap};
 #[derive(Debug, Clone)]
 pub struct BlobLru {
     budget: u64,
+    max_entries: usize,
     used: u64,
     clock: u64,
     /// digest -> (last touch, size)
@@ -24,8 +31,14 @@ pub struct BlobLru {
 impl BlobLru {
     /// An empty cache of at most `budget` bytes; 0 holds nothing.
     pub fn new(budget: u64) -> Self {
+        Self::with_max_entries(budget, usize::MAX)
+    }
+
+    /// An empty cache of at most `budget` bytes and `max_entries` parts.
+    pub fn with_max_entries(budget: u64, max_entries: usize) -> Self {
         Self {
             budget,
+            max_entries,
             used: 0,
             clock: 0,
             entries: HashMap::new(),
@@ -72,7 +85,7 @@ impl BlobLru {
         };
         self.order.insert(self.clock, name);
         let mut evicted = Vec::new();
-        while self.used > self.budget {
+        while self.used > self.budget || self.entries.len() > self.max_entries {
             let Some((_, oldest)) = self.order.pop_first() else {
                 break;
             };
@@ -110,6 +123,31 @@ mod tests {
         assert_eq!(cache.touch("huge", 50), ["a", "huge"]);
         assert!(cache.is_empty());
         assert_eq!(cache.used(), 0);
+    }
+
+    #[test]
+    fn tighter_limits_hold_a_subset_of_looser_ones() {
+        let mut loose = BlobLru::new(100);
+        let mut tight = BlobLru::with_max_entries(60, 2);
+        let touches = [
+            ("a", 30),
+            ("b", 5),
+            ("c", 50),
+            ("a", 30),
+            ("d", 10),
+            ("b", 5),
+            ("e", 40),
+            ("c", 50),
+            ("a", 30),
+        ];
+        for (i, (digest, size)) in touches.into_iter().enumerate() {
+            loose.touch(digest, size);
+            tight.touch(digest, size);
+            assert!(tight.len() <= 2 && tight.used() <= 60);
+            for held in tight.order.values() {
+                assert!(loose.contains(held), "{held} after touch {i}");
+            }
+        }
     }
 
     #[test]

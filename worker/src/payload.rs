@@ -50,11 +50,23 @@ impl Payload {
     }
 
     /// The payload as a JSON value, parsed on first use.
+    ///
+    /// Panics if it cannot be parsed, which the coordinator prevents for inputs and agent
+    /// results (it refuses data nested deeper than parsers accept) but not for a transform that
+    /// builds deeper data; [`Payload::try_value`] does not panic. In an SDK handler a panic
+    /// fails the step.
     pub fn value(&self) -> &Value {
-        self.0.value.get_or_init(|| {
-            // Every part was checked against the digest of JSON the coordinator wrote.
-            serde_json::from_slice(self.bytes()).expect("checked parts splice into JSON")
-        })
+        self.try_value().unwrap_or_else(|error| panic!("{error}"))
+    }
+
+    /// The payload as a JSON value, parsed on first use, or why it cannot be.
+    pub fn try_value(&self) -> Result<&Value, String> {
+        if let Some(value) = self.0.value.get() {
+            return Ok(value);
+        }
+        let value: Value = serde_json::from_slice(self.bytes())
+            .map_err(|e| format!("the payload cannot be parsed: {e}"))?;
+        Ok(self.0.value.get_or_init(|| value))
     }
 }
 

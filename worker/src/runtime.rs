@@ -28,7 +28,8 @@ use std::time::Duration;
 use baton_proto::Json;
 use baton_proto::v1::worker_service_client::WorkerServiceClient;
 use baton_proto::v1::{
-    Heartbeat, Hello, TaskResult, WorkerMessage, coordinator_message, task_result, worker_message,
+    Heartbeat, Hello, ResendTask, TaskResult, WorkerMessage, coordinator_message, task_result,
+    worker_message,
 };
 use serde_json::Value;
 use tokio::sync::{Semaphore, mpsc};
@@ -142,6 +143,7 @@ impl Worker {
                     // Tasks still running from a previous session hold their slots.
                     capacity: slots.available_permits().max(1) as u32,
                     cache_bytes: self.part_cache_bytes,
+                    protocol: baton_proto::WORKER_PROTOCOL,
                 })),
             })
             .await
@@ -188,13 +190,24 @@ impl Worker {
                 Some(coordinator_message::Message::Task(mut task)) => {
                     // At once and in arrival order: the coordinator touched its copy of the
                     // cache in the order it sent the tasks.
-                    let payload = match cache
-                        .receive(task.manifest.take(), std::mem::take(&mut task.parts))
-                    {
+                    let parts = std::mem::take(&mut task.parts);
+                    let payload = match cache.receive(task.manifest.take(), parts) {
                         Ok(payload) => payload,
-                        // The task goes back to the queue when this stream ends; a new stream
-                        // starts both copies of the cache afresh.
-                        Err(error) => break Err(format!("task {}: {error}", task.task_id)),
+                        Err(error) => {
+                            // The task is dropped here; the coordinator resets both caches and
+                            // sends it again whole (or fails its step after a few tries).
+                            tracing::warn!(task_id = %task.task_id, %error, "payload rejected; asking for it again");
+                            let resend = WorkerMessage {
+                                message: Some(worker_message::Message::Resend(ResendTask {
+                                    task_id: task.task_id,
+                                    reason: error.to_string(),
+                                })),
+                            };
+                            if outbound.send(resend).await.is_err() {
+                                break Err("stream closed".to_owned());
+                            }
+                            continue;
+                        }
                     };
                     let permit = slots.clone().acquire_owned().await.expect("never closed");
                     let worker = self.clone();
@@ -203,6 +216,9 @@ impl Worker {
                         worker.answer(result).await;
                         drop(permit);
                     });
+                }
+                Some(coordinator_message::Message::ResetPartCache(_)) => {
+                    cache = PartCache::new(self.part_cache_bytes);
                 }
                 Some(coordinator_message::Message::Rejected(rejected)) => {
                     tracing::warn!(task_id = %rejected.task_id, reason = %rejected.message, "result rejected");

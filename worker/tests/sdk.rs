@@ -114,7 +114,8 @@ async fn a_steps_timeout_stops_a_handler_that_hangs() {
 
 /// Runs a chain of `steps` agent steps, each returning 10 kB and counting the earlier results
 /// its payload holds, on one worker with `cache_bytes` of part cache. Returns the final context
-/// and the bytes the coordinator sent to the worker.
+/// and the bytes the coordinator sent to the worker, having checked that each task was sent
+/// once (no task was asked for again, no stream restarted).
 async fn accumulate(steps: usize, cache_bytes: u64) -> (serde_json::Value, u64) {
     let (coordinator, url) = coordinator().await;
     let worker = Worker::builder()
@@ -145,7 +146,9 @@ async fn accumulate(steps: usize, cache_bytes: u64) -> (serde_json::Value, u64) 
     };
     assert_eq!(record.status, "succeeded", "{record:?}");
     let context = serde_json::from_slice(&record.context.unwrap().json).unwrap();
-    (context, coordinator.stats().bytes_to_workers)
+    let stats = coordinator.stats();
+    assert_eq!(stats.tasks_dispatched, steps as u64);
+    (context, stats.bytes_to_workers)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -178,9 +181,7 @@ async fn a_cache_smaller_than_the_context_still_gives_every_agent_everything() {
     for i in 0..10 {
         assert_eq!(context[format!("s{i:02}")]["seen"], json!(i), "{i}");
     }
-    // Each of the 9 results a later step reads went more than once.
-    assert!(
-        bytes > 15 * 10_000,
-        "evicted parts were sent again: {bytes}"
-    );
+    // Evicted results were sent again (more than the 9 read later, once each), yet fewer than
+    // the 45 an uncached worker gets.
+    assert!((15 * 10_000..45 * 10_000).contains(&bytes), "{bytes} bytes");
 }

@@ -43,6 +43,13 @@ impl<S: Store> WorkerService for Workers<S> {
             }) => hello,
             _ => return Err(Error::NoHello.into()),
         };
+        if hello.protocol != baton_proto::WORKER_PROTOCOL {
+            return Err(Error::Protocol {
+                worker: hello.protocol,
+                coordinator: baton_proto::WORKER_PROTOCOL,
+            }
+            .into());
+        }
         if hello.worker_id.is_empty() {
             return Err(Status::invalid_argument(
                 "hello.worker_id: a worker needs an id",
@@ -77,6 +84,14 @@ impl<S: Store> WorkerService for Workers<S> {
                                     },
                                 )),
                             });
+                        }
+                    }
+                    Ok(WorkerMessage {
+                        message: Some(worker_message::Message::Resend(request)),
+                    }) => {
+                        let task_id = request.task_id.clone();
+                        if let Err(error) = coordinator.resend(&worker_id, request).await {
+                            tracing::warn!(%worker_id, %task_id, %error, "resend refused");
                         }
                     }
                     Ok(_) => {} // heartbeats keep the stream alive; hello is only first
