@@ -8,6 +8,8 @@
 //! - [`payload`]: what an agent receives (`{input, context, <ref>}`), whole or by reference.
 //! - [`blob_cache`]: the bounded cache of payload parts a worker keeps, mirrored by the
 //!   coordinator.
+//! - [`messages`]: a run's message history, merged with LangGraph's `add_messages` semantics
+//!   (not yet carried by runs: issue 5).
 //! - [`engine`]: the run state machine, `(Run, Event) -> (Run, [Action])`.
 //! - [`limits`]: ceilings on every size a workflow author controls.
 
@@ -17,6 +19,7 @@ pub mod diagnostics;
 pub mod engine;
 pub mod eval;
 pub mod limits;
+pub mod messages;
 pub mod payload;
 pub mod workflow;
 
