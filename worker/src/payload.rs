@@ -59,6 +59,10 @@ impl Payload {
         self.try_value().unwrap_or_else(|error| panic!("{error}"))
     }
 
+    fn part_count(&self) -> usize {
+        self.0.parts.as_ref().map_or(0, |(_, parts)| parts.len())
+    }
+
     /// The payload as a JSON value, parsed on first use, or why it cannot be.
     pub fn try_value(&self) -> Result<&Value, String> {
         if let Some(value) = self.0.value.get() {
@@ -90,12 +94,6 @@ impl fmt::Debug for Payload {
             Some(value) => write!(f, "Payload({value})"),
             None => write!(f, "Payload(<{} parts, not yet read>)", self.part_count()),
         }
-    }
-}
-
-impl Payload {
-    fn part_count(&self) -> usize {
-        self.0.parts.as_ref().map_or(0, |(_, parts)| parts.len())
     }
 }
 
