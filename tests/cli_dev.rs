@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use baton_proto::Json;
-use baton_proto::v1::{DecideApprovalRequest, SubmitRunRequest};
+use baton_proto::v1::{DecideApprovalRequest, SubmitRunRequest, VerifyRunRequest};
 use harness::{Cluster, Records, Watch, baton, output};
 use serde_json::{Value, json};
 
@@ -111,7 +111,10 @@ fn dev_auto_approve_prints_each_payload_and_result() {
         .unwrap_or_else(|| panic!("the first line names the run:\n{transcript}"))
         .to_owned();
 
-    let mut received = blocks(&transcript, "received");
+    let mut received: Vec<(String, Value)> = blocks(&transcript, "received")
+        .into_iter()
+        .map(|(step, payload)| (step, spec::spec_view(payload)))
+        .collect();
     received.sort_by(|a, b| a.0.cmp(&b.0));
     let mut expected: Vec<(String, Value)> = spec::payloads(&auto_approval())
         .into_iter()
@@ -142,12 +145,9 @@ fn dev_auto_approve_prints_each_payload_and_result() {
             "{line:?} missing from:\n{transcript}"
         );
     }
-    assert!(
-        transcript
-            .trim_end()
-            .ends_with(&format!("run {run_id} succeeded")),
-        "{transcript}"
-    );
+    // The run's end, then its state chain, checked before `baton dev` exits.
+    let end = format!("run {run_id} succeeded\nstate chain verified: 8 links, head ");
+    assert!(transcript.contains(&end), "{transcript}");
 }
 
 #[test]
@@ -187,7 +187,7 @@ fn dev_rejection_from_stdin_runs_the_plan_twice() {
     let plans: Vec<Value> = blocks(&transcript, "received")
         .into_iter()
         .filter(|(step, _)| step == "plan")
-        .map(|(_, payload)| payload)
+        .map(|(_, payload)| spec::spec_view(payload))
         .collect();
     assert_eq!(plans.len(), 2, "the planner ran twice:\n{transcript}");
     assert_eq!(plans[0], json!({"input": spec::INPUT, "context": {}}));
@@ -222,11 +222,11 @@ fn dev_json_with_a_prompt_keeps_stdout_one_json_object() {
     );
 }
 
-/// The same workflow, input, agent answers and decision give the same `state_sha256` in
-/// `baton dev` (in-memory store, one worker) and on a cluster (Redis, two workers): the checksum
-/// leaves worker ids and attempts out by design.
+/// The same workflow, input, agent answers and decision give the same context in `baton dev`
+/// (in-memory store, one worker) and on a cluster (Redis, two workers), and each run's state
+/// chain holds. (The chains themselves differ: each starts from its run's id.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn dev_and_cluster_give_the_same_state_checksum() {
+async fn dev_and_cluster_agree_on_the_context_and_both_chains_hold() {
     let mut cluster = Cluster::start().await;
     let records = Records::new(cluster.dir().join("records"));
     cluster
@@ -272,11 +272,22 @@ async fn dev_and_cluster_give_the_same_state_checksum() {
             "{}",
             agents.display()
         );
-        assert_eq!(
-            record["state_sha256"],
-            json!(on_cluster.state_sha256),
+        assert_ne!(record["state_sha256"], json!(on_cluster.state_sha256));
+        // `baton dev` verifies its run's chain before it exits and says so.
+        assert!(
+            text(&out.stderr).contains("state chain verified"),
             "{}",
-            agents.display()
+            text(&out.stderr)
         );
     }
+    let verified = client
+        .verify_run(VerifyRunRequest {
+            run_id: run_id.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(verified.ok, "{verified:?}");
+    assert_eq!(verified.state_sha256, on_cluster.state_sha256);
+    assert_eq!(verified.links, 8, "one link per settled step visit");
 }

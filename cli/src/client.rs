@@ -10,7 +10,7 @@ use baton_proto::Json;
 use baton_proto::v1::run_service_client::RunServiceClient;
 use baton_proto::v1::{
     CancelRunRequest, DecideApprovalRequest, GetRunRequest, ListRunsRequest, RunRecord,
-    SubmitRunRequest, WatchRunRequest, run_event,
+    SubmitRunRequest, VerifyRunRequest, WatchRunRequest, run_event,
 };
 use tonic::transport::Channel;
 
@@ -26,7 +26,7 @@ pub struct Target {
         default_value = "http://127.0.0.1:50051",
         global = true
     )]
-    coordinator: String,
+    pub coordinator: String,
 }
 
 pub async fn connect(url: &str) -> anyhow::Result<RunServiceClient<Channel>> {
@@ -39,7 +39,7 @@ pub async fn connect(url: &str) -> anyhow::Result<RunServiceClient<Channel>> {
 }
 
 /// A gRPC error as the user should read it.
-fn failed(status: tonic::Status) -> anyhow::Error {
+pub fn failed(status: tonic::Status) -> anyhow::Error {
     anyhow::anyhow!("{} ({:?})", status.message(), status.code())
 }
 
@@ -155,6 +155,9 @@ enum RunsCommand {
         #[arg(long, default_value = "cancelled from the command line")]
         reason: String,
     },
+    /// Recompute a run's state chain from the store: exit 0 when it holds, 1 naming the first
+    /// step whose stored data does not match.
+    Verify { run_id: String },
 }
 
 pub async fn runs(args: RunsArgs) -> anyhow::Result<ExitCode> {
@@ -216,6 +219,37 @@ pub async fn runs(args: RunsArgs) -> anyhow::Result<ExitCode> {
                 .map_err(failed)?
                 .into_inner();
             print_summary(&mut stdout, &record)?;
+        }
+        RunsCommand::Verify { run_id } => {
+            let verified = client
+                .verify_run(VerifyRunRequest {
+                    run_id: run_id.clone(),
+                })
+                .await
+                .map_err(failed)?
+                .into_inner();
+            if verified.ok {
+                writeln!(
+                    stdout,
+                    "run {run_id}: state chain holds ({} links, head {})",
+                    verified.links, verified.state_sha256
+                )?;
+                return Ok(ExitCode::SUCCESS);
+            }
+            let step = if verified.step_id.is_empty() {
+                String::new()
+            } else {
+                format!(
+                    " at step \"{}\" (visit {})",
+                    verified.step_id, verified.visit
+                )
+            };
+            writeln!(
+                stdout,
+                "run {run_id}: state chain does NOT hold{step}: {}",
+                verified.problem
+            )?;
+            return Ok(ExitCode::FAILURE);
         }
     }
     Ok(ExitCode::SUCCESS)

@@ -14,7 +14,9 @@ use baton_coordinator::record::record_to_json;
 use baton_coordinator::store::memory::MemoryStore;
 use baton_coordinator::{Config, Coordinator};
 use baton_proto::Json;
-use baton_proto::v1::{DecideApprovalRequest, SubmitRunRequest, WatchRunRequest, run_event};
+use baton_proto::v1::{
+    DecideApprovalRequest, SubmitRunRequest, VerifyRunRequest, WatchRunRequest, run_event,
+};
 use baton_worker::Worker;
 use baton_worker::agents::AgentsFile;
 use tokio::sync::oneshot;
@@ -94,7 +96,21 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
             })
         );
         match result {
-            Ok(data) => text.push_str(&format!("    ── returned:\n{}\n", indent(&pretty(data)))),
+            Ok(output) => {
+                text.push_str(&format!(
+                    "    ── returned:\n{}\n",
+                    indent(&pretty(&output.data))
+                ));
+                for (what, notes) in [
+                    ("messages", &output.messages),
+                    ("decisions", &output.decisions),
+                ] {
+                    if !notes.is_empty() {
+                        let notes = serde_json::Value::Array(notes.clone());
+                        text.push_str(&format!("    ── {what}:\n{}\n", indent(&pretty(&notes))));
+                    }
+                }
+            }
             Err(error) => text.push_str(&format!("    ── failed: {error}\n")),
         }
         observed
@@ -164,6 +180,26 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
                 break;
             }
             _ => {}
+        }
+    }
+    // The run's state chain, recomputed from the store as `baton runs verify` does.
+    let verified = client
+        .verify_run(VerifyRunRequest {
+            run_id: run_id.clone(),
+        })
+        .await
+        .map_err(|status| anyhow::anyhow!("{}", status.message()))?
+        .into_inner();
+    {
+        let mut out = out.lock().expect("transcript lock");
+        if verified.ok {
+            writeln!(
+                out,
+                "state chain verified: {} links, head {}",
+                verified.links, verified.state_sha256
+            )?;
+        } else {
+            writeln!(out, "state chain does NOT hold: {}", verified.problem)?;
         }
     }
     let _ = stop_worker.send(());

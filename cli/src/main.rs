@@ -2,12 +2,13 @@
 //!
 //! - `validate`: check workflow files.
 //! - `coordinator`, `worker`: the cluster's processes.
-//! - `submit`, `runs`, `approve`: a client of a coordinator.
+//! - `submit`, `runs`, `approve`, `decisions`: a client of a coordinator.
 //! - `dev`: coordinator and workers in one process, on an in-memory store.
 //! - `bench`: the benchmark: its own Redis, coordinator and worker processes.
 
 mod bench;
 mod client;
+mod decisions;
 mod dev;
 mod input;
 mod progress;
@@ -43,6 +44,8 @@ enum Command {
     Runs(client::RunsArgs),
     /// Approve (or --reject) a step that waits for a decision.
     Approve(client::ApproveArgs),
+    /// Search the decisions a run's agents took (or a workflow's, with --workflow) by meaning.
+    Decisions(decisions::Args),
     /// Run a workflow locally: coordinator and workers in this process, nothing to install.
     Dev(dev::Args),
     /// Measure per-step overhead, fan-out, throughput and context size on a real cluster.
@@ -65,6 +68,7 @@ fn main() -> ExitCode {
                         Command::Submit(args) => client::submit(args).await,
                         Command::Runs(args) => client::runs(args).await,
                         Command::Approve(args) => client::approve(args).await,
+                        Command::Decisions(args) => decisions::run(args).await,
                         Command::Dev(args) => dev::run(args).await,
                         Command::Bench(args) => bench::run(args).await,
                         Command::Validate(_) => unreachable!("handled above"),

@@ -22,6 +22,42 @@ pub struct CoordinatorArgs {
     /// Keep run state in this process's memory instead (lost when it exits; for trials).
     #[arg(long, conflicts_with = "redis")]
     memory: bool,
+    #[command(flatten)]
+    embeddings: EmbeddingArgs,
+}
+
+/// How decisions are embedded for search by meaning.
+#[derive(clap::Args)]
+pub struct EmbeddingArgs {
+    /// An OpenAI-compatible embeddings server (OpenAI, Ollama, vLLM, TEI): a base URL such as
+    /// http://localhost:11434, or the full .../v1/embeddings endpoint. Unset: the built-in
+    /// offline embedder, which is lexical (it matches shared words, not paraphrases).
+    #[arg(long, env = "BATON_EMBEDDINGS_URL")]
+    embeddings_url: Option<String>,
+    /// The embedding model the server should use.
+    #[arg(
+        long,
+        env = "BATON_EMBEDDINGS_MODEL",
+        default_value = "text-embedding-3-small"
+    )]
+    embeddings_model: String,
+    /// Sent as a bearer token (read from the environment, so it stays out of `ps`).
+    #[arg(long, env = "BATON_EMBEDDINGS_API_KEY", hide_env_values = true)]
+    embeddings_api_key: Option<String>,
+}
+
+impl EmbeddingArgs {
+    fn embedder(&self) -> anyhow::Result<std::sync::Arc<dyn baton_coordinator::embed::Embedder>> {
+        use baton_coordinator::embed::{EmbedderConfig, OpenAiConfig, build};
+        let config = match &self.embeddings_url {
+            None => EmbedderConfig::Builtin,
+            Some(url) => EmbedderConfig::OpenAi(OpenAiConfig {
+                api_key: self.embeddings_api_key.clone(),
+                ..OpenAiConfig::new(url.clone(), self.embeddings_model.clone())
+            }),
+        };
+        build(&config).context("cannot set up the embeddings server")
+    }
 }
 
 pub async fn coordinator(args: CoordinatorArgs) -> anyhow::Result<ExitCode> {
@@ -30,15 +66,21 @@ pub async fn coordinator(args: CoordinatorArgs) -> anyhow::Result<ExitCode> {
         .await
         .with_context(|| format!("cannot listen on {}", args.listen))?;
     let address = listener.local_addr()?;
+    let embedder = args.embeddings.embedder()?;
+    tracing::info!(
+        model = embedder.model(),
+        "decisions are embedded with this model"
+    );
     if args.memory {
-        let coordinator = Coordinator::new(MemoryStore::new(), Config::default());
+        let coordinator =
+            Coordinator::with_embedder(MemoryStore::new(), Config::default(), embedder);
         tracing::info!(%address, store = "memory", "coordinator listening");
         baton_coordinator::grpc::serve(listener, coordinator, shutdown_signal()).await?;
     } else {
         let store = RedisStore::connect(&args.redis)
             .await
             .with_context(|| format!("cannot connect to Redis at {}", args.redis))?;
-        let coordinator = Coordinator::new(store, Config::default());
+        let coordinator = Coordinator::with_embedder(store, Config::default(), embedder);
         let recovered = coordinator.recover().await?;
         tracing::info!(%address, redis = %args.redis, recovered, "coordinator listening");
         baton_coordinator::grpc::serve(listener, coordinator, shutdown_signal()).await?;

@@ -39,6 +39,8 @@ pub enum Error {
     Protocol { worker: u32, coordinator: u32 },
     #[error("run {run_id}: stored state is corrupt: {reason}")]
     Corrupt { run_id: String, reason: String },
+    #[error("cannot embed the text: {0}")]
+    Embedding(String),
     #[error(transparent)]
     Store(#[from] store::Error),
 }
@@ -61,7 +63,7 @@ impl From<Error> for Status {
             Error::Store(store::Error::NotFound(_)) => Code::NotFound,
             Error::Store(store::Error::Conflict { .. }) => Code::Aborted,
             Error::Store(store::Error::AlreadyExists(_)) => Code::AlreadyExists,
-            Error::Store(store::Error::Unavailable(_)) => Code::Unavailable,
+            Error::Store(store::Error::Unavailable(_)) | Error::Embedding(_) => Code::Unavailable,
             Error::Corrupt { .. } | Error::Store(store::Error::Corrupt(_)) => Code::DataLoss,
         };
         Status::new(code, error.to_string())

@@ -6,10 +6,16 @@
 //! - [`parts`]: agent payloads by reference, each part encoded and hashed once per run.
 //! - [`store`]: the store trait, its contract, and the memory and Redis stores.
 //! - [`model`]: stored events, step states and tasks.
-//! - [`record`]: the run record clients see, and the state checksum.
+//! - [`record`]: the run record clients see.
+//! - [`chain`]: reading a run back checked against its state chain.
+//! - [`decisions`]: decision memory: stored with embeddings, ranked by meaning.
 //! - [`grpc`]: the tonic services, thin over [`service`].
+//! - [`embed`]: text embedders (built-in hashed n-grams, OpenAI-compatible HTTP) and top-k cosine.
 //! - [`error`]: the coordinator's errors and their gRPC codes.
 
+pub mod chain;
+pub mod decisions;
+pub mod embed;
 pub mod error;
 pub mod grpc;
 pub mod hub;

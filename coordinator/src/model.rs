@@ -2,6 +2,7 @@
 
 use std::sync::Arc;
 
+use baton_core::handoff::AgentNotes;
 use baton_core::{Decision, Event, TaskId};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -30,6 +31,17 @@ pub fn parse_task_id(task_id: &str) -> Option<(&str, TaskId)> {
     ))
 }
 
+/// An event of the log, with the time it was applied at: the engine stamps decisions and
+/// handoffs with it, so a replay must apply each event at its original time.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LoggedEvent {
+    /// Milliseconds since the epoch.
+    #[serde(default)]
+    pub at_ms: i64,
+    #[serde(flatten)]
+    pub event: StoredEvent,
+}
+
 /// An engine event as stored: an agent's data is in the results, referenced by key, so that it
 /// is stored once.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -39,6 +51,9 @@ pub enum StoredEvent {
         task: TaskId,
         result: String,
         worker_id: String,
+        /// The agent's messages and decisions, written in the same atomic transition.
+        #[serde(default, skip_serializing_if = "AgentNotes::is_empty")]
+        notes: AgentNotes,
     },
     AgentFailed {
         task: TaskId,
@@ -59,10 +74,14 @@ impl StoredEvent {
     pub fn to_event(&self, result: impl Fn(&str) -> Option<Value>) -> Result<Event, String> {
         Ok(match self {
             StoredEvent::AgentSucceeded {
-                task, result: key, ..
+                task,
+                result: key,
+                notes,
+                ..
             } => Event::AgentSucceeded {
                 task: task.clone(),
                 data: result(key).ok_or_else(|| format!("result {key} is missing"))?,
+                notes: notes.clone(),
             },
             StoredEvent::AgentFailed { task, error, .. } => Event::AgentFailed {
                 task: task.clone(),
@@ -104,7 +123,39 @@ pub struct TaskEntry {
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
+
+    #[test]
+    fn logged_events_round_trip_and_old_entries_read_with_no_time() {
+        let logged = LoggedEvent {
+            at_ms: 1_795_428_000_000,
+            event: StoredEvent::AgentSucceeded {
+                task: TaskId {
+                    step_id: "plan".into(),
+                    visit: 1,
+                },
+                result: "plan#1".into(),
+                worker_id: "w1".into(),
+                notes: AgentNotes::from_json(br#"{"decisions": [{"summary": "s"}]}"#).unwrap(),
+            },
+        };
+        let bytes = serde_json::to_vec(&logged).unwrap();
+        assert_eq!(
+            serde_json::from_slice::<LoggedEvent>(&bytes).unwrap(),
+            logged
+        );
+        let old = json!({"event": "cancel", "reason": "stop"}).to_string();
+        let read: LoggedEvent = serde_json::from_str(&old).unwrap();
+        assert_eq!(read.at_ms, 0);
+        assert_eq!(
+            read.event,
+            StoredEvent::Cancel {
+                reason: "stop".into()
+            }
+        );
+    }
 
     #[test]
     fn task_ids_round_trip_even_with_hyphens_and_hashes() {

@@ -72,11 +72,17 @@ mod tests {
             reference: Some(("plan".into(), context.data("plan").unwrap().clone())),
             context,
             error: None,
+            messages: Arc::new(json!([])),
+            handoff: None,
         };
         let mut encoder = PartEncoder::default();
         let first = encoder.payload(&payload);
         let again = encoder.payload(&payload);
-        assert_eq!(encoder.encoded.len(), 2, "input and plan, once each");
+        assert_eq!(
+            encoder.encoded.len(),
+            3,
+            "input, plan and the message history, once each"
+        );
         assert!(Arc::ptr_eq(&first.parts[1], &again.parts[1]));
         assert!(
             Arc::ptr_eq(&first.parts[1], &first.parts[2]),

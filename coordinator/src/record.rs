@@ -1,4 +1,4 @@
-//! What a client sees of a run: the run record, the step states, and the state checksum.
+//! What a client sees of a run: the run record, the step states, and the run's memory.
 
 use std::collections::BTreeMap;
 
@@ -9,29 +9,14 @@ use serde_json::{Value, json};
 
 use crate::model::StepState;
 
-/// SHA-256 of the run's state in canonical JSON (serde_json writes object keys sorted): status,
-/// error, context, and each step's status and visits. Scheduling is left out (worker ids,
-/// attempts, and whether a dispatched task has been picked up yet: `running` counts as
-/// `queued`), so that the same workflow with the same agents gives the same checksum however it
-/// was scheduled, and a coordinator that restarts computes the same one.
-pub fn state_sha256(run: &Run, steps: &BTreeMap<String, StepState>) -> String {
-    let steps: BTreeMap<&str, Value> = steps
-        .iter()
-        .map(|(id, state)| {
-            let status = match state.status.as_str() {
-                "running" => "queued",
-                other => other,
-            };
-            (id.as_str(), json!([status, state.visits]))
-        })
-        .collect();
-    let state = json!({
-        "status": run.status().as_str(),
-        "error": run.error(),
-        "context": run.context().to_value(),
-        "steps": steps,
-    });
-    baton_proto::sha256_hex(&serde_json::to_vec(&state).expect("state is JSON"))
+/// The run's memory: its message history, the decisions its agents reported, and every
+/// handoff into an agent step.
+pub fn memory(run: &Run) -> Value {
+    json!({
+        "messages": run.messages().messages(),
+        "decisions": run.decisions().iter().map(|d| d.as_ref()).collect::<Vec<_>>(),
+        "handoffs": run.handoffs().iter().map(|h| h.as_ref()).collect::<Vec<_>>(),
+    })
 }
 
 /// Every step in workflow order, with its state ("pending" if never entered).
@@ -98,6 +83,11 @@ pub fn record_to_json(record: &v1::RunRecord) -> Value {
         .as_ref()
         .and_then(|c| serde_json::from_slice(&c.json).ok())
         .unwrap_or(Value::Null);
+    let memory: Value = record
+        .memory
+        .as_ref()
+        .and_then(|m| serde_json::from_slice(&m.json).ok())
+        .unwrap_or(Value::Null);
     let steps: Vec<Value> = record
         .steps
         .iter()
@@ -142,6 +132,9 @@ pub fn record_to_json(record: &v1::RunRecord) -> Value {
         "steps": steps,
         "waiting": waiting,
         "state_sha256": record.state_sha256,
+        "messages": memory["messages"],
+        "decisions": memory["decisions"],
+        "handoffs": memory["handoffs"],
         "created_ms": record.created_ms,
         "updated_ms": record.updated_ms,
     })

@@ -10,7 +10,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use baton_core::workflow::{StepType, Workflow};
+use baton_core::handoff::{AgentNotes, DecisionRecord};
+use baton_core::integrity::{ChainLink, genesis};
+use baton_core::workflow::StepType;
 use baton_core::{
     Action, Decision, EngineError, Event, Limits, Run, StepRecord, TaskId, Transition,
 };
@@ -19,9 +21,14 @@ use baton_proto::v1::{self, run_event};
 use serde_json::Value;
 use tokio::sync::{Mutex as AsyncMutex, broadcast};
 
+use crate::chain::{self, Mismatch};
+use crate::decisions::{self, Embedded, StoredDecision};
+use crate::embed::{Embedder, HashedNgrams};
 use crate::error::Error;
 use crate::hub::{Assignment, Hub, ReadyTask};
-use crate::model::{StepState, StoredEvent, TaskEntry, parse_task_id, task_id, task_key};
+use crate::model::{
+    LoggedEvent, StepState, StoredEvent, TaskEntry, parse_task_id, task_id, task_key,
+};
 use crate::parts::PartEncoder;
 use crate::record;
 use crate::store::{self, RunHeader, Store, StoredRun, TransitionWrite};
@@ -36,6 +43,12 @@ pub struct Config {
     /// deeper, and parsers commonly stop at 128 (serde_json among them), so every agent can
     /// still read its payload.
     pub max_data_depth: usize,
+    /// How many decisions one result may carry (each is embedded and stored).
+    pub max_decisions_per_result: usize,
+    /// How long a decision query's text may be, in bytes.
+    pub max_query_bytes: usize,
+    /// How many runs a workflow-wide decision query reads, newest first.
+    pub max_query_runs: usize,
     pub limits: Limits,
 }
 
@@ -46,6 +59,9 @@ impl Default for Config {
             max_input_bytes: 4 << 20,
             max_result_bytes: 64 << 20,
             max_data_depth: 100,
+            max_decisions_per_result: 100,
+            max_query_bytes: 8 << 10,
+            max_query_runs: 1_000,
             limits: Limits::default(),
         }
     }
@@ -68,11 +84,16 @@ struct Inner<S> {
     store: S,
     hub: Hub,
     config: Config,
+    embedder: Arc<dyn Embedder>,
     /// Runs this coordinator has loaded. The store is the truth; this saves replaying it.
     runs: std::sync::Mutex<HashMap<String, Arc<AsyncMutex<Option<Loaded>>>>>,
     watchers: std::sync::Mutex<HashMap<String, broadcast::Sender<v1::RunEvent>>>,
     /// Transitions written to the store since start.
     transitions: AtomicU64,
+    /// Stored data that did not match the state chain when read back.
+    integrity_failures: AtomicU64,
+    /// Payloads a worker asked to be sent again.
+    resends: AtomicU64,
     /// Where transitions spend their time, for `baton bench`'s profile.
     profile: Profile,
 }
@@ -100,6 +121,7 @@ struct Loaded {
     steps: BTreeMap<String, StepState>,
     tasks: BTreeMap<String, TaskEntry>,
     updated_ms: i64,
+    /// The head of the run's state chain.
     state_sha256: String,
     /// The encoded parts of this run's payloads.
     parts: PartEncoder,
@@ -117,15 +139,23 @@ fn json(value: &impl serde::Serialize) -> Vec<u8> {
 }
 
 impl<S: Store> Coordinator<S> {
+    /// A coordinator with the built-in (lexical) embedder for decisions.
     pub fn new(store: S, config: Config) -> Self {
+        Self::with_embedder(store, config, Arc::new(HashedNgrams::default()))
+    }
+
+    pub fn with_embedder(store: S, config: Config, embedder: Arc<dyn Embedder>) -> Self {
         Self {
             inner: Arc::new(Inner {
                 store,
                 hub: Hub::default(),
                 config,
+                embedder,
                 runs: Default::default(),
                 watchers: Default::default(),
                 transitions: AtomicU64::new(0),
+                integrity_failures: AtomicU64::new(0),
+                resends: AtomicU64::new(0),
                 profile: Profile::default(),
             }),
         }
@@ -170,6 +200,7 @@ impl<S: Store> Coordinator<S> {
         let workflow = Arc::new(parsed.workflow);
         let run_id = uuid::Uuid::now_v7().to_string();
         let now = now_ms();
+        let chain_start = genesis(&run_id, text, &input_value);
         let header = RunHeader {
             run_id: run_id.clone(),
             workflow_id: workflow.id.clone().unwrap_or_default(),
@@ -185,10 +216,10 @@ impl<S: Store> Coordinator<S> {
             steps: BTreeMap::new(),
             tasks: BTreeMap::new(),
             updated_ms: now,
-            state_sha256: String::new(),
+            state_sha256: chain_start,
             parts: PartEncoder::default(),
         };
-        let planned = plan(&loaded, None, None, &transition, 0, now);
+        let planned = plan(&loaded, None, None, &transition, 0, now, None);
         self.inner
             .store
             .create_run(header, planned.write.clone())
@@ -228,7 +259,7 @@ impl<S: Store> Coordinator<S> {
             decision,
         };
         let record = self
-            .apply(run_id, event, stored, None, true)
+            .apply(run_id, event, stored, None, true, None)
             .await
             .map_err(|e| match e {
                 Error::NotAwaitingApproval { .. } => Error::NotAwaitingApproval {
@@ -253,7 +284,7 @@ impl<S: Store> Coordinator<S> {
         let stored = StoredEvent::Cancel {
             reason: reason.to_owned(),
         };
-        let record = self.apply(run_id, event, stored, None, true).await?;
+        let record = self.apply(run_id, event, stored, None, true, None).await?;
         Ok(record.expect("asked for"))
     }
 
@@ -270,23 +301,29 @@ impl<S: Store> Coordinator<S> {
         }
         // A result that cannot be taken as data still settles its task: the step fails with
         // the reason, instead of waiting for an answer that will never come again.
-        let (outcome, refusal) = match self.read_outcome(result.outcome) {
+        let (outcome, refusal) = match self.read_outcome(result.outcome, result.notes) {
             Ok(outcome) => (outcome, None),
             Err(refused) => (
                 Err(format!("the agent's result was refused: {refused}")),
                 Some(refused),
             ),
         };
+        let embedded = match &outcome {
+            Ok((_, notes)) => self.embed_decisions(notes).await,
+            Err(_) => None,
+        };
         let (event, stored) = match outcome {
-            Ok(data) => (
+            Ok((data, notes)) => (
                 Event::AgentSucceeded {
                     task: task.clone(),
                     data,
+                    notes: notes.clone(),
                 },
                 StoredEvent::AgentSucceeded {
                     task: task.clone(),
                     result: key.clone(),
                     worker_id: worker_id.to_owned(),
+                    notes,
                 },
             ),
             Err(error) => (
@@ -302,7 +339,14 @@ impl<S: Store> Coordinator<S> {
             ),
         };
         let applied = self
-            .apply(run_id, event, stored, Some((worker_id, &task)), false)
+            .apply(
+                run_id,
+                event,
+                stored,
+                Some((worker_id, &task)),
+                false,
+                embedded.as_ref(),
+            )
             .await;
         let assignments = match &applied {
             // Not recorded: the task goes back to the queue rather than being lost.
@@ -326,18 +370,22 @@ impl<S: Store> Coordinator<S> {
         }
     }
 
-    /// The data of an outcome, the agent's error, or why the result cannot be accepted.
+    /// The data and notes of an outcome, the agent's error, or why the result cannot be
+    /// accepted.
     fn read_outcome(
         &self,
         outcome: Option<v1::task_result::Outcome>,
-    ) -> Result<Result<Value, String>, Error> {
+        notes: Option<Json>,
+    ) -> Result<Result<(Value, AgentNotes), String>, Error> {
         match outcome {
             Some(v1::task_result::Outcome::Data(data)) => {
-                let limit = self.inner.config.max_result_bytes;
-                if data.json.len() > limit {
+                let config = &self.inner.config;
+                let limit = config.max_result_bytes;
+                let size = data.json.len() + notes.as_ref().map_or(0, |n| n.json.len());
+                if size > limit {
                     return Err(Error::TooLarge {
-                        what: "the result",
-                        size: data.json.len(),
+                        what: "the result (data and notes)",
+                        size,
                         limit,
                     });
                 }
@@ -346,12 +394,61 @@ impl<S: Store> Coordinator<S> {
                     Error::InvalidInput(format!("the result is not valid JSON: {e}"))
                 })?;
                 self.check_depth("the result", &value)?;
-                Ok(Ok(value))
+                let notes = match &notes {
+                    None => AgentNotes::default(),
+                    Some(notes) => {
+                        let bytes = notes.verified()?;
+                        let value: Value = serde_json::from_slice(bytes).map_err(|e| {
+                            Error::InvalidInput(format!("the result's notes are not JSON: {e}"))
+                        })?;
+                        self.check_depth("the result's notes", &value)?;
+                        AgentNotes::from_json(bytes)
+                            .map_err(|e| Error::InvalidInput(format!("the result's notes: {e}")))?
+                    }
+                };
+                if notes.decisions.len() > config.max_decisions_per_result {
+                    return Err(Error::InvalidInput(format!(
+                        "the result's notes: decisions has {} entries; the limit is {}",
+                        notes.decisions.len(),
+                        config.max_decisions_per_result
+                    )));
+                }
+                Ok(Ok((value, notes)))
             }
             Some(v1::task_result::Outcome::Error(error)) => Ok(Err(error)),
             None => Err(Error::InvalidInput(
                 "a result needs data or an error".into(),
             )),
+        }
+    }
+
+    /// Vectors for a result's decisions. An embedder that fails does not hold the result
+    /// back: the decisions are stored without vectors and embedded when they are queried.
+    async fn embed_decisions(&self, notes: &AgentNotes) -> Option<Embedded> {
+        if notes.decisions.is_empty() {
+            return None;
+        }
+        let texts: Vec<String> = notes
+            .decisions
+            .iter()
+            .map(|d| {
+                if d.rationale.is_empty() {
+                    d.summary.clone()
+                } else {
+                    format!("{}: {}", d.summary, d.rationale)
+                }
+            })
+            .collect();
+        let embedder = &self.inner.embedder;
+        match embedder.embed(&texts).await {
+            Ok(vectors) => Some(Embedded {
+                model: embedder.model().to_owned(),
+                vectors,
+            }),
+            Err(error) => {
+                tracing::warn!(%error, "decisions stored without embeddings; they are embedded when queried");
+                None
+            }
         }
     }
 
@@ -372,6 +469,7 @@ impl<S: Store> Coordinator<S> {
         let (run_id, task) = parse_task_id(&request.task_id)
             .ok_or_else(|| Error::MalformedTaskId(request.task_id.clone()))?;
         let reason = request.reason;
+        self.inner.resends.fetch_add(1, Ordering::Relaxed);
         match self.inner.hub.resend(worker_id, run_id, &task_key(&task)) {
             Ok(()) => {
                 tracing::warn!(worker_id, task_id = %request.task_id, %reason, "payload did not arrive intact; sent again");
@@ -384,6 +482,7 @@ impl<S: Store> Coordinator<S> {
                     outcome: Some(v1::task_result::Outcome::Error(format!(
                         "{exhausted}: {reason}"
                     ))),
+                    notes: None,
                 };
                 self.complete(worker_id, failure).await
             }
@@ -451,6 +550,8 @@ impl<S: Store> Coordinator<S> {
             plan_us: self.inner.profile.plan_us.load(Ordering::Relaxed),
             store_us: self.inner.profile.store_us.load(Ordering::Relaxed),
             act_us: self.inner.profile.act_us.load(Ordering::Relaxed),
+            integrity_failures: self.inner.integrity_failures.load(Ordering::Relaxed),
+            resends: self.inner.resends.load(Ordering::Relaxed),
         }
     }
 
@@ -530,6 +631,212 @@ impl<S: Store> Coordinator<S> {
         Ok(recovered)
     }
 
+    /// Recomputes a run's state chain from the store (not from this coordinator's memory).
+    pub async fn verify(&self, run_id: &str) -> Result<v1::VerifyRunResponse, Error> {
+        let stored = self
+            .inner
+            .store
+            .load_run(run_id)
+            .await?
+            .ok_or_else(|| Error::RunNotFound(run_id.to_owned()))?;
+        let state_sha256 = stored.state_sha256.clone();
+        let checked = match chain::replay_checked(&stored, &self.inner.config.limits) {
+            Ok(checked) => checked,
+            Err(unreadable) => {
+                return Ok(v1::VerifyRunResponse {
+                    ok: false,
+                    links: 0,
+                    state_sha256,
+                    problem: unreadable.0,
+                    step_id: String::new(),
+                    visit: 0,
+                });
+            }
+        };
+        // A stored transform copy that does not match is reported here, though a replay does
+        // not depend on it.
+        let problem = checked
+            .mismatch
+            .or_else(|| checked.repaired.into_iter().next());
+        let (step_id, visit) = problem
+            .as_ref()
+            .and_then(|m| m.step.clone())
+            .unwrap_or_default();
+        Ok(v1::VerifyRunResponse {
+            ok: problem.is_none(),
+            links: checked.links as u32,
+            state_sha256,
+            problem: problem.map(|m| m.problem).unwrap_or_default(),
+            step_id,
+            visit,
+        })
+    }
+
+    /// Rebuilds a run read from the store. Stored data that does not match the state chain is
+    /// logged and counted; if the replay depended on it, the run stops there with an integrity
+    /// error naming the step (and a running run is marked failed in the store, nothing else
+    /// changed), so nothing is ever built on data that cannot be trusted.
+    async fn rebuild(&self, stored: StoredRun) -> Result<Loaded, Error> {
+        let run_id = stored.header.run_id.clone();
+        let stored_status = stored.status.clone();
+        let (mut loaded, checked) = rebuild(stored, &self.inner.config.limits)?;
+        for repaired in &checked.repaired {
+            self.inner
+                .integrity_failures
+                .fetch_add(1, Ordering::Relaxed);
+            tracing::error!(%run_id, problem = %repaired, "stored copy does not match the state chain; the replay recomputed it");
+        }
+        let Some(mismatch) = checked.mismatch else {
+            return Ok(loaded);
+        };
+        self.inner
+            .integrity_failures
+            .fetch_add(1, Ordering::Relaxed);
+        tracing::error!(%run_id, problem = %mismatch, "stored run does not match its state chain; stopping it");
+        self.halt(&mut loaded, &mismatch, &stored_status).await?;
+        Ok(loaded)
+    }
+
+    async fn halt(
+        &self,
+        loaded: &mut Loaded,
+        mismatch: &Mismatch,
+        stored_status: &str,
+    ) -> Result<(), Error> {
+        let error = mismatch.to_string();
+        let halted = loaded
+            .run
+            .apply(Event::Halt {
+                error: error.clone(),
+            })
+            .map(|t| t.run)
+            .unwrap_or_else(|_| loaded.run.clone());
+        loaded.run = halted;
+        if stored_status != "running" {
+            return Ok(());
+        }
+        let write = TransitionWrite {
+            tasks_removed: loaded.tasks.keys().cloned().collect(),
+            status: "failed".into(),
+            error: Some(error),
+            state_sha256: loaded.state_sha256.clone(),
+            updated_ms: now_ms(),
+            ..TransitionWrite::default()
+        };
+        let updated_ms = write.updated_ms;
+        loaded.version = self
+            .inner
+            .store
+            .apply_transition(&loaded.header.run_id, loaded.version, write)
+            .await?;
+        loaded.tasks.clear();
+        loaded.updated_ms = updated_ms;
+        Ok(())
+    }
+
+    /// The decisions closest in meaning to `text`: of `run_id`, or of every run of
+    /// `workflow_id` (exactly one of the two).
+    pub async fn query_decisions(
+        &self,
+        request: v1::QueryDecisionsRequest,
+    ) -> Result<v1::QueryDecisionsResponse, Error> {
+        let config = &self.inner.config;
+        if request.text.trim().is_empty() {
+            return Err(Error::InvalidInput("text: a query needs some text".into()));
+        }
+        if request.text.len() > config.max_query_bytes {
+            return Err(Error::TooLarge {
+                what: "the query text",
+                size: request.text.len(),
+                limit: config.max_query_bytes,
+            });
+        }
+        let k = match request.k {
+            0 => 5,
+            k if k > 100 => {
+                return Err(Error::InvalidInput(format!(
+                    "k: {k} matches asked for; the limit is 100"
+                )));
+            }
+            k => k as usize,
+        };
+        let runs = match (request.run_id.is_empty(), request.workflow_id.is_empty()) {
+            (false, true) => {
+                self.slot(&request.run_id).await?;
+                vec![request.run_id.clone()]
+            }
+            (true, false) => {
+                self.inner
+                    .store
+                    .runs_of_workflow(&request.workflow_id, config.max_query_runs)
+                    .await?
+            }
+            _ => {
+                return Err(Error::InvalidInput(
+                    "run_id, workflow_id: give exactly one of them".into(),
+                ));
+            }
+        };
+        let mut found = Vec::new();
+        for run_id in &runs {
+            for (key, bytes) in self.inner.store.decisions(run_id).await? {
+                let decision: StoredDecision =
+                    serde_json::from_slice(&bytes).map_err(|e| Error::Corrupt {
+                        run_id: run_id.clone(),
+                        reason: format!("decision {key}: {e}"),
+                    })?;
+                found.push(decision);
+            }
+        }
+        let agent = (!request.agent.is_empty()).then_some(request.agent.as_str());
+        let ranked = decisions::rank(&self.inner.embedder, &request.text, agent, k, found)
+            .await
+            .map_err(|e| Error::Embedding(e.to_string()))?;
+        Ok(v1::QueryDecisionsResponse {
+            matches: ranked.into_iter().map(decisions::to_match).collect(),
+            model: self.inner.embedder.model().to_owned(),
+        })
+    }
+
+    /// [`Coordinator::query_decisions`] for an agent mid-step: only about the run of a task
+    /// the worker holds.
+    pub async fn worker_query_decisions(
+        &self,
+        request: v1::WorkerQueryDecisionsRequest,
+    ) -> Result<v1::QueryDecisionsResponse, Error> {
+        let (run_id, task) = parse_task_id(&request.task_id)
+            .ok_or_else(|| Error::MalformedTaskId(request.task_id.clone()))?;
+        if !self
+            .inner
+            .hub
+            .holds(&request.worker_id, run_id, &task_key(&task))
+        {
+            return Err(Error::TaskNotHeld {
+                worker_id: request.worker_id.clone(),
+                task_id: request.task_id.clone(),
+            });
+        }
+        let (run_id, workflow_id) = if request.workflow_scope {
+            let slot = self.slot(run_id).await?;
+            let guard = slot.lock().await;
+            let workflow_id = guard
+                .as_ref()
+                .map(|loaded| loaded.header.workflow_id.clone())
+                .ok_or_else(|| Error::RunNotFound(run_id.to_owned()))?;
+            (String::new(), workflow_id)
+        } else {
+            (run_id.to_owned(), String::new())
+        };
+        self.query_decisions(v1::QueryDecisionsRequest {
+            run_id,
+            workflow_id,
+            text: request.text,
+            agent: request.agent,
+            k: request.k,
+        })
+        .await
+    }
+
     fn watchers(&self, run_id: &str) -> broadcast::Sender<v1::RunEvent> {
         self.inner
             .watchers
@@ -588,7 +895,7 @@ impl<S: Store> Coordinator<S> {
             }
             Err(error) => return Err(error.into()),
         };
-        let mut loaded = rebuild(stored, &self.inner.config.limits)?;
+        let mut loaded = self.rebuild(stored).await?;
         let mut assignments = Vec::new();
         for task in loaded.run.pending_tasks() {
             let key = task_key(&task.task);
@@ -630,6 +937,7 @@ impl<S: Store> Coordinator<S> {
         stored: StoredEvent,
         from_worker: Option<(&str, &TaskId)>,
         want_record: bool,
+        embedded: Option<&Embedded>,
     ) -> Result<Option<v1::RunRecord>, Error> {
         // A conflict means another coordinator moved the run on: reload it and try again.
         let mut conflicts = 0;
@@ -641,29 +949,38 @@ impl<S: Store> Coordinator<S> {
             };
             let profile = &self.inner.profile;
             let started = std::time::Instant::now();
-            let transition = loaded.run.apply(event.clone()).map_err(|e| match e {
-                EngineError::NotRunning(status) => Error::RunFinished {
-                    run_id: run_id.to_owned(),
-                    status: status.to_string(),
-                },
-                EngineError::NotAwaitingApproval(step_id) => Error::NotAwaitingApproval {
-                    run_id: run_id.to_owned(),
-                    step_id,
-                },
-                EngineError::UnknownTask(task) => Error::TaskNotHeld {
-                    worker_id: from_worker.map(|(w, _)| w.to_owned()).unwrap_or_default(),
-                    task_id: task_id(run_id, &task),
-                },
-            })?;
+            let now = now_ms();
+            let transition = loaded
+                .run
+                .apply_at(event.clone(), now)
+                .map_err(|e| match e {
+                    EngineError::NotRunning(status) => Error::RunFinished {
+                        run_id: run_id.to_owned(),
+                        status: status.to_string(),
+                    },
+                    EngineError::NotAwaitingApproval(step_id) => Error::NotAwaitingApproval {
+                        run_id: run_id.to_owned(),
+                        step_id,
+                    },
+                    EngineError::UnknownTask(task) => Error::TaskNotHeld {
+                        worker_id: from_worker.map(|(w, _)| w.to_owned()).unwrap_or_default(),
+                        task_id: task_id(run_id, &task),
+                    },
+                })?;
             let started = add_elapsed(&profile.engine_us, started);
             let before = loaded.run.history().len();
+            let logged = LoggedEvent {
+                at_ms: now,
+                event: stored.clone(),
+            };
             let planned = plan(
                 loaded,
-                Some(&stored),
+                Some(&logged),
                 from_worker,
                 &transition,
                 before,
-                now_ms(),
+                now,
+                embedded,
             );
             let started = add_elapsed(&profile.plan_us, started);
             let written = self
@@ -797,13 +1114,10 @@ impl<S: Store> Coordinator<S> {
             context: Some(Json::new(json(&loaded.run.context().visible_serializer()))),
             steps: record::step_states(workflow, &loaded.steps),
             waiting: record::waiting(&loaded.run, |agent| self.inner.hub.serves(agent)),
-            state_sha256: if loaded.state_sha256.is_empty() {
-                record::state_sha256(&loaded.run, &loaded.steps)
-            } else {
-                loaded.state_sha256.clone()
-            },
+            state_sha256: loaded.state_sha256.clone(),
             created_ms: loaded.header.created_ms,
             updated_ms: loaded.updated_ms,
+            memory: Some(Json::new(json(&record::memory(&loaded.run)))),
         }
     }
 }
@@ -833,11 +1147,12 @@ struct Planned {
 /// write is acknowledged.
 fn plan(
     loaded: &Loaded,
-    event: Option<&StoredEvent>,
+    event: Option<&LoggedEvent>,
     from_worker: Option<(&str, &TaskId)>,
     transition: &Transition,
     history_before: usize,
     now: i64,
+    embedded: Option<&Embedded>,
 ) -> Planned {
     let run = &transition.run;
     // Only what changes is copied: a transition costs the size of its change, not of the run
@@ -848,6 +1163,7 @@ fn plan(
         ..TransitionWrite::default()
     };
     let mut tasks_set = Vec::new();
+    let mut head = loaded.state_sha256.clone();
     if let Some((worker_id, task)) = from_worker {
         write.tasks_removed.push(task_key(task));
         let state = changed(&mut steps, loaded, &task.step_id);
@@ -864,6 +1180,9 @@ fn plan(
             let key = format!("{}#{}", record.step_id, record.visit);
             write.results.push((key, json(data.as_ref())));
         }
+        let link = ChainLink::after(&head, &record.step_id, record.visit, record.result_sha256());
+        head = link.state_sha256.clone();
+        write.links.push(json(&link));
         let state = changed(&mut steps, loaded, &record.step_id);
         state.status = record.status.as_str().to_owned();
         state.visits = run.visits(&record.step_id);
@@ -903,15 +1222,22 @@ fn plan(
         .iter()
         .map(|(id, state)| (id.clone(), json(state)))
         .collect();
+    let new_decisions = run.decisions().iter().skip(loaded.run.decisions().len());
+    for (n, decision) in new_decisions.enumerate() {
+        let vector = embedded.and_then(|e| e.vectors.get(n).map(|v| (e.model.clone(), v.clone())));
+        let stored = StoredDecision {
+            run_id: loaded.header.run_id.clone(),
+            decision: DecisionRecord::clone(decision),
+            model: vector.as_ref().map(|(model, _)| model.clone()),
+            embedding: vector.map(|(_, v)| v),
+        };
+        write
+            .decisions
+            .push((decision.key.clone(), stored.encode()));
+    }
     write.status = run.status().as_str().into();
     write.error = run.error().map(str::to_owned);
-    // The checksum covers the whole context: computed once, when the run ends (and on demand
-    // for a running run's record), never per transition.
-    if run.status().is_terminal() {
-        let mut all = loaded.steps.clone();
-        all.extend(steps.clone());
-        write.state_sha256 = record::state_sha256(run, &all);
-    }
+    write.state_sha256 = head;
     write.updated_ms = now;
     Planned {
         write,
@@ -931,36 +1257,14 @@ fn changed<'a>(
         .or_insert_with(|| loaded.steps.get(id).cloned().unwrap_or_default())
 }
 
-/// Rebuilds a run from the store by replaying its events.
-fn rebuild(stored: StoredRun, limits: &Limits) -> Result<Loaded, Error> {
+/// The run as the store holds it, checked against its state chain ([`chain`]).
+fn rebuild(stored: StoredRun, limits: &Limits) -> Result<(Loaded, chain::Checked), Error> {
     let run_id = stored.header.run_id.clone();
     let corrupt = |reason: String| Error::Corrupt {
         run_id: run_id.clone(),
         reason,
     };
-    let workflow: Arc<Workflow> = Arc::new(
-        baton_core::parse_workflow_with(&stored.header.workflow, limits)
-            .map_err(|e| corrupt(format!("workflow: {e}")))?
-            .workflow,
-    );
-    let input: Value =
-        serde_json::from_slice(&stored.header.input).map_err(|e| corrupt(format!("input: {e}")))?;
-    let mut events = Vec::with_capacity(stored.events.len());
-    for bytes in &stored.events {
-        let event: StoredEvent =
-            serde_json::from_slice(bytes).map_err(|e| corrupt(format!("event: {e}")))?;
-        let event = event
-            .to_event(|key| {
-                stored
-                    .results
-                    .get(key)
-                    .and_then(|bytes| serde_json::from_slice(bytes).ok())
-            })
-            .map_err(corrupt)?;
-        events.push(event);
-    }
-    let run = Run::replay(workflow, input, events)
-        .map_err(|(i, e)| corrupt(format!("event {i} does not apply: {e}")))?;
+    let checked = chain::replay_checked(&stored, limits).map_err(|e| corrupt(e.0))?;
     let steps = stored
         .steps
         .iter()
@@ -973,16 +1277,17 @@ fn rebuild(stored: StoredRun, limits: &Limits) -> Result<Loaded, Error> {
         .map(|(key, bytes)| Ok((key.clone(), serde_json::from_slice(bytes)?)))
         .collect::<Result<_, serde_json::Error>>()
         .map_err(|e| corrupt(format!("task: {e}")))?;
-    Ok(Loaded {
+    let loaded = Loaded {
         header: stored.header,
-        run,
+        run: checked.run.clone(),
         version: stored.version,
         steps,
         tasks,
         updated_ms: stored.updated_ms,
         state_sha256: stored.state_sha256,
         parts: PartEncoder::default(),
-    })
+    };
+    Ok((loaded, checked))
 }
 
 /// How deep a JSON value nests: 1 for a scalar, one more for each array or object around it.

@@ -52,6 +52,7 @@ impl FakeWorker {
                 TaskResult {
                     task_id: task.task_id.clone(),
                     outcome: Some(task_result::Outcome::Data(input(data))),
+                    notes: None,
                 },
             )
             .await
@@ -253,6 +254,7 @@ async fn refusals_change_nothing() {
             TaskResult {
                 task_id: plan.task_id.clone(),
                 outcome: Some(task_result::Outcome::Data(input(json!(1)))),
+                notes: None,
             },
         )
         .await
@@ -292,6 +294,7 @@ async fn a_corrupted_result_fails_its_step_instead_of_stalling_the_run() {
             TaskResult {
                 task_id: plan.task_id.clone(),
                 outcome: Some(task_result::Outcome::Data(corrupted)),
+                notes: None,
             },
         )
         .await
@@ -502,6 +505,21 @@ impl Store for FlakyStore {
     async fn active_runs(&self) -> Result<Vec<String>, baton_coordinator::store::Error> {
         self.inner.active_runs().await
     }
+
+    async fn decisions(
+        &self,
+        run_id: &str,
+    ) -> Result<std::collections::BTreeMap<String, Vec<u8>>, baton_coordinator::store::Error> {
+        self.inner.decisions(run_id).await
+    }
+
+    async fn runs_of_workflow(
+        &self,
+        workflow_id: &str,
+        limit: usize,
+    ) -> Result<Vec<String>, baton_coordinator::store::Error> {
+        self.inner.runs_of_workflow(workflow_id, limit).await
+    }
 }
 
 #[tokio::test]
@@ -520,6 +538,7 @@ async fn a_result_the_store_could_not_record_sends_the_task_again() {
             TaskResult {
                 task_id: plan.task_id.clone(),
                 outcome: Some(task_result::Outcome::Data(input(json!({"files": []})))),
+                notes: None,
             },
         )
         .await
@@ -602,6 +621,7 @@ async fn data_nested_deeper_than_agents_can_parse_is_refused_by_name() {
             TaskResult {
                 task_id: plan.task_id.clone(),
                 outcome: Some(task_result::Outcome::Data(input(nested(101)))),
+                notes: None,
             },
         )
         .await

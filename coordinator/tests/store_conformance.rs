@@ -56,6 +56,8 @@ conformance! {
     list_runs_newest_first_and_limited,
     active_runs_follow_status,
     concurrent_appliers_one_wins,
+    chain_links_append_and_decisions_keep_their_first_write,
+    runs_of_workflow_newest_first_and_limited,
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -90,6 +92,8 @@ fn start(created_ms: i64) -> TransitionWrite {
         steps: vec![("plan".to_owned(), json(r#"{"state":"queued"}"#))],
         tasks_set: vec![("plan#1".to_owned(), json(r#"{"worker":null}"#))],
         tasks_removed: Vec::new(),
+        links: Vec::new(),
+        decisions: Vec::new(),
         status: "running".to_owned(),
         error: None,
         state_sha256: "0".repeat(64),
@@ -148,6 +152,8 @@ async fn create_then_load<S: Store>(store: Arc<S>) {
         ],
         tasks_set: vec![("plan#1".to_owned(), json(r#"{"worker":null}"#))],
         tasks_removed: Vec::new(),
+        links: vec![json(r#"{"link":0}"#), binary()],
+        decisions: vec![("plan#1/0".to_owned(), binary())],
         status: "running".to_owned(),
         error: None,
         state_sha256: "a".repeat(64),
@@ -173,7 +179,12 @@ async fn create_then_load<S: Store>(store: Arc<S>) {
                 ("review".to_owned(), json(r#"{"state":"waiting"}"#)),
             ]),
             tasks: BTreeMap::from([("plan#1".to_owned(), json(r#"{"worker":null}"#))]),
+            links: vec![json(r#"{"link":0}"#), binary()],
         }
+    );
+    assert_eq!(
+        store.decisions("run-1").await.unwrap(),
+        BTreeMap::from([("plan#1/0".to_owned(), binary())])
     );
 
     // Empty values, a binary event and an error in the first transition.
@@ -190,6 +201,8 @@ async fn create_then_load<S: Store>(store: Arc<S>) {
         steps: vec![("plan".to_owned(), Vec::new())],
         tasks_set: Vec::new(),
         tasks_removed: Vec::new(),
+        links: Vec::new(),
+        decisions: Vec::new(),
         status: "failed".to_owned(),
         error: Some("boom\r\nsecond line ✗".to_owned()),
         state_sha256: String::new(),
@@ -209,6 +222,7 @@ async fn create_then_load<S: Store>(store: Arc<S>) {
             results: HashMap::from([("empty#1".to_owned(), Vec::new())]),
             steps: BTreeMap::from([("plan".to_owned(), Vec::new())]),
             tasks: BTreeMap::new(),
+            links: Vec::new(),
         }
     );
 
@@ -272,6 +286,8 @@ async fn apply_at_the_right_version<S: Store>(store: Arc<S>) {
         ],
         tasks_set: vec![("review#1".to_owned(), json(r#"{"worker":null}"#))],
         tasks_removed: vec!["plan#1".to_owned()],
+        links: Vec::new(),
+        decisions: Vec::new(),
         status: "running".to_owned(),
         error: None,
         state_sha256: "b".repeat(64),
@@ -297,6 +313,7 @@ async fn apply_at_the_right_version<S: Store>(store: Arc<S>) {
                 ("audit#1".to_owned(), json(r#"{"worker":"w2"}"#)),
                 ("review#1".to_owned(), json(r#"{"worker":null}"#)),
             ]),
+            links: Vec::new(),
         }
     );
 
@@ -307,6 +324,8 @@ async fn apply_at_the_right_version<S: Store>(store: Arc<S>) {
         steps: vec![("review".to_owned(), json(r#"{"state":"failed"}"#))],
         tasks_set: Vec::new(),
         tasks_removed: vec!["review#1".to_owned(), "audit#1".to_owned()],
+        links: Vec::new(),
+        decisions: Vec::new(),
         status: "failed".to_owned(),
         error: Some("review failed".to_owned()),
         state_sha256: "c".repeat(64),
@@ -381,6 +400,8 @@ async fn apply_at_a_stale_version_is_conflict<S: Store>(store: Arc<S>) {
             steps: vec![("late".to_owned(), json("{}"))],
             tasks_set: vec![("late#1".to_owned(), json("{}"))],
             tasks_removed: vec!["plan#1".to_owned()],
+            links: Vec::new(),
+            decisions: Vec::new(),
             error: Some("late".to_owned()),
             ..status_write("failed", "late", 999)
         };
@@ -444,6 +465,8 @@ async fn rewriting_a_result<S: Store>(store: Arc<S>) {
         steps: vec![("review".to_owned(), json(r#"{"state":"done"}"#))],
         tasks_set: vec![("review#1".to_owned(), json("{}"))],
         tasks_removed: vec!["plan#1".to_owned()],
+        links: Vec::new(),
+        decisions: Vec::new(),
         status: "succeeded".to_owned(),
         error: Some("should not be written".to_owned()),
         state_sha256: "f".repeat(64),
@@ -505,6 +528,8 @@ async fn set_task_only_updates_existing_tasks<S: Store>(store: Arc<S>) {
     // The transition that finishes lint#1 removes it; a late lease update is dropped.
     let lint_done = TransitionWrite {
         tasks_removed: vec!["lint#1".to_owned()],
+        links: Vec::new(),
+        decisions: Vec::new(),
         ..status_write("running", "lint done", 200)
     };
     store.apply_transition("run-1", 1, lint_done).await.unwrap();
@@ -757,6 +782,8 @@ mod redis_layout {
                 results: vec![("plan#1".to_owned(), binary())],
                 steps: vec![("plan".to_owned(), json("{}"))],
                 tasks_set: vec![("review#1".to_owned(), json("{}"))],
+                links: vec![json("{}")],
+                decisions: vec![("plan#1/0".to_owned(), json("{}"))],
                 ..status_write("running", "plan done", 10)
             };
             store.apply_transition(run_id, 1, write).await.unwrap();
@@ -779,10 +806,18 @@ mod redis_layout {
             );
         }
         for run_id in run_ids {
-            let mut expected: Vec<String> = ["", ":events", ":results", ":steps", ":tasks"]
-                .iter()
-                .map(|suffix| format!("baton:run:{{{run_id}}}{suffix}"))
-                .collect();
+            let mut expected: Vec<String> = [
+                "",
+                ":events",
+                ":results",
+                ":steps",
+                ":tasks",
+                ":chain",
+                ":decisions",
+            ]
+            .iter()
+            .map(|suffix| format!("baton:run:{{{run_id}}}{suffix}"))
+            .collect();
             expected.sort();
             let mine: Vec<String> = run_keys
                 .iter()
@@ -791,12 +826,20 @@ mod redis_layout {
                 .collect();
             assert_eq!(mine, expected);
         }
-        assert_eq!(run_keys.len(), 2 * 5);
+        assert_eq!(run_keys.len(), 2 * 7);
 
-        // Besides the runs, only the two indexes.
+        // Besides the runs, only the indexes: all runs, running runs, runs per workflow id.
         let all = keys(&mut con, "*").await;
         let others: Vec<&String> = all.iter().filter(|key| !run_keys.contains(key)).collect();
-        assert_eq!(others, vec!["baton:runs", "baton:runs:active"]);
+        assert_eq!(
+            others,
+            vec![
+                "baton:runs",
+                "baton:runs:active",
+                "baton:workflow:wf-0190b6d4-5d2e-7c3a-9f1e-2b8a4c6d8e0f:runs",
+                "baton:workflow:wf-run-a:runs",
+            ]
+        );
 
         // The header hash holds the documented fields; a `None` error is no field at all.
         let header: HashMap<String, Vec<u8>> = ::redis::cmd("HGETALL")
@@ -1002,4 +1045,69 @@ mod redis_layout {
                 .expect("load_run returns once the server is gone");
         assert!(matches!(outcome, Err(Error::Unavailable(_))), "{outcome:?}");
     }
+}
+
+async fn chain_links_append_and_decisions_keep_their_first_write<S: Store>(store: Arc<S>) {
+    let mut first = start(10);
+    first.links = vec![json(r#"{"n":1}"#)];
+    create(&*store, "run-c", 10, first).await;
+    let second = TransitionWrite {
+        links: vec![json(r#"{"n":2}"#), json(r#"{"n":3}"#)],
+        decisions: vec![
+            ("plan#1/0".to_owned(), json(r#"{"v":1}"#)),
+            ("plan#1/1".to_owned(), json(r#"{"v":1}"#)),
+        ],
+        ..status_write("running", "{}", 11)
+    };
+    store.apply_transition("run-c", 1, second).await.unwrap();
+    // A retried write of a decision (its embedding recomputed) does not replace the first.
+    let third = TransitionWrite {
+        decisions: vec![("plan#1/0".to_owned(), json(r#"{"v":2}"#))],
+        ..status_write("running", "{}", 12)
+    };
+    store.apply_transition("run-c", 2, third).await.unwrap();
+    let run = load(&*store, "run-c").await;
+    assert_eq!(
+        run.links,
+        vec![json(r#"{"n":1}"#), json(r#"{"n":2}"#), json(r#"{"n":3}"#)]
+    );
+    assert_eq!(
+        store.decisions("run-c").await.unwrap(),
+        BTreeMap::from([
+            ("plan#1/0".to_owned(), json(r#"{"v":1}"#)),
+            ("plan#1/1".to_owned(), json(r#"{"v":1}"#)),
+        ])
+    );
+    // A refused transition appends no link.
+    let stale = TransitionWrite {
+        links: vec![json(r#"{"n":4}"#)],
+        ..status_write("running", "{}", 13)
+    };
+    assert!(store.apply_transition("run-c", 1, stale).await.is_err());
+    assert_eq!(load(&*store, "run-c").await.links.len(), 3);
+    assert!(store.decisions("no-such-run").await.unwrap().is_empty());
+}
+
+async fn runs_of_workflow_newest_first_and_limited<S: Store>(store: Arc<S>) {
+    for (run_id, created_ms) in [("a", 1), ("b", 3), ("c", 2)] {
+        let mut header = header(run_id, created_ms);
+        header.workflow_id = "review".to_owned();
+        store.create_run(header, start(created_ms)).await.unwrap();
+    }
+    create(&*store, "other", 4, start(4)).await;
+    assert_eq!(
+        store.runs_of_workflow("review", 10).await.unwrap(),
+        strings(&["b", "c", "a"])
+    );
+    assert_eq!(
+        store.runs_of_workflow("review", 2).await.unwrap(),
+        strings(&["b", "c"])
+    );
+    assert!(
+        store
+            .runs_of_workflow("nothing", 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
 }

@@ -36,6 +36,7 @@ fn run_until_last(workflow: &Arc<Workflow>, data: &Value) -> (Run, Action) {
             .apply(Event::AgentSucceeded {
                 task: task.task,
                 data: data.clone(),
+                notes: Default::default(),
             })
             .unwrap();
         run = next.run;
@@ -59,6 +60,7 @@ fn transitions(c: &mut Criterion) {
                     || Event::AgentSucceeded {
                         task: task.task.clone(),
                         data: small.clone(),
+                        notes: Default::default(),
                     },
                     |event| black_box(run.apply(event).unwrap()),
                     BatchSize::SmallInput,

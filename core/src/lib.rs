@@ -8,8 +8,9 @@
 //! - [`payload`]: what an agent receives (`{input, context, <ref>}`), whole or by reference.
 //! - [`blob_cache`]: the bounded cache of payload parts a worker keeps, mirrored by the
 //!   coordinator.
-//! - [`messages`]: a run's message history, merged with LangGraph's `add_messages` semantics
-//!   (not yet carried by runs: issue 5).
+//! - [`messages`]: a run's message history, merged with LangGraph's `add_messages` semantics.
+//! - [`handoff`]: what agents hand on besides data: decisions and handoff records.
+//! - [`integrity`]: canonical JSON hashing (RFC 8785) and the per-run state chain.
 //! - [`engine`]: the run state machine, `(Run, Event) -> (Run, [Action])`.
 //! - [`limits`]: ceilings on every size a workflow author controls.
 
@@ -18,6 +19,8 @@ pub mod context;
 pub mod diagnostics;
 pub mod engine;
 pub mod eval;
+pub mod handoff;
+pub mod integrity;
 pub mod limits;
 pub mod messages;
 pub mod payload;

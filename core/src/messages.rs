@@ -32,14 +32,14 @@ pub struct Message {
 }
 
 /// A message as an agent returns it: a message, perhaps without an id, or a removal marker.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(untagged)]
 pub enum MessageUpdate {
     Remove(Removal),
     Message(NewMessage),
 }
 
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Removal {
     #[serde(rename = "type")]
@@ -47,22 +47,40 @@ pub struct Removal {
     pub id: String,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum RemoveTag {
     Remove,
 }
 
-#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct NewMessage {
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub id: Option<String>,
     pub role: String,
     pub content: Value,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub metadata: Option<Map<String, Value>>,
+}
+
+/// Gives every message of `update` without an id the one [`add_messages`] would give it, and
+/// returns the ids of the messages (not the removals), in order.
+pub fn assign_ids(update: &mut [MessageUpdate], step_id: &str, visit: u32) -> Vec<String> {
+    update
+        .iter_mut()
+        .enumerate()
+        .filter_map(|(n, item)| match item {
+            MessageUpdate::Message(message) => Some(
+                message
+                    .id
+                    .get_or_insert_with(|| format!("{step_id}#{visit}/{n}"))
+                    .clone(),
+            ),
+            MessageUpdate::Remove(_) => None,
+        })
+        .collect()
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -80,6 +98,30 @@ pub fn add_messages(
     visit: u32,
     agent: &str,
 ) -> Result<Vec<Message>, MessagesError> {
+    merge(history, update, step_id, visit, agent, true)
+}
+
+/// [`add_messages`] for a parallel branch's messages, merged after the branches before it.
+/// Each branch was checked against the history as the parallel step began; a removal that an
+/// earlier branch already made is not an error here.
+pub fn add_branch_messages(
+    history: &[Message],
+    update: Vec<MessageUpdate>,
+    step_id: &str,
+    visit: u32,
+    agent: &str,
+) -> Vec<Message> {
+    merge(history, update, step_id, visit, agent, false).expect("lenient merges do not fail")
+}
+
+fn merge(
+    history: &[Message],
+    update: Vec<MessageUpdate>,
+    step_id: &str,
+    visit: u32,
+    agent: &str,
+    strict: bool,
+) -> Result<Vec<Message>, MessagesError> {
     let mut merged: Vec<Option<Message>> = history.iter().cloned().map(Some).collect();
     let mut index_of: std::collections::HashMap<String, usize> = merged
         .iter()
@@ -94,6 +136,7 @@ pub fn add_messages(
             }
             MessageUpdate::Remove(removal) => match index_of.get(&removal.id) {
                 Some(&i) => merged[i] = None,
+                None if !strict => {}
                 None => {
                     return Err(MessagesError::UnknownRemoval {
                         index: n,

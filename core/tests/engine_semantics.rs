@@ -3,7 +3,7 @@
 mod common;
 
 use baton_core::{Decision, EngineError, Event, Run, RunStatus, StepStatus, TaskId, Waiting};
-use common::{Driver, example, workflow};
+use common::{Driver, example, spec, workflow};
 use serde_json::json;
 
 #[test]
@@ -24,7 +24,7 @@ fn a_rejected_plan_loops_back_and_the_planner_sees_the_rejection() {
     let second_plan = run.answer("plan", Ok(json!({"v": 2})));
     assert_eq!(second_plan.task.visit, 2);
     assert_eq!(
-        second_plan.payload.to_value(),
+        spec(&second_plan.payload),
         json!({"input": "toggle", "context": {
             "plan": {"v": 1},
             "approve-plan": {"approved": false, "comment": "split the toggle out", "approver": "ana"}
@@ -155,7 +155,7 @@ fn on_error_routes_the_failure_and_tells_the_handler_what_failed() {
     run.answer("code", Err("type error in theme.ts"));
     let fixer = run.answer("fix", Ok(json!({"patched": true})));
     assert_eq!(
-        fixer.payload.to_value(),
+        spec(&fixer.payload),
         json!({"input": "x", "context": {}, "error": {"step": "code", "message": "type error in theme.ts"}})
     );
     run.answer("code", Ok(json!("ok")));
@@ -356,6 +356,7 @@ fn stale_and_unknown_events_are_refused_and_change_nothing() {
     let late = before.apply(Event::AgentSucceeded {
         task: first_plan.task.clone(),
         data: json!(2),
+        notes: Default::default(),
     });
     assert_eq!(
         late.unwrap_err(),
@@ -390,6 +391,7 @@ fn stale_and_unknown_events_are_refused_and_change_nothing() {
     let stale = run.run.apply(Event::AgentSucceeded {
         task: first_plan.task.clone(),
         data: json!(3),
+        notes: Default::default(),
     });
     assert!(matches!(stale, Err(EngineError::UnknownTask(_))));
 }

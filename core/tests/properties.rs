@@ -386,12 +386,16 @@ proptest! {
             match case.branch_inputs[i] {
                 Some(k) => {
                     prop_assert_eq!(&payload[&earlier[k]], &case.before[k]);
-                    let mut want = vec!["context", "input", earlier[k].as_str()];
+                    let mut want = vec!["context", "handoff", "input", "messages", earlier[k].as_str()];
                     want.sort_unstable();
                     prop_assert_eq!(keys, want);
                 }
-                None => prop_assert_eq!(keys, vec!["context", "input"]),
+                None => prop_assert_eq!(keys, vec!["context", "handoff", "input", "messages"]),
             }
+            // Every branch is handed over by the last agent before the parallel step.
+            let last = earlier.last().expect("at least one earlier step");
+            prop_assert_eq!(&payload["handoff"]["source_agent"], &json!(format!("agent-{last}")));
+            prop_assert_eq!(&payload["handoff"]["step_id"], &json!(id));
         }
 
         // The merge lists branches in workflow order, whatever order they finished in.

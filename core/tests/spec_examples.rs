@@ -3,7 +3,7 @@
 mod common;
 
 use baton_core::{Decision, RunStatus};
-use common::{Driver, example};
+use common::{Driver, example, spec};
 use serde_json::{Value, json};
 
 fn plan() -> Value {
@@ -31,7 +31,7 @@ fn feature_development_hands_each_agent_what_the_spec_shows() {
     let planner = run.answer("plan", Ok(plan()));
     assert_eq!(planner.agent, "planner");
     assert_eq!(
-        planner.payload.to_value(),
+        spec(&planner.payload),
         json!({"input": input, "context": {}})
     );
 
@@ -43,7 +43,7 @@ fn feature_development_hands_each_agent_what_the_spec_shows() {
     // Step 3: the coder gets the plan explicitly and the full context.
     let coder = run.answer("code", Ok(code()));
     assert_eq!(
-        coder.payload.to_value(),
+        spec(&coder.payload),
         json!({
             "input": input,
             "plan": plan(),
@@ -62,8 +62,8 @@ fn feature_development_hands_each_agent_what_the_spec_shows() {
         Ok(json!({"passed": 15, "failed": 0, "coverage": 95})),
     );
     let integration = run.answer("integration", Ok(json!({"passed": 5, "failed": 0})));
-    assert_eq!(unit.payload.to_value(), expected_test_payload);
-    assert_eq!(integration.payload.to_value(), expected_test_payload);
+    assert_eq!(spec(&unit.payload), expected_test_payload);
+    assert_eq!(spec(&integration.payload), expected_test_payload);
     assert_eq!(
         (unit.agent.as_str(), integration.agent.as_str()),
         ("test-unit", "test-integration")
@@ -82,7 +82,7 @@ fn feature_development_hands_each_agent_what_the_spec_shows() {
     let reviewer = run.answer("review", Ok(review.clone()));
     assert_eq!(reviewer.agent, "reviewer");
     assert_eq!(
-        reviewer.payload.to_value(),
+        spec(&reviewer.payload),
         json!({
             "input": input,
             "code": code(),
@@ -115,17 +115,17 @@ fn automatic_injection_gives_the_tester_plan_and_code() {
     let mut run = Driver::start(&example("feature-dev.json"), input.clone());
     let planner = run.answer("plan", Ok(plan()));
     assert_eq!(
-        planner.payload.to_value(),
+        spec(&planner.payload),
         json!({"input": input, "context": {}})
     );
     let coder = run.answer("code", Ok(code()));
     assert_eq!(
-        coder.payload.to_value(),
+        spec(&coder.payload),
         json!({"input": input, "context": {"plan": plan()}})
     );
     let tester = run.answer("test", Ok(json!({"passed": 1})));
     assert_eq!(
-        tester.payload.to_value(),
+        spec(&tester.payload),
         json!({"input": input, "context": {"plan": plan(), "code": code()}})
     );
     assert_eq!(run.finished, Some((RunStatus::Succeeded, None)));
@@ -139,7 +139,7 @@ fn steps_without_next_run_in_document_order() {
     run.answer("code", Ok(code()));
     let tester = run.answer("test", Ok(json!({})));
     assert_eq!(
-        tester.payload.to_value(),
+        spec(&tester.payload),
         json!({"input": "toggle", "context": {"plan": plan(), "code": code()}})
     );
     assert_eq!(run.finished, Some((RunStatus::Succeeded, None)));
@@ -151,12 +151,12 @@ fn explicit_references_add_the_named_step_beside_the_context() {
     run.answer("plan", Ok(plan()));
     let coder = run.answer("code", Ok(code()));
     assert_eq!(
-        coder.payload.to_value(),
+        spec(&coder.payload),
         json!({"input": "toggle", "plan": plan(), "context": {"plan": plan()}})
     );
     let tester = run.answer("test", Ok(json!({})));
     assert_eq!(
-        tester.payload.to_value(),
+        spec(&tester.payload),
         json!({"input": "toggle", "code": code(), "context": {"plan": plan(), "code": code()}})
     );
 }
@@ -168,7 +168,7 @@ fn a_transform_output_is_usable_as_input_and_in_the_context() {
     let coder = run.answer("code", Ok(code()));
     let files = json!(["src/theme.ts", "src/toggle.tsx"]);
     assert_eq!(
-        coder.payload.to_value(),
+        spec(&coder.payload),
         json!({"input": "toggle", "files": files, "context": {"plan": plan(), "files": files}})
     );
     let extract = run
@@ -191,17 +191,17 @@ fn research_results_accumulate_for_the_synthesizer() {
     let synthesizer = run.answer("synthesize", Ok(plan()));
     assert_eq!(researcher_one.agent, "researcher");
     assert_eq!(
-        researcher_two.payload.to_value(),
+        spec(&researcher_two.payload),
         json!({"input": input, "context": {"research-1": first}})
     );
     assert_eq!(synthesizer.agent, "synthesizer");
     assert_eq!(
-        synthesizer.payload.to_value(),
+        spec(&synthesizer.payload),
         json!({"input": input, "context": {"research-1": first, "research-2": second}})
     );
     let coder = run.answer("code", Ok(code()));
     assert_eq!(
-        coder.payload.to_value()["context"],
+        spec(&coder.payload)["context"],
         json!({"research-1": first, "research-2": second, "synthesize": plan()})
     );
 }
@@ -231,16 +231,11 @@ fn parallel_branches_share_one_snapshot_and_results_merge_in_workflow_order() {
     );
     let integration = run.answer("integration", Ok(json!({"passed": 20, "failed": 1})));
     for branch in [&unit, &integration, &e2e] {
-        assert_eq!(
-            branch.payload.to_value(),
-            expected,
-            "{}",
-            branch.task.step_id
-        );
+        assert_eq!(spec(&branch.payload), expected, "{}", branch.task.step_id);
     }
     let reporter = run.answer("report", Ok(json!("done")));
     assert_eq!(
-        reporter.payload.to_value()["context"]["parallel-tests"],
+        spec(&reporter.payload)["context"]["parallel-tests"],
         json!({"success": true, "data": [
             {"stepId": "unit", "status": "fulfilled", "result": {"passed": 50, "failed": 0}, "error": null},
             {"stepId": "integration", "status": "fulfilled", "result": {"passed": 20, "failed": 1}, "error": null},
@@ -248,5 +243,5 @@ fn parallel_branches_share_one_snapshot_and_results_merge_in_workflow_order() {
         ]})
     );
     // Branches are not context entries of their own.
-    assert!(reporter.payload.to_value()["context"].get("unit").is_none());
+    assert!(spec(&reporter.payload)["context"].get("unit").is_none());
 }

@@ -11,8 +11,9 @@ pub mod v1 {
 pub use v1::Json;
 
 /// The version of the worker stream's protocol, sent in `Hello.protocol`. 2: payloads by
-/// reference (a manifest and parts), `ResendTask` and `ResetPartCache`.
-pub const WORKER_PROTOCOL: u32 = 2;
+/// reference (a manifest and parts), `ResendTask` and `ResetPartCache`. 3: the manifest names
+/// the message history and carries the handoff record; results may carry notes.
+pub const WORKER_PROTOCOL: u32 = 3;
 
 /// The encoded descriptors of `baton.v1`, served by reflection.
 pub const FILE_DESCRIPTOR_SET: &[u8] = tonic::include_file_descriptor_set!("baton_descriptor");

@@ -367,7 +367,10 @@ pub struct Record {
     pub step_id: String,
     /// 1 for the first payload this step of this run received, 2 for the second...
     pub n: u32,
+    /// The payload as the spec shows it (see `spec::spec_view`).
     pub payload: Value,
+    /// The payload as received, with the message history and the handoff record.
+    pub full: Value,
 }
 
 impl Records {
@@ -441,14 +444,15 @@ impl Records {
                 };
                 let (step_id, n) = rest.rsplit_once('.').expect("<step>.<n>");
                 let text = std::fs::read_to_string(&path).expect("read a record");
-                let payload = serde_json::from_str(&text)
+                let full: Value = serde_json::from_str(&text)
                     .unwrap_or_else(|e| panic!("{} is not JSON ({e}): {text}", path.display()));
                 records.push(Record {
                     worker: worker_name.clone(),
                     run_id: run_id.to_owned(),
                     step_id: step_id.to_owned(),
                     n: n.parse().expect("a number"),
-                    payload,
+                    payload: super::spec::spec_view(full.clone()),
+                    full,
                 });
             }
         }

@@ -2,14 +2,17 @@
 //!
 //! - [`runtime`]: the worker and its Rust SDK (`Worker::builder().agent(...)`).
 //! - [`payload`]: the payload an agent receives, rebuilt from parts the worker caches.
+//! - [`output`]: what an agent returns: data, and messages and decisions for later agents.
 //! - [`agents_into`]: serve an agents file's agents with the runtime.
 //! - [`agents`]: agents declared in an `agents.toml` file (`command` and `template` kinds).
 
 pub mod agents;
+pub mod output;
 pub mod payload;
 pub mod runtime;
 mod serve_agents;
 
+pub use output::Output;
 pub use payload::Payload;
 pub use runtime::{AgentResult, Task, Worker, WorkerBuilder};
 pub use serve_agents::agents_into;

@@ -197,8 +197,15 @@ mod tests {
                 .map(|(key, part)| (key.to_string(), part.sha256.clone()))
                 .collect(),
             error: None,
+            messages: no_messages().sha256,
+            handoff: None,
         };
         Json::new(serde_json::to_vec(&manifest).unwrap())
+    }
+
+    /// The message history of a run without messages: a part like any other.
+    fn no_messages() -> Json {
+        part(json!([]))
     }
 
     #[test]
@@ -209,19 +216,20 @@ mod tests {
         let first = cache
             .receive(
                 Some(manifest(&input, &[("plan", &plan)])),
-                vec![input.clone(), plan.clone()],
+                vec![input.clone(), plan.clone(), no_messages()],
             )
             .unwrap();
         let second = cache
             .receive(Some(manifest(&input, &[("plan", &plan)])), vec![])
             .unwrap();
-        let expected = json!({"input": "dark mode", "context": {"plan": {"files": ["a.ts"]}}});
+        let expected =
+            json!({"input": "dark mode", "context": {"plan": {"files": ["a.ts"]}}, "messages": []});
         assert_eq!(first, expected);
         assert_eq!(second, expected);
         // Byte for byte the engine's order: input first, then context.
         assert_eq!(
             std::str::from_utf8(second.bytes()).unwrap(),
-            r#"{"input":"dark mode","context":{"plan":{"files":["a.ts"]}}}"#
+            r#"{"input":"dark mode","context":{"plan":{"files":["a.ts"]}},"messages":[]}"#
         );
     }
 
@@ -248,7 +256,7 @@ mod tests {
         let error = cache
             .receive(
                 Some(manifest(&input, &[("plan", &plan)])),
-                vec![input, plan],
+                vec![input, plan, no_messages()],
             )
             .unwrap_err();
         assert!(matches!(error, PayloadError::CorruptPart(_)), "{error}");
@@ -260,7 +268,7 @@ mod tests {
         let mut cache = PartCache::new(1 << 20);
         let input = part(json!("x"));
         let payload = cache
-            .receive(Some(manifest(&input, &[])), vec![input])
+            .receive(Some(manifest(&input, &[])), vec![input, no_messages()])
             .unwrap();
         assert!(format!("{payload:?}").contains("not yet read"));
         assert_eq!(payload["input"], json!("x"));

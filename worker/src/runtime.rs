@@ -31,15 +31,17 @@ use baton_proto::v1::{
     Heartbeat, Hello, ResendTask, TaskResult, WorkerMessage, coordinator_message, task_result,
     worker_message,
 };
-use serde_json::Value;
 use tokio::sync::{Semaphore, mpsc};
 use tokio_stream::wrappers::ReceiverStream;
 
+use crate::Output;
 use crate::payload::{PartCache, Payload};
 
 /// One agent step to run.
 #[derive(Debug, Clone)]
 pub struct Task {
+    /// The worker running it (for [`Task::query_decisions`]).
+    pub worker_id: String,
     pub task_id: String,
     pub run_id: String,
     pub step_id: String,
@@ -49,10 +51,40 @@ pub struct Task {
     pub payload: Payload,
     /// 0 when the step sets none.
     pub timeout_ms: u64,
+    /// A connection to the coordinator, for queries mid-step.
+    coordinator: Option<tonic::transport::Channel>,
 }
 
-/// The step's data, or why the agent failed.
-pub type AgentResult = Result<Value, String>;
+impl Task {
+    /// The decisions of this run (or, with `workflow_scope`, of every run of its workflow)
+    /// closest in meaning to `text`, best first; only `agent`'s if given.
+    pub async fn query_decisions(
+        &self,
+        text: &str,
+        agent: Option<&str>,
+        k: u32,
+        workflow_scope: bool,
+    ) -> Result<Vec<baton_proto::v1::DecisionMatch>, tonic::Status> {
+        let channel = self
+            .coordinator
+            .clone()
+            .ok_or_else(|| tonic::Status::unavailable("this task has no coordinator connection"))?;
+        let response = WorkerServiceClient::new(channel)
+            .query_decisions(baton_proto::v1::WorkerQueryDecisionsRequest {
+                worker_id: self.worker_id.clone(),
+                task_id: self.task_id.clone(),
+                text: text.to_owned(),
+                agent: agent.unwrap_or_default().to_owned(),
+                k,
+                workflow_scope,
+            })
+            .await?;
+        Ok(response.into_inner().matches)
+    }
+}
+
+/// The agent's answer (its data, and any messages and decisions), or why it failed.
+pub type AgentResult = Result<Output, String>;
 
 type Handler = Arc<dyn Fn(Task) -> Pin<Box<dyn Future<Output = AgentResult> + Send>> + Send + Sync>;
 
@@ -69,6 +101,8 @@ pub struct Worker {
     /// The stream of the current session. Tasks answer through it when they finish, so that a
     /// task that outlives a reconnect answers on the new stream, not the dead one.
     current: std::sync::Mutex<Option<mpsc::Sender<WorkerMessage>>>,
+    /// A connection for agents' queries (decisions), made once the worker runs.
+    channel: std::sync::OnceLock<tonic::transport::Channel>,
 }
 
 pub struct WorkerBuilder {
@@ -102,6 +136,9 @@ impl Worker {
     /// Serves tasks until `shutdown` completes, reconnecting whenever the stream breaks.
     pub async fn run(self, shutdown: impl Future<Output = ()> + Send) {
         let worker = Arc::new(self);
+        if let Ok(endpoint) = tonic::transport::Endpoint::from_shared(worker.coordinator.clone()) {
+            let _ = worker.channel.set(endpoint.connect_lazy());
+        }
         let slots = Arc::new(Semaphore::new(worker.concurrency));
         tokio::pin!(shutdown);
         let mut backoff = Backoff::new();
@@ -247,16 +284,20 @@ impl Worker {
     /// Runs the agent and wraps its answer.
     async fn execute(&self, task: baton_proto::v1::Task, payload: Payload) -> WorkerMessage {
         let task_id = task.task_id.clone();
-        let outcome = match self.run_agent(task, payload).await {
-            Ok(data) => task_result::Outcome::Data(Json::new(
-                serde_json::to_vec(&data).expect("a JSON value serialises"),
-            )),
-            Err(error) => task_result::Outcome::Error(error),
+        let (outcome, notes) = match self.run_agent(task, payload).await {
+            Ok(output) => (
+                task_result::Outcome::Data(Json::new(
+                    serde_json::to_vec(&output.data).expect("a JSON value serialises"),
+                )),
+                output.notes_json().map(Json::new),
+            ),
+            Err(error) => (task_result::Outcome::Error(error), None),
         };
         WorkerMessage {
             message: Some(worker_message::Message::Result(TaskResult {
                 task_id,
                 outcome: Some(outcome),
+                notes,
             })),
         }
     }
@@ -267,6 +308,8 @@ impl Worker {
             .get(&task.agent)
             .ok_or_else(|| format!("this worker does not serve agent \"{}\"", task.agent))?;
         let task = Task {
+            worker_id: self.id.clone(),
+            coordinator: self.channel.get().cloned(),
             task_id: task.task_id,
             run_id: task.run_id,
             step_id: task.step_id,
@@ -331,13 +374,19 @@ impl WorkerBuilder {
         self
     }
 
-    /// Serves `name` with an async function from task to data.
-    pub fn agent<F, Fut>(mut self, name: impl Into<String>, handler: F) -> Self
+    /// Serves `name` with an async function from task to data (a JSON value, or an
+    /// [`Output`] with messages and decisions).
+    pub fn agent<F, Fut, O>(mut self, name: impl Into<String>, handler: F) -> Self
     where
         F: Fn(Task) -> Fut + Send + Sync + 'static,
-        Fut: Future<Output = AgentResult> + Send + 'static,
+        Fut: Future<Output = Result<O, String>> + Send + 'static,
+        O: Into<Output> + 'static,
     {
-        let handler: Handler = Arc::new(move |task| Box::pin(handler(task)));
+        let handler = Arc::new(handler);
+        let handler: Handler = Arc::new(move |task| {
+            let answer = handler(task);
+            Box::pin(async move { answer.await.map(Into::into) })
+        });
         self.agents.insert(name.into(), handler);
         self
     }
@@ -361,6 +410,7 @@ impl WorkerBuilder {
             agents: self.agents,
             observer: self.observer,
             current: std::sync::Mutex::new(None),
+            channel: std::sync::OnceLock::new(),
         }
     }
 }

@@ -13,9 +13,10 @@ use baton_worker::payload::PartCache;
 use proptest::prelude::*;
 use tokio::sync::mpsc;
 
-/// A task naming `picks` (indexes into `pool`): the first as the input, the rest as context.
+/// A task naming `picks` (indexes into `pool`): the first as the input, the rest as context,
+/// and the first again as the message history (a task may name one part twice).
 fn task(n: usize, pool: &[Arc<Json>], picks: &[usize]) -> (ReadyTask, Vec<u8>) {
-    let parts: Vec<Arc<Json>> = picks.iter().map(|&i| pool[i].clone()).collect();
+    let mut parts: Vec<Arc<Json>> = picks.iter().map(|&i| pool[i].clone()).collect();
     let manifest = Manifest {
         input: parts[0].sha256.clone(),
         reference: None,
@@ -25,7 +26,11 @@ fn task(n: usize, pool: &[Arc<Json>], picks: &[usize]) -> (ReadyTask, Vec<u8>) {
             .map(|(k, part)| (format!("k{k}"), part.sha256.clone()))
             .collect(),
         error: None,
+        messages: parts[0].sha256.clone(),
+        handoff: None,
     };
+    // The parts in manifest order: input, context, messages.
+    parts.push(parts[0].clone());
     let all: HashMap<&str, &[u8]> = parts
         .iter()
         .map(|part| (part.sha256.as_str(), part.json.as_slice()))

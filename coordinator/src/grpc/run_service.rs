@@ -7,8 +7,8 @@ use baton_proto::v1::run_event;
 use baton_proto::v1::run_service_server::RunService;
 use baton_proto::v1::{
     CancelRunRequest, DecideApprovalRequest, GetRunRequest, GetStatsRequest, ListRunsRequest,
-    ListRunsResponse, RunEvent, RunRecord, Stats, SubmitRunRequest, SubmitRunResponse,
-    WatchRunRequest,
+    ListRunsResponse, QueryDecisionsRequest, QueryDecisionsResponse, RunEvent, RunRecord, Stats,
+    SubmitRunRequest, SubmitRunResponse, VerifyRunRequest, VerifyRunResponse, WatchRunRequest,
 };
 use futures::Stream;
 use tokio::sync::broadcast::error::RecvError;
@@ -92,6 +92,28 @@ impl<S: Store> RunService for Runs<S> {
 
     async fn get_stats(&self, _: Request<GetStatsRequest>) -> Result<Response<Stats>, Status> {
         Ok(Response::new(self.coordinator.stats()))
+    }
+
+    async fn query_decisions(
+        &self,
+        request: Request<QueryDecisionsRequest>,
+    ) -> Result<Response<QueryDecisionsResponse>, Status> {
+        let response = self
+            .coordinator
+            .query_decisions(request.into_inner())
+            .await?;
+        Ok(Response::new(response))
+    }
+
+    async fn verify_run(
+        &self,
+        request: Request<VerifyRunRequest>,
+    ) -> Result<Response<VerifyRunResponse>, Status> {
+        let response = self
+            .coordinator
+            .verify(&request.into_inner().run_id)
+            .await?;
+        Ok(Response::new(response))
     }
 
     async fn decide_approval(

@@ -4,7 +4,8 @@ use std::pin::Pin;
 
 use baton_proto::v1::worker_service_server::WorkerService;
 use baton_proto::v1::{
-    CoordinatorMessage, TaskRejected, WorkerMessage, coordinator_message, worker_message,
+    CoordinatorMessage, QueryDecisionsResponse, TaskRejected, WorkerMessage,
+    WorkerQueryDecisionsRequest, coordinator_message, worker_message,
 };
 use futures::{Stream, StreamExt};
 use tokio::sync::{mpsc, watch};
@@ -31,6 +32,17 @@ type MessageStream = Pin<Box<dyn Stream<Item = Result<CoordinatorMessage, Status
 #[tonic::async_trait]
 impl<S: Store> WorkerService for Workers<S> {
     type TaskStreamStream = MessageStream;
+
+    async fn query_decisions(
+        &self,
+        request: Request<WorkerQueryDecisionsRequest>,
+    ) -> Result<Response<QueryDecisionsResponse>, Status> {
+        let response = self
+            .coordinator
+            .worker_query_decisions(request.into_inner())
+            .await?;
+        Ok(Response::new(response))
+    }
 
     async fn task_stream(
         &self,

@@ -9,7 +9,13 @@ use super::{Error, RunHeader, RunSummary, Store, StoredRun, TransitionWrite};
 /// makes a transition atomic here.
 #[derive(Debug, Default)]
 pub struct MemoryStore {
-    runs: Mutex<BTreeMap<String, StoredRun>>,
+    runs: Mutex<BTreeMap<String, Entry>>,
+}
+
+#[derive(Debug)]
+struct Entry {
+    run: StoredRun,
+    decisions: BTreeMap<String, Vec<u8>>,
 }
 
 impl MemoryStore {
@@ -33,8 +39,14 @@ fn check(run: &StoredRun, write: &TransitionWrite) -> Result<(), Error> {
     Ok(())
 }
 
-fn apply(run: &mut StoredRun, write: TransitionWrite) {
+fn apply(entry: &mut Entry, write: TransitionWrite) {
+    for (key, bytes) in write.decisions {
+        // First write wins, like HSETNX: a retried write may carry a recomputed embedding.
+        entry.decisions.entry(key).or_insert(bytes);
+    }
+    let run = &mut entry.run;
     run.version += 1;
+    run.links.extend(write.links);
     if let Some(event) = write.event {
         run.events.push(event);
     }
@@ -56,7 +68,7 @@ impl Store for MemoryStore {
         if runs.contains_key(&header.run_id) {
             return Err(Error::AlreadyExists(header.run_id));
         }
-        let mut run = StoredRun {
+        let run = StoredRun {
             version: 0,
             status: String::new(),
             error: None,
@@ -66,11 +78,16 @@ impl Store for MemoryStore {
             results: Default::default(),
             steps: Default::default(),
             tasks: Default::default(),
+            links: Vec::new(),
             header,
         };
         check(&run, &first)?;
-        apply(&mut run, first);
-        runs.insert(run.header.run_id.clone(), run);
+        let mut entry = Entry {
+            run,
+            decisions: BTreeMap::new(),
+        };
+        apply(&mut entry, first);
+        runs.insert(entry.run.header.run_id.clone(), entry);
         Ok(())
     }
 
@@ -81,31 +98,36 @@ impl Store for MemoryStore {
         write: TransitionWrite,
     ) -> Result<u64, Error> {
         let mut runs = self.runs.lock().expect("store lock");
-        let run = runs
+        let entry = runs
             .get_mut(run_id)
             .ok_or_else(|| Error::NotFound(run_id.to_owned()))?;
-        if run.version != expected_version {
+        if entry.run.version != expected_version {
             return Err(Error::Conflict {
                 run_id: run_id.to_owned(),
                 expected: expected_version,
-                actual: run.version,
+                actual: entry.run.version,
             });
         }
-        check(run, &write)?;
-        apply(run, write);
-        Ok(run.version)
+        check(&entry.run, &write)?;
+        apply(entry, write);
+        Ok(entry.run.version)
     }
 
     async fn load_run(&self, run_id: &str) -> Result<Option<StoredRun>, Error> {
-        Ok(self.runs.lock().expect("store lock").get(run_id).cloned())
+        Ok(self
+            .runs
+            .lock()
+            .expect("store lock")
+            .get(run_id)
+            .map(|entry| entry.run.clone()))
     }
 
     async fn set_task(&self, run_id: &str, task_key: &str, task: Vec<u8>) -> Result<bool, Error> {
         let mut runs = self.runs.lock().expect("store lock");
-        let Some(run) = runs.get_mut(run_id) else {
+        let Some(entry) = runs.get_mut(run_id) else {
             return Ok(false);
         };
-        match run.tasks.get_mut(task_key) {
+        match entry.run.tasks.get_mut(task_key) {
             Some(existing) => {
                 *existing = task;
                 Ok(true)
@@ -118,6 +140,7 @@ impl Store for MemoryStore {
         let runs = self.runs.lock().expect("store lock");
         let mut summaries: Vec<RunSummary> = runs
             .values()
+            .map(|entry| &entry.run)
             .map(|run| RunSummary {
                 run_id: run.header.run_id.clone(),
                 workflow_id: run.header.workflow_id.clone(),
@@ -135,8 +158,35 @@ impl Store for MemoryStore {
         let runs = self.runs.lock().expect("store lock");
         Ok(runs
             .values()
-            .filter(|run| run.status == "running")
-            .map(|run| run.header.run_id.clone())
+            .filter(|entry| entry.run.status == "running")
+            .map(|entry| entry.run.header.run_id.clone())
+            .collect())
+    }
+
+    async fn decisions(&self, run_id: &str) -> Result<BTreeMap<String, Vec<u8>>, Error> {
+        let runs = self.runs.lock().expect("store lock");
+        Ok(runs
+            .get(run_id)
+            .map(|entry| entry.decisions.clone())
+            .unwrap_or_default())
+    }
+
+    async fn runs_of_workflow(
+        &self,
+        workflow_id: &str,
+        limit: usize,
+    ) -> Result<Vec<String>, Error> {
+        let runs = self.runs.lock().expect("store lock");
+        let mut matching: Vec<(i64, &String)> = runs
+            .values()
+            .filter(|entry| entry.run.header.workflow_id == workflow_id)
+            .map(|entry| (entry.run.header.created_ms, &entry.run.header.run_id))
+            .collect();
+        matching.sort_by(|a, b| b.cmp(a));
+        Ok(matching
+            .into_iter()
+            .take(limit)
+            .map(|(_, id)| id.clone())
             .collect())
     }
 }

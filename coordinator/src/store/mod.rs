@@ -14,7 +14,10 @@
 //! - results: each agent or transform result, once, under `"<step>#<visit>"`;
 //! - step states and tasks (queued or running, and which worker holds them): the scheduling
 //!   view, overwritten as it changes;
-//! - status, error, state checksum and last update time.
+//! - the state chain: one link per settled step visit, appended in order
+//!   ([`baton_core::integrity`]), whose last state is the run's `state_sha256`;
+//! - the decisions agents reported, by key, each with its embedding;
+//! - status, error, the chain's head and last update time.
 
 pub mod memory;
 pub mod redis;
@@ -67,6 +70,10 @@ pub struct TransitionWrite {
     pub tasks_set: Vec<(String, Vec<u8>)>,
     /// Tasks that are finished or abandoned.
     pub tasks_removed: Vec<String>,
+    /// Links appended to the state chain, JSON, in order.
+    pub links: Vec<Vec<u8>>,
+    /// Decisions reported, key -> JSON (with their embedding). Each key is written once.
+    pub decisions: Vec<(String, Vec<u8>)>,
     pub status: String,
     pub error: Option<String>,
     pub state_sha256: String,
@@ -86,6 +93,8 @@ pub struct StoredRun {
     pub results: HashMap<String, Vec<u8>>,
     pub steps: BTreeMap<String, Vec<u8>>,
     pub tasks: BTreeMap<String, Vec<u8>>,
+    /// The state chain's links, in order.
+    pub links: Vec<Vec<u8>>,
 }
 
 /// A line of `ListRuns`.
@@ -111,6 +120,9 @@ pub struct RunSummary {
 /// - `set_task` changes a task only if it exists (a late lease update for a finished task is
 ///   dropped) and reports whether it did; it does not change the version.
 /// - `list_runs` is newest first; `active_runs` lists runs whose status is `running`.
+/// - Chain links are appended, never rewritten; `load_run` returns them in order.
+/// - `decisions` returns every decision of a run by key (empty for an unknown run);
+///   `runs_of_workflow` the ids of the newest `limit` runs created with that workflow id.
 pub trait Store: Send + Sync + 'static {
     fn create_run(
         &self,
@@ -143,6 +155,17 @@ pub trait Store: Send + Sync + 'static {
     ) -> impl Future<Output = Result<Vec<RunSummary>, Error>> + Send;
 
     fn active_runs(&self) -> impl Future<Output = Result<Vec<String>, Error>> + Send;
+
+    fn decisions(
+        &self,
+        run_id: &str,
+    ) -> impl Future<Output = Result<BTreeMap<String, Vec<u8>>, Error>> + Send;
+
+    fn runs_of_workflow(
+        &self,
+        workflow_id: &str,
+        limit: usize,
+    ) -> impl Future<Output = Result<Vec<String>, Error>> + Send;
 }
 
 /// A shared store is a store: two coordinators (or a coordinator and a test) can use one.
@@ -189,5 +212,20 @@ impl<S: Store> Store for std::sync::Arc<S> {
 
     fn active_runs(&self) -> impl Future<Output = Result<Vec<String>, Error>> + Send {
         S::active_runs(self)
+    }
+
+    fn decisions(
+        &self,
+        run_id: &str,
+    ) -> impl Future<Output = Result<BTreeMap<String, Vec<u8>>, Error>> + Send {
+        S::decisions(self, run_id)
+    }
+
+    fn runs_of_workflow(
+        &self,
+        workflow_id: &str,
+        limit: usize,
+    ) -> impl Future<Output = Result<Vec<String>, Error>> + Send {
+        S::runs_of_workflow(self, workflow_id, limit)
     }
 }

@@ -3,7 +3,7 @@
 //! # Layout
 //!
 //! With the key prefix `P` (`baton` unless [`RedisStore::connect_with_prefix`] says otherwise), a
-//! run `R` is five keys:
+//! run `R` is seven keys:
 //!
 //! | key                   | type | holds                                                          |
 //! |-----------------------|------|----------------------------------------------------------------|
@@ -12,6 +12,8 @@
 //! | `P:run:{R}:results`   | hash | `"<step>#<visit>"` -> result                                   |
 //! | `P:run:{R}:steps`     | hash | step id -> step state                                          |
 //! | `P:run:{R}:tasks`     | hash | task key -> task                                               |
+//! | `P:run:{R}:chain`     | list | the state chain's links, `RPUSH`ed in order                    |
+//! | `P:run:{R}:decisions` | hash | decision key -> decision with its embedding (`HSETNX`)         |
 //!
 //! Every one of them carries the run id as a hash tag, `{R}`, so a Redis Cluster puts all of a
 //! run on one slot. That is what lets a single Lua script read and write the whole run, and a
@@ -24,7 +26,7 @@
 //!   come before the first write and a refused call writes nothing. The scripts answer a refusal
 //!   with an error reply (`EXISTS`, `NOTFOUND`, `CONFLICT <actual>`, `CORRUPT <why>`) that is
 //!   mapped to [`Error`] here.
-//! - `load_run` reads the five keys in one `MULTI`/`EXEC`, so it sees a run between two
+//! - `load_run` reads the run's keys but `decisions` in one `MULTI`/`EXEC`, so it sees a run between two
 //!   transitions, never in the middle of one.
 //! - `set_task` is a small script (`HEXISTS` then `HSET`) so it never recreates a task that a
 //!   transition removed in between.
@@ -44,9 +46,11 @@
 //!
 //! # Indexes
 //!
-//! Two global keys, not part of any run:
+//! Global keys, not part of any run:
 //! - `P:runs`, a sorted set (score `created_ms`, member run id), for `list_runs`;
-//! - `P:runs:active`, a set of run ids whose status is `running`, for `active_runs`.
+//! - `P:runs:active`, a set of run ids whose status is `running`, for `active_runs`;
+//! - `P:workflow:<workflow id>:runs`, a sorted set like `P:runs` per workflow id, for
+//!   `runs_of_workflow` (decision queries over all runs of a workflow).
 //!
 //! They live on other slots than the runs in a Cluster, so the run scripts cannot touch them;
 //! they are updated with separate commands after a script succeeded. They are an index, not the
@@ -108,6 +112,8 @@ struct RunKeys {
     results: String,
     steps: String,
     tasks: String,
+    chain: String,
+    decisions: String,
 }
 
 impl RunKeys {
@@ -117,7 +123,9 @@ impl RunKeys {
             .key(&self.events)
             .key(&self.results)
             .key(&self.steps)
-            .key(&self.tasks);
+            .key(&self.tasks)
+            .key(&self.chain)
+            .key(&self.decisions);
     }
 }
 
@@ -157,12 +165,18 @@ impl RedisStore {
             results: format!("{run}:results"),
             steps: format!("{run}:steps"),
             tasks: format!("{run}:tasks"),
+            chain: format!("{run}:chain"),
+            decisions: format!("{run}:decisions"),
             run,
         }
     }
 
     fn runs_key(&self) -> String {
         format!("{}:runs", self.prefix)
+    }
+
+    fn workflow_runs_key(&self, workflow_id: &str) -> String {
+        format!("{}:workflow:{workflow_id}:runs", self.prefix)
     }
 
     fn active_key(&self) -> String {
@@ -215,8 +229,12 @@ impl RedisStore {
                 else {
                     continue;
                 };
-                let (created_ms, status): (Option<i64>, Option<String>) = con
-                    .hmget(&key, &["created_ms", "status"])
+                let (created_ms, status, workflow_id): (
+                    Option<i64>,
+                    Option<String>,
+                    Option<String>,
+                ) = con
+                    .hmget(&key, &["created_ms", "status", "workflow_id"])
                     .await
                     .map_err(unavailable)?;
                 let (Some(created_ms), Some(status)) = (created_ms, status) else {
@@ -224,6 +242,14 @@ impl RedisStore {
                 };
                 let _: i64 = con
                     .zadd(self.runs_key(), run_id, created_ms)
+                    .await
+                    .map_err(unavailable)?;
+                let _: i64 = con
+                    .zadd(
+                        self.workflow_runs_key(&workflow_id.unwrap_or_default()),
+                        run_id,
+                        created_ms,
+                    )
                     .await
                     .map_err(unavailable)?;
                 self.update_active(run_id, &status)
@@ -281,6 +307,14 @@ fn add_transition(invocation: &mut ScriptInvocation<'_>, write: &TransitionWrite
     invocation.arg(write.tasks_removed.len());
     for key in &write.tasks_removed {
         invocation.arg(key.as_str());
+    }
+    invocation.arg(write.links.len());
+    for link in &write.links {
+        invocation.arg(link.as_slice());
+    }
+    invocation.arg(write.decisions.len());
+    for (key, bytes) in &write.decisions {
+        invocation.arg(key.as_str()).arg(bytes.as_slice());
     }
     invocation.arg(write.status.as_str());
     match &write.error {
@@ -440,6 +474,13 @@ impl Store for RedisStore {
         // retry (the retry would find the run). `rebuild_indexes` repairs what is left behind.
         let indexed: Result<(), RedisError> = async {
             let _: i64 = con.zadd(self.runs_key(), run_id, header.created_ms).await?;
+            let _: i64 = con
+                .zadd(
+                    self.workflow_runs_key(&header.workflow_id),
+                    run_id,
+                    header.created_ms,
+                )
+                .await?;
             self.update_active(run_id, &first.status).await
         }
         .await;
@@ -479,24 +520,28 @@ impl Store for RedisStore {
     async fn load_run(&self, run_id: &str) -> Result<Option<StoredRun>, Error> {
         let keys = self.run_keys(run_id);
         let mut con = self.con.clone();
-        let (run, events, results, steps, tasks): (Value, Value, Value, Value, Value) =
-            ::redis::pipe()
-                .atomic()
-                .cmd("HGETALL")
-                .arg(&keys.run)
-                .cmd("LRANGE")
-                .arg(&keys.events)
-                .arg(0)
-                .arg(-1)
-                .cmd("HGETALL")
-                .arg(&keys.results)
-                .cmd("HGETALL")
-                .arg(&keys.steps)
-                .cmd("HGETALL")
-                .arg(&keys.tasks)
-                .query_async(&mut con)
-                .await
-                .map_err(|err| script_error(err, run_id, 0))?;
+        type Reply = (Value, Value, Value, Value, Value, Value);
+        let (run, events, results, steps, tasks, chain): Reply = ::redis::pipe()
+            .atomic()
+            .cmd("HGETALL")
+            .arg(&keys.run)
+            .cmd("LRANGE")
+            .arg(&keys.events)
+            .arg(0)
+            .arg(-1)
+            .cmd("HGETALL")
+            .arg(&keys.results)
+            .cmd("HGETALL")
+            .arg(&keys.steps)
+            .cmd("HGETALL")
+            .arg(&keys.tasks)
+            .cmd("LRANGE")
+            .arg(&keys.chain)
+            .arg(0)
+            .arg(-1)
+            .query_async(&mut con)
+            .await
+            .map_err(|err| script_error(err, run_id, 0))?;
 
         let mut hash: HashMap<String, Vec<u8>> = fields(run_id, "header", run)?;
         if hash.is_empty() {
@@ -515,14 +560,8 @@ impl Store for RedisStore {
             ),
             None => None,
         };
-        let events = match events {
-            Value::Array(items) => items
-                .into_iter()
-                .map(|item| bytes(run_id, "events", item))
-                .collect::<Result<_, _>>()?,
-            Value::Nil => Vec::new(),
-            other => return Err(corrupt(run_id, format!("events are not a list: {other:?}"))),
-        };
+        let events = list(run_id, "events", events)?;
+        let links = list(run_id, "chain", chain)?;
         Ok(Some(StoredRun {
             version: take_number(run_id, &mut hash, "version")?,
             status: take_text(run_id, &mut hash, "status")?,
@@ -533,6 +572,7 @@ impl Store for RedisStore {
             results: fields(run_id, "results", results)?,
             steps: fields::<BTreeMap<_, _>>(run_id, "steps", steps)?,
             tasks: fields::<BTreeMap<_, _>>(run_id, "tasks", tasks)?,
+            links,
             header,
         }))
     }
@@ -613,5 +653,45 @@ impl Store for RedisStore {
         ids.retain(|_| statuses.next().flatten().as_deref() == Some(RUNNING.as_bytes()));
         ids.sort();
         Ok(ids)
+    }
+
+    async fn decisions(&self, run_id: &str) -> Result<BTreeMap<String, Vec<u8>>, Error> {
+        let mut con = self.con.clone();
+        let reply: Value = ::redis::cmd("HGETALL")
+            .arg(self.run_keys(run_id).decisions)
+            .query_async(&mut con)
+            .await
+            .map_err(|err| script_error(err, run_id, 0))?;
+        fields(run_id, "decisions", reply)
+    }
+
+    async fn runs_of_workflow(
+        &self,
+        workflow_id: &str,
+        limit: usize,
+    ) -> Result<Vec<String>, Error> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let mut con = self.con.clone();
+        let stop = isize::try_from(limit - 1).unwrap_or(isize::MAX);
+        con.zrevrange(self.workflow_runs_key(workflow_id), 0, stop)
+            .await
+            .map_err(unavailable)
+    }
+}
+
+/// The items of a list reply.
+fn list(run_id: &str, what: &str, reply: Value) -> Result<Vec<Vec<u8>>, Error> {
+    match reply {
+        Value::Array(items) => items
+            .into_iter()
+            .map(|item| bytes(run_id, what, item))
+            .collect(),
+        Value::Nil => Ok(Vec::new()),
+        other => Err(corrupt(
+            run_id,
+            format!("its {what} is not a list: {other:?}"),
+        )),
     }
 }

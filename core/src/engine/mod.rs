@@ -20,6 +20,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::context::Context;
+use crate::handoff::{AgentNotes, DecisionRecord, Handoff, Source};
+use crate::messages::{Message, MessageUpdate};
 use crate::payload::{AgentPayload, ErrorInfo};
 use crate::workflow::{RetryPolicy, StepIndex, StepType, Workflow};
 
@@ -68,14 +70,21 @@ impl Decision {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
 pub enum Event {
-    /// An agent returned data for a task.
-    AgentSucceeded { task: TaskId, data: Value },
+    /// An agent returned data for a task, and perhaps messages and decisions.
+    AgentSucceeded {
+        task: TaskId,
+        data: Value,
+        #[serde(default, skip_serializing_if = "AgentNotes::is_empty")]
+        notes: AgentNotes,
+    },
     /// An agent failed a task for good.
     AgentFailed { task: TaskId, error: String },
     /// A person decided an approval step.
     ApprovalDecided { step_id: String, decision: Decision },
     /// The run is to stop now.
     Cancel { reason: String },
+    /// The run is to fail now: its stored data cannot be trusted (an integrity failure).
+    Halt { error: String },
 }
 
 /// Something the coordinator must do after a transition.
@@ -170,6 +179,29 @@ pub struct StepRecord {
     pub error: Option<Arc<str>>,
     /// Where routing went next (top-level steps only).
     pub next: Option<Arc<str>>,
+    /// The messages and decisions an agent returned with its data, as it returned them.
+    pub notes: Option<Arc<AgentNotes>>,
+}
+
+impl StepRecord {
+    /// The SHA-256 of the settled visit's outcome in canonical JSON (RFC 8785):
+    /// `{"status", "data", "error", "notes"}`, absent members as `null`. It is what the run's
+    /// state chain records for this visit ([`crate::integrity`]).
+    pub fn result_sha256(&self) -> String {
+        #[derive(Serialize)]
+        struct Outcome<'a> {
+            status: StepStatus,
+            data: Option<&'a Value>,
+            error: Option<&'a str>,
+            notes: Option<&'a AgentNotes>,
+        }
+        crate::integrity::canonical_sha256_of(&Outcome {
+            status: self.status,
+            data: self.data.as_deref(),
+            error: self.error.as_deref(),
+            notes: self.notes.as_deref(),
+        })
+    }
 }
 
 /// What an unfinished run is waiting for.
@@ -197,6 +229,7 @@ enum Pending {
         visit: u32,
         /// Kept so that the payload can be rebuilt after a replay.
         error: Option<ErrorInfo>,
+        handoff: Option<Arc<Value>>,
     },
     Approval {
         visit: u32,
@@ -205,8 +238,49 @@ enum Pending {
         visit: u32,
         /// One slot per branch, in workflow order.
         outcomes: Vector<Option<BranchOutcome>>,
+        /// What each agent branch handed on: merged in branch order when the last settles.
+        handed: Vector<Option<Handed>>,
         remaining: usize,
     },
+}
+
+/// What one agent step visit handed on: its source record and its messages, ids assigned.
+#[derive(Debug, Clone)]
+struct Handed {
+    source: Arc<Source>,
+    messages: Vec<MessageUpdate>,
+}
+
+/// The run's message history, with its JSON shared by every payload until it changes.
+#[derive(Debug, Clone)]
+pub struct MessageHistory {
+    messages: Arc<Vec<Message>>,
+    json: Arc<Value>,
+}
+
+impl MessageHistory {
+    fn new(messages: Vec<Message>) -> Self {
+        let json = Arc::new(serde_json::to_value(&messages).expect("messages are JSON"));
+        Self {
+            messages: Arc::new(messages),
+            json,
+        }
+    }
+
+    pub fn messages(&self) -> &[Message] {
+        &self.messages
+    }
+
+    /// The history as agents receive it, a JSON array.
+    pub fn json(&self) -> &Arc<Value> {
+        &self.json
+    }
+}
+
+impl Default for MessageHistory {
+    fn default() -> Self {
+        Self::new(Vec::new())
+    }
 }
 
 /// How one branch settled: its data, or its error.
@@ -222,6 +296,13 @@ pub struct Run {
     visits: OrdMap<StepIndex, u32>,
     pending: OrdMap<StepIndex, Pending>,
     history: Vector<StepRecord>,
+    messages: MessageHistory,
+    decisions: Vector<Arc<DecisionRecord>>,
+    handoffs: Vector<Arc<Handoff>>,
+    /// The agent step visits that hand over to the next agent step (several after a merge).
+    sources: Arc<Vec<Arc<Source>>>,
+    /// When the event being applied happened (ms since the epoch; 0 when unknown).
+    now_ms: i64,
 }
 
 /// The outcome of a transition: the new run and what to do about it.
@@ -242,13 +323,24 @@ impl Run {
             visits: OrdMap::new(),
             pending: OrdMap::new(),
             history: Vector::new(),
+            messages: MessageHistory::default(),
+            decisions: Vector::new(),
+            handoffs: Vector::new(),
+            sources: Arc::default(),
+            now_ms: 0,
         };
         transition::start(run)
     }
 
     /// Applies one event. On error the run is unchanged and nothing is to be done.
     pub fn apply(&self, event: Event) -> Result<Transition, EngineError> {
-        transition::apply(self, event)
+        transition::apply(self, event, 0)
+    }
+
+    /// Applies one event that happened at `at_ms` (ms since the epoch): the time of the
+    /// decisions and handoffs it records.
+    pub fn apply_at(&self, event: Event, at_ms: i64) -> Result<Transition, EngineError> {
+        transition::apply(self, event, at_ms)
     }
 
     /// Rebuilds a run from its input and the events applied to it, in order.
@@ -257,12 +349,23 @@ impl Run {
         input: Value,
         events: impl IntoIterator<Item = Event>,
     ) -> Result<Run, (usize, EngineError)> {
-        events
-            .into_iter()
-            .enumerate()
-            .try_fold(Run::start(workflow, input).run, |run, (i, event)| {
-                run.apply(event).map(|t| t.run).map_err(|error| (i, error))
-            })
+        Run::replay_at(workflow, input, events.into_iter().map(|event| (event, 0)))
+    }
+
+    /// [`Run::replay`] of events with the times they were applied at ([`Run::apply_at`]).
+    pub fn replay_at(
+        workflow: Arc<Workflow>,
+        input: Value,
+        events: impl IntoIterator<Item = (Event, i64)>,
+    ) -> Result<Run, (usize, EngineError)> {
+        events.into_iter().enumerate().try_fold(
+            Run::start(workflow, input).run,
+            |run, (i, (event, at_ms))| {
+                run.apply_at(event, at_ms)
+                    .map(|t| t.run)
+                    .map_err(|error| (i, error))
+            },
+        )
     }
 
     pub fn workflow(&self) -> &Arc<Workflow> {
@@ -287,6 +390,21 @@ impl Run {
         &self.history
     }
 
+    /// The run's message history.
+    pub fn messages(&self) -> &MessageHistory {
+        &self.messages
+    }
+
+    /// Every decision agents reported, in the order they were accepted.
+    pub fn decisions(&self) -> &Vector<Arc<DecisionRecord>> {
+        &self.decisions
+    }
+
+    /// Every handoff into an agent step, in the order the steps were entered.
+    pub fn handoffs(&self) -> &Vector<Arc<Handoff>> {
+        &self.handoffs
+    }
+
     /// How many times the step has been entered.
     pub fn visits(&self, step_id: &str) -> u32 {
         self.workflow
@@ -301,15 +419,21 @@ impl Run {
         self.pending
             .iter()
             .filter_map(|(&index, pending)| {
-                let Pending::Agent { visit, error } = pending else {
+                let Pending::Agent {
+                    visit,
+                    error,
+                    handoff,
+                } = pending
+                else {
                     return None;
                 };
                 let step = self.workflow.step(index);
                 let crate::workflow::StepKind::Agent { agent } = &step.kind else {
                     return None;
                 };
-                // The context has not changed since the dispatch: top-level steps settle one at a
-                // time, and a parallel step's branches all started from the context as it is now.
+                // The context and the messages have not changed since the dispatch: top-level
+                // steps settle one at a time, and a parallel step's branches all started from the
+                // context as it is now (their messages merge when the last branch settles).
                 let reference = step.input.as_ref().and_then(|key| {
                     self.context
                         .data(key)
@@ -325,6 +449,8 @@ impl Run {
                         context: self.context.clone(),
                         reference,
                         error: error.clone(),
+                        messages: self.messages.json.clone(),
+                        handoff: handoff.clone(),
                     },
                     retry: step.retry.clone(),
                     timeout_ms: step.timeout_ms,

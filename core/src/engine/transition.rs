@@ -12,10 +12,12 @@ use serde_json::json;
 use super::parallel::{failure_summary, merge};
 use super::route::{Outcome, Route, route};
 use super::{
-    Action, AgentTask, BranchOutcome, EngineError, Event, Pending, Run, RunStatus, StepRecord,
-    StepStatus, TaskId, Transition,
+    Action, AgentTask, BranchOutcome, EngineError, Event, Handed, MessageHistory, Pending, Run,
+    RunStatus, StepRecord, StepStatus, TaskId, Transition,
 };
 use crate::context::{Context, StepResult};
+use crate::handoff::{AgentNotes, DecisionRecord, Handoff, Source, rfc3339};
+use crate::messages::{add_branch_messages, add_messages, assign_ids};
 use crate::payload::{AgentPayload, ErrorInfo};
 use crate::workflow::{Step, StepIndex, StepKind};
 
@@ -25,12 +27,16 @@ type Settled = (StepIndex, u32, Outcome);
 struct Builder {
     run: Run,
     actions: Vec<Action>,
+    /// The notes of the agent result being applied: they go on its step record, the first
+    /// record this transition writes.
+    notes: Option<Arc<AgentNotes>>,
 }
 
 pub(super) fn start(run: Run) -> Transition {
     let mut builder = Builder {
         run,
         actions: Vec::new(),
+        notes: None,
     };
     let entry = builder.run.workflow.entry();
     if let Some(settled) = builder.enter(entry, None) {
@@ -39,21 +45,31 @@ pub(super) fn start(run: Run) -> Transition {
     builder.finish()
 }
 
-pub(super) fn apply(run: &Run, event: Event) -> Result<Transition, EngineError> {
+pub(super) fn apply(run: &Run, event: Event, at_ms: i64) -> Result<Transition, EngineError> {
     if run.status.is_terminal() {
         return Err(EngineError::NotRunning(run.status));
     }
     let mut builder = Builder {
         run: run.clone(),
         actions: Vec::new(),
+        notes: None,
     };
+    builder.run.now_ms = at_ms;
     match event {
-        Event::AgentSucceeded { task, data } => {
+        Event::AgentSucceeded { task, data, notes } => {
             let (index, visit) = builder.take_agent(&task)?;
-            builder.settle((index, visit, Outcome::Data(Arc::new(data))));
+            builder.notes = (!notes.is_empty()).then(|| Arc::new(notes.clone()));
+            let outcome = match builder.hand_on(index, visit, notes) {
+                Ok(()) => Outcome::Data(Arc::new(data)),
+                Err(refused) => Outcome::Failed(refused),
+            };
+            builder.settle((index, visit, outcome));
         }
         Event::AgentFailed { task, error } => {
             let (index, visit) = builder.take_agent(&task)?;
+            builder
+                .hand_on(index, visit, AgentNotes::default())
+                .expect("without notes there is nothing to refuse");
             builder.settle((index, visit, Outcome::Failed(error.into())));
         }
         Event::ApprovalDecided { step_id, decision } => {
@@ -61,6 +77,7 @@ pub(super) fn apply(run: &Run, event: Event) -> Result<Transition, EngineError> 
             builder.settle((index, visit, Outcome::Approval(decision)));
         }
         Event::Cancel { reason } => builder.end(RunStatus::Cancelled, Some(reason)),
+        Event::Halt { error } => builder.end(RunStatus::Failed, Some(error)),
     }
     Ok(builder.finish())
 }
@@ -87,6 +104,131 @@ impl Builder {
             }
             _ => Err(unknown()),
         }
+    }
+
+    /// Records what an agent step visit hands on: its decisions at once, its messages into the
+    /// history (a branch's wait for the merge, in branch order), and itself as the source of
+    /// the next handoff. Messages that cannot merge (a removal of an unknown id) fail the step
+    /// with the reason; it still hands over, without decisions.
+    fn hand_on(
+        &mut self,
+        index: StepIndex,
+        visit: u32,
+        mut notes: AgentNotes,
+    ) -> Result<(), Arc<str>> {
+        let workflow = self.run.workflow.clone();
+        let step = workflow.step(index);
+        let StepKind::Agent { agent } = &step.kind else {
+            unreachable!("only agent steps take agent results");
+        };
+        let message_ids = assign_ids(&mut notes.messages, &step.id, visit);
+        let checked = add_messages(
+            self.run.messages.messages(),
+            notes.messages.clone(),
+            &step.id,
+            visit,
+            agent,
+        )
+        .map_err(|e| Arc::<str>::from(format!("the agent's messages were refused: {e}")));
+        let (source, merged) = match checked {
+            Ok(merged) => {
+                let timestamp = rfc3339(self.run.now_ms).unwrap_or_default();
+                let decisions: Vec<Arc<DecisionRecord>> = notes
+                    .decisions
+                    .into_iter()
+                    .enumerate()
+                    .map(|(n, d)| {
+                        Arc::new(DecisionRecord {
+                            key: format!("{}#{visit}/{n}", step.id),
+                            agent: agent.clone(),
+                            step_id: step.id.to_string(),
+                            visit,
+                            summary: d.summary,
+                            rationale: d.rationale,
+                            timestamp: timestamp.clone(),
+                            related_artifacts: d.related_artifacts,
+                        })
+                    })
+                    .collect();
+                self.run.decisions.extend(decisions.iter().cloned());
+                let source = Source {
+                    agent: agent.clone(),
+                    step_id: step.id.clone(),
+                    visit,
+                    decisions,
+                    message_ids,
+                };
+                (source, Ok(merged))
+            }
+            Err(refused) => {
+                notes.messages.clear();
+                let source = Source {
+                    agent: agent.clone(),
+                    step_id: step.id.clone(),
+                    visit,
+                    decisions: Vec::new(),
+                    message_ids: Vec::new(),
+                };
+                (source, Err(refused))
+            }
+        };
+        let source = Arc::new(source);
+        match step.parent {
+            None => {
+                if let Ok(merged) = &merged
+                    && !notes.messages.is_empty()
+                {
+                    self.run.messages = MessageHistory::new(merged.clone());
+                }
+                self.run.sources = Arc::new(vec![source]);
+            }
+            Some(parent) => {
+                let StepKind::Parallel { branches } = &workflow.step(parent).kind else {
+                    unreachable!("a branch's parent is a parallel step");
+                };
+                let slot = branches.iter().position(|&b| b == index);
+                if let (Some(slot), Some(Pending::Parallel { handed, .. })) =
+                    (slot, self.run.pending.get_mut(&parent))
+                {
+                    handed.set(
+                        slot,
+                        Some(Handed {
+                            source,
+                            messages: notes.messages,
+                        }),
+                    );
+                }
+            }
+        }
+        merged.map(|_| ())
+    }
+
+    /// A parallel step settled: its agent branches' messages join the history in branch order,
+    /// and those branches hand over together to the next agent step.
+    fn merge_handed(&mut self, handed: &imbl::Vector<Option<Handed>>) {
+        let handed: Vec<&Handed> = handed.iter().flatten().collect();
+        if handed.is_empty() {
+            return;
+        }
+        let mut messages = self.run.messages.messages().to_vec();
+        let mut changed = false;
+        for branch in &handed {
+            if branch.messages.is_empty() {
+                continue;
+            }
+            messages = add_branch_messages(
+                &messages,
+                branch.messages.clone(),
+                &branch.source.step_id,
+                branch.source.visit,
+                &branch.source.agent,
+            );
+            changed = true;
+        }
+        if changed {
+            self.run.messages = MessageHistory::new(messages);
+        }
+        self.run.sources = Arc::new(handed.iter().map(|h| h.source.clone()).collect());
     }
 
     fn take_approval(&mut self, step_id: &str) -> Result<(StepIndex, u32), EngineError> {
@@ -171,11 +313,23 @@ impl Builder {
                         }
                     },
                 };
+                let handoff = (!self.run.sources.is_empty()).then(|| {
+                    let handoff = Arc::new(Handoff::new(
+                        &self.run.sources,
+                        agent,
+                        step.id.clone(),
+                        visit,
+                        self.run.now_ms,
+                    ));
+                    self.run.handoffs.push_back(handoff.clone());
+                    Arc::new(handoff.to_value())
+                });
                 self.run.pending.insert(
                     index,
                     Pending::Agent {
                         visit,
                         error: error.clone(),
+                        handoff: handoff.clone(),
                     },
                 );
                 self.actions.push(Action::Dispatch(AgentTask {
@@ -188,6 +342,8 @@ impl Builder {
                         context: snapshot.clone(),
                         reference,
                         error,
+                        messages: self.run.messages.json().clone(),
+                        handoff,
                     },
                     retry: step.retry.clone(),
                     timeout_ms: step.timeout_ms,
@@ -213,6 +369,7 @@ impl Builder {
             StepKind::Parallel { branches } => {
                 // Every branch starts from the same snapshot and none sees another's result.
                 let mut outcomes = Vector::new();
+                let handed = Vector::from(vec![None; branches.len()]);
                 let mut remaining = 0;
                 for &branch in branches {
                     let branch_visit = self.bump_visit(branch);
@@ -235,6 +392,7 @@ impl Builder {
                     Pending::Parallel {
                         visit,
                         outcomes,
+                        handed,
                         remaining,
                     },
                 );
@@ -276,6 +434,7 @@ impl Builder {
         let Some(Pending::Parallel {
             visit: parent_visit,
             outcomes,
+            handed,
             remaining,
         }) = self.run.pending.get_mut(&parent)
         else {
@@ -286,8 +445,9 @@ impl Builder {
         if *remaining > 0 {
             return None;
         }
-        let (parent_visit, outcomes) = (*parent_visit, outcomes.clone());
+        let (parent_visit, outcomes, handed) = (*parent_visit, outcomes.clone(), handed.clone());
         self.run.pending.remove(&parent);
+        self.merge_handed(&handed);
         Some((parent, parent_visit, self.merge(parent_step, &outcomes)))
     }
 
@@ -322,6 +482,7 @@ impl Builder {
             data: settled.as_ref().ok().cloned(),
             error: settled.as_ref().err().cloned(),
             next: None,
+            notes: self.notes.take(),
         });
         settled
     }
@@ -419,6 +580,7 @@ impl Builder {
             data,
             error: error.clone(),
             next: target.map(|t| workflow.step(t).id.clone()),
+            notes: self.notes.take(),
         });
         match next {
             Route::Goto(target) => Some((target, None)),

@@ -29,6 +29,12 @@ pub struct Manifest {
     /// Why the run came to an `on_error` step; small, so carried inline.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<ErrorInfo>,
+    /// The run's message history: a part, because it is shared by every task until an agent
+    /// adds to it and can grow long.
+    pub messages: String,
+    /// The handoff record: different for every task, so carried inline.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handoff: Option<Value>,
 }
 
 /// A part the manifest names but that was neither sent nor held.
@@ -54,10 +60,12 @@ impl Manifest {
                 .map(|(key, data)| (key.to_string(), digest(data)))
                 .collect(),
             error: payload.error.clone(),
+            messages: digest(&payload.messages),
+            handoff: payload.handoff.as_deref().cloned(),
         }
     }
 
-    /// Every part as `(key, digest)`, in payload order: input, reference, context. Both ends of
+    /// Every part as `(key, digest)`, in payload order: input, reference, context, messages. Both ends of
     /// a worker stream walk the parts in this order, which keeps their caches identical.
     pub fn parts(&self) -> impl Iterator<Item = (&str, &str)> {
         std::iter::once(("input", self.input.as_str()))
@@ -71,6 +79,7 @@ impl Manifest {
                     .iter()
                     .map(|(key, digest)| (key.as_str(), digest.as_str())),
             )
+            .chain(std::iter::once(("messages", self.messages.as_str())))
     }
 }
 
@@ -96,13 +105,15 @@ pub fn assemble<'a>(
         .iter()
         .map(|(key, digest)| Ok((key, lookup(key, digest)?)))
         .collect::<Result<Vec<_>, MissingPart>>()?;
+    let messages = lookup("messages", &manifest.messages)?;
     let size = input.len()
         + reference.map_or(0, |(k, r)| k.len() + r.len() + 4)
         + context
             .iter()
             .map(|(k, c)| k.len() + c.len() + 4)
             .sum::<usize>()
-        + 32;
+        + messages.len()
+        + 48;
     let mut out = Vec::with_capacity(size);
     out.extend_from_slice(br#"{"input":"#);
     out.extend_from_slice(input);
@@ -123,6 +134,12 @@ pub fn assemble<'a>(
     if let Some(error) = &manifest.error {
         out.extend_from_slice(br#","error":"#);
         serde_json::to_writer(&mut out, error).expect("an error record serialises");
+    }
+    out.extend_from_slice(br#","messages":"#);
+    out.extend_from_slice(messages);
+    if let Some(handoff) = &manifest.handoff {
+        out.extend_from_slice(br#","handoff":"#);
+        serde_json::to_writer(&mut out, handoff).expect("a handoff serialises");
     }
     out.push(b'}');
     Ok(out)
@@ -171,6 +188,10 @@ mod tests {
                 step: "test".into(),
                 message: "boom".into(),
             }),
+            messages: Arc::new(json!([{"id": "m1", "role": "user", "content": "dark mode"}])),
+            handoff: Some(Arc::new(
+                json!({"source_agent": "planner", "decisions": []}),
+            )),
         }
     }
 
@@ -204,7 +225,7 @@ mod tests {
         let mut parts = HashMap::new();
         let manifest = Manifest::of(&payload, digest_of(&mut parts));
         let keys: Vec<&str> = manifest.parts().map(|(key, _)| key).collect();
-        assert_eq!(keys, ["input", "plan", "odd \"key\"\n", "plan"]);
+        assert_eq!(keys, ["input", "plan", "odd \"key\"\n", "plan", "messages"]);
     }
 
     #[test]

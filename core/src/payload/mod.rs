@@ -4,7 +4,8 @@
 //! { "input": <run input>, "context": { <key>: <data>, ... }, "<ref>": <data of step.input> }
 //! ```
 //! plus `"error": {"step", "message"}` when the step was reached through another step's
-//! `on_error`. The payload holds a context snapshot, not a copy: it is serialised straight from
+//! `on_error`, then `"messages"` (the run's message history, always) and `"handoff"` (the record
+//! of the agents that handed over, when there were any). The payload holds a context snapshot, not a copy: it is serialised straight from
 //! the shared results.
 
 use std::sync::Arc;
@@ -37,6 +38,10 @@ pub struct AgentPayload {
     /// `step.input` and the data it names (Method 2).
     pub reference: Option<(Arc<str>, Arc<Value>)>,
     pub error: Option<ErrorInfo>,
+    /// The run's message history, a JSON array (shared: one `Arc` per version of the history).
+    pub messages: Arc<Value>,
+    /// The handoff record of this step visit (see [`crate::handoff::Handoff`]).
+    pub handoff: Option<Arc<Value>>,
 }
 
 impl AgentPayload {
@@ -61,6 +66,10 @@ impl Serialize for AgentPayload {
         map.serialize_entry("context", &self.context.visible_serializer())?;
         if let Some(error) = &self.error {
             map.serialize_entry("error", error)?;
+        }
+        map.serialize_entry("messages", self.messages.as_ref())?;
+        if let Some(handoff) = &self.handoff {
+            map.serialize_entry("handoff", handoff.as_ref())?;
         }
         map.end()
     }

@@ -20,6 +20,11 @@ pub struct Driver {
     pub finished: Option<(RunStatus, Option<String>)>,
     /// Every event applied, for replay.
     pub events: Vec<Event>,
+    /// The time each event was applied at; see `now_ms`.
+    pub times: Vec<i64>,
+    /// The time the next event is applied at (0: none, as before timestamps existed); each
+    /// event moves it on by a second when it is set.
+    pub now_ms: i64,
 }
 
 pub fn workflow(text: &str) -> Arc<baton_core::Workflow> {
@@ -46,6 +51,8 @@ impl Driver {
             abandoned: Vec::new(),
             finished: None,
             events: Vec::new(),
+            times: Vec::new(),
+            now_ms: 0,
         };
         driver.absorb(transition.actions);
         driver
@@ -70,9 +77,13 @@ impl Driver {
     pub fn apply(&mut self, event: Event) {
         let transition = self
             .run
-            .apply(event.clone())
+            .apply_at(event.clone(), self.now_ms)
             .unwrap_or_else(|e| panic!("{e}"));
         self.events.push(event);
+        self.times.push(self.now_ms);
+        if self.now_ms != 0 {
+            self.now_ms += 1_000;
+        }
         self.run = transition.run;
         self.absorb(transition.actions);
     }
@@ -89,6 +100,7 @@ impl Driver {
             Ok(data) => Event::AgentSucceeded {
                 task: task.task.clone(),
                 data,
+                notes: Default::default(),
             },
             Err(error) => Event::AgentFailed {
                 task: task.task.clone(),
@@ -97,6 +109,35 @@ impl Driver {
         };
         self.apply(event);
         task
+    }
+
+    /// Answers the oldest pending task of `step_id` with data and notes (`{"messages": [...],
+    /// "decisions": [...]}`).
+    pub fn answer_with(&mut self, step_id: &str, data: Value, notes: Value) -> AgentTask {
+        let position = self
+            .queue
+            .iter()
+            .position(|t| t.task.step_id.as_ref() == step_id)
+            .unwrap_or_else(|| panic!("no task for {step_id}; queue: {:?}", self.queue_ids()));
+        let task = self.queue.remove(position).unwrap();
+        let notes = baton_core::handoff::AgentNotes::from_json(notes.to_string().as_bytes())
+            .unwrap_or_else(|e| panic!("{e}"));
+        self.apply(Event::AgentSucceeded {
+            task: task.task.clone(),
+            data,
+            notes,
+        });
+        task
+    }
+
+    /// The run rebuilt from the events applied so far, at their times.
+    pub fn replayed(&self, workflow_text: &str, input: Value) -> Run {
+        Run::replay_at(
+            workflow(workflow_text),
+            input,
+            self.events.iter().cloned().zip(self.times.iter().copied()),
+        )
+        .unwrap_or_else(|(i, e)| panic!("event {i}: {e}"))
     }
 
     pub fn decide(&mut self, step_id: &str, decision: Decision) {
@@ -129,4 +170,14 @@ impl Driver {
             .payload
             .to_value()
     }
+}
+
+/// The payload as the spec defines it: without the `messages` and `handoff` keys Baton adds
+/// (tested on their own in `handoffs.rs`).
+pub fn spec(payload: &baton_core::AgentPayload) -> Value {
+    let mut value = payload.to_value();
+    let object = value.as_object_mut().expect("a payload is an object");
+    object.remove("messages");
+    object.remove("handoff");
+    value
 }

@@ -12,6 +12,7 @@ use tokio::process::{Child, ChildStdin, Command};
 
 use super::AgentError;
 use super::template::quote_start;
+use crate::Output;
 
 /// Most stdout a command agent may write (its answer); beyond this the run fails.
 pub const STDOUT_LIMIT: usize = 64 * 1024 * 1024;
@@ -48,6 +49,8 @@ pub struct CommandAgent {
     timeout: Option<Duration>,
     env: BTreeMap<String, String>,
     stdout_limit: usize,
+    /// `output = "envelope"`: stdout is `{"data", "messages", "decisions"}`, not the data.
+    envelope: bool,
 }
 
 impl CommandAgent {
@@ -67,7 +70,19 @@ impl CommandAgent {
             timeout,
             env,
             stdout_limit: STDOUT_LIMIT,
+            envelope: false,
         }
+    }
+
+    /// Reads stdout as an envelope `{"data", "messages", "decisions"}` instead of plain data.
+    pub fn with_envelope(mut self, envelope: bool) -> Self {
+        self.envelope = envelope;
+        self
+    }
+
+    /// Whether stdout is an envelope (`output = "envelope"`).
+    pub fn envelope(&self) -> bool {
+        self.envelope
     }
 
     pub fn name(&self) -> &str {
@@ -105,7 +120,11 @@ impl CommandAgent {
 
     /// Runs the process with the payload's JSON on stdin; `env` is added last to its
     /// environment.
-    pub async fn run(&self, payload: &[u8], env: &[(String, String)]) -> Result<Value, AgentError> {
+    pub async fn run(
+        &self,
+        payload: &[u8],
+        env: &[(String, String)],
+    ) -> Result<Output, AgentError> {
         let mut command = Command::new(&self.program);
         command
             .args(&self.args)
@@ -171,7 +190,7 @@ impl CommandAgent {
         status: ExitStatus,
         stdout: &[u8],
         stderr: String,
-    ) -> Result<Value, AgentError> {
+    ) -> Result<Output, AgentError> {
         if !status.success() {
             return Err(AgentError::Failed {
                 agent: self.name.clone(),
@@ -183,12 +202,17 @@ impl CommandAgent {
         if stdout.iter().all(u8::is_ascii_whitespace) {
             return Err(self.bad_output("stdout is empty; expected one JSON value".to_owned()));
         }
-        serde_json::from_slice(stdout).map_err(|e| {
+        let value: Value = serde_json::from_slice(stdout).map_err(|e| {
             self.bad_output(format!(
                 "stdout is not JSON ({e}); it starts with: {}",
                 quote_start(&String::from_utf8_lossy(stdout), QUOTE_CHARS)
             ))
-        })
+        })?;
+        if self.envelope {
+            Output::from_envelope(value).map_err(|reason| self.bad_output(reason))
+        } else {
+            Ok(Output::new(value))
+        }
     }
 
     fn bad_output(&self, reason: String) -> AgentError {
@@ -422,7 +446,7 @@ mod tests {
         )
     }
 
-    async fn run(file: &AgentsFile, payload: &Value) -> Result<Value, AgentError> {
+    async fn run(file: &AgentsFile, payload: &Value) -> Result<crate::Output, AgentError> {
         file.get("a")
             .unwrap()
             .run(&Payload::from_value(payload.clone()), &[])
@@ -449,8 +473,8 @@ mod tests {
         let payload =
             json!({"input": "Add dark mode toggle", "context": {"plan": {"files": ["a", "b"]}}});
         let out = run(&file, &payload).await.unwrap();
-        assert_eq!(out["received"], payload);
-        assert_eq!(out["words"], json!(2));
+        assert_eq!(out.data["received"], payload);
+        assert_eq!(out.data["words"], json!(2));
     }
 
     #[tokio::test]
@@ -592,7 +616,7 @@ command = ["./bin/agent.sh", "data.txt"]
             .await
             .unwrap();
         assert_eq!(
-            std::fs::canonicalize(out["dir"].as_str().unwrap()).unwrap(),
+            std::fs::canonicalize(out.data["dir"].as_str().unwrap()).unwrap(),
             dir_path
         );
         let out = file
@@ -646,8 +670,8 @@ printf '{"bytes": %s, "pad": "' "$n"; head -c 3000000 /dev/zero | tr '\0' x; pri
         let payload = json!({"input": "i".repeat(2_000_000)});
         let expected_bytes = serde_json::to_vec(&payload).unwrap().len();
         let out = run(&file, &payload).await.unwrap();
-        assert_eq!(out["bytes"], json!(expected_bytes));
-        assert_eq!(out["pad"].as_str().unwrap().len(), 3_000_000);
+        assert_eq!(out.data["bytes"], json!(expected_bytes));
+        assert_eq!(out.data["pad"].as_str().unwrap().len(), 3_000_000);
     }
 
     #[tokio::test]

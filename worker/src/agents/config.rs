@@ -13,7 +13,7 @@ use super::command::CommandAgent;
 use super::template::{Template, TemplateAgent};
 
 /// Fields each kind accepts.
-const COMMAND_FIELDS: &[&str] = &["kind", "command", "timeout_ms", "env"];
+const COMMAND_FIELDS: &[&str] = &["kind", "command", "timeout_ms", "env", "output"];
 const TEMPLATE_FIELDS: &[&str] = &["kind", "template", "template_file"];
 
 /// An agents file that cannot be used. Every message starts with the file (and line, when
@@ -332,6 +332,21 @@ impl Checker<'_> {
             }
         }
 
+        let envelope = match fields.remove("output") {
+            None => false,
+            Some(value) => match value.get_ref() {
+                Value::String(s) if s == "data" => false,
+                Value::String(s) if s == "envelope" => true,
+                _ => {
+                    return Err(self.invalid(
+                        "output",
+                        &value,
+                        "\"data\" (stdout is the step's data) or \"envelope\" (stdout is {\"data\": ..., \"messages\": [...], \"decisions\": [...]})",
+                    ));
+                }
+            },
+        };
+
         let program = resolve_program(&argv[0], self.base_dir);
         Ok(CommandAgent::new(
             self.agent,
@@ -340,7 +355,8 @@ impl Checker<'_> {
             self.base_dir.to_owned(),
             timeout,
             env,
-        ))
+        )
+        .with_envelope(envelope))
     }
 
     fn template(&self, mut fields: Fields) -> Result<TemplateAgent, ConfigError> {

@@ -17,8 +17,9 @@
 //! contains a `/` or names a file there, and the working directory of every command.
 //!
 //! Both kinds receive the payload Baton hands agents
-//! (`{"input": ..., "context": {...}, "<reference>": ...}`) and answer with one JSON value,
-//! the step's data:
+//! (`{"input": ..., "context": {...}, "<reference>": ..., "messages": [...], "handoff": {...}}`)
+//! and answer with one JSON value, the step's data (a command agent with
+//! `output = "envelope"` answers `{"data": ..., "messages": [...], "decisions": [...]}`):
 //!
 //! - `command` ([`CommandAgent`]): the payload on stdin, the answer on stdout, exit status 0.
 //! - `template` ([`TemplateAgent`]): a Handlebars template rendered against the payload, in
@@ -38,8 +39,6 @@ mod spec_tests;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-
-use serde_json::Value;
 
 pub use command::{CommandAgent, STDERR_LIMIT, STDOUT_LIMIT};
 pub use config::{ConfigError, Problem};
@@ -122,7 +121,7 @@ impl Agent {
     }
 
     /// Runs the agent on a payload (the JSON object Baton hands agents) and returns the step's
-    /// data.
+    /// data (with messages and decisions, for a command agent with `output = "envelope"`).
     ///
     /// `env` holds extra environment variables for command agents (the runtime passes
     /// `BATON_RUN_ID` etc.); they override the agent's own `env`. Template agents ignore it.
@@ -131,10 +130,10 @@ impl Agent {
         &self,
         payload: &crate::Payload,
         env: &[(String, String)],
-    ) -> Result<Value, AgentError> {
+    ) -> Result<crate::Output, AgentError> {
         match self {
             Agent::Command(agent) => agent.run(payload.bytes(), env).await,
-            Agent::Template(agent) => agent.run(payload.value()),
+            Agent::Template(agent) => agent.run(payload.value()).map(crate::Output::new),
         }
     }
 }

@@ -365,7 +365,7 @@ async fn example_coder_uses_the_plan_it_receives() {
         .run(&Payload::from_value(payload.clone()), &[])
         .await
         .unwrap();
-    assert_eq!(out["filesCreated"], json!(["src/other.ts"]));
+    assert_eq!(out.data["filesCreated"], json!(["src/other.ts"]));
     // Without its explicit reference the coder's template fails (strict mode), by name.
     let err = agents
         .get("coder")
@@ -412,11 +412,13 @@ async fn example_workflow_runs_end_to_end_with_the_example_agents() {
                 let data = agent
                     .run(&Payload::from_value(task.payload.to_value()), &[])
                     .await
-                    .unwrap_or_else(|e| panic!("{e}"));
+                    .unwrap_or_else(|e| panic!("{e}"))
+                    .data;
                 answered.push(task.agent.clone());
                 Event::AgentSucceeded {
                     task: task.task,
                     data,
+                    notes: Default::default(),
                 }
             }
             Action::AwaitApproval { step_id, .. } => Event::ApprovalDecided {

@@ -2,7 +2,7 @@
 -- in front of each of them, so both scripts decode, check and write a transition the same way).
 --
 -- KEYS of both scripts: 1 run header hash, 2 events list, 3 results hash, 4 steps hash,
--- 5 tasks hash, all of them carrying the run's hash tag.
+-- 5 tasks hash, 6 chain list, 7 decisions hash, all of them carrying the run's hash tag.
 --
 -- A transition is encoded in ARGV from position `i` on (every value is a binary-safe string):
 --   has_event ("1" or "0"), event (empty when has_event is "0"),
@@ -10,6 +10,8 @@
 --   n_steps, then n_steps pairs of (step id, bytes),
 --   n_tasks_set, then n_tasks_set pairs of (task key, bytes),
 --   n_tasks_removed, then n_tasks_removed task keys,
+--   n_links, then n_links state chain links,
+--   n_decisions, then n_decisions pairs of (decision key, bytes),
 --   status, has_error ("1" or "0"), error (empty when has_error is "0"), state_sha256, updated_ms.
 --
 -- Redis does not roll a script back when it fails half-way, so every check runs before the first
@@ -37,6 +39,13 @@ local function read_transition(i)
     t.tasks_removed[j] = ARGV[i + j]
   end
   i = i + 1 + n_removed
+  local n_links = tonumber(ARGV[i])
+  t.links = {}
+  for j = 1, n_links do
+    t.links[j] = ARGV[i + j]
+  end
+  i = i + 1 + n_links
+  t.decisions, i = read_pairs(i)
   t.status = ARGV[i]
   t.has_error = ARGV[i + 1] == '1'
   t.error = ARGV[i + 2]
@@ -47,7 +56,7 @@ end
 
 -- Keys of another type would make a write fail half-way: refuse them before writing anything.
 local function check_types(expected)
-  for k = 1, 5 do
+  for k = 1, 7 do
     local kind = redis.call('TYPE', KEYS[k])['ok']
     if kind ~= 'none' and kind ~= expected[k] then
       return redis.error_reply('CORRUPT key ' .. KEYS[k] .. ' is a ' .. kind .. ', not a ' .. expected[k])
@@ -56,7 +65,7 @@ local function check_types(expected)
   return nil
 end
 
-local KEY_TYPES = { 'hash', 'list', 'hash', 'hash', 'hash' }
+local KEY_TYPES = { 'hash', 'list', 'hash', 'hash', 'hash', 'list', 'hash' }
 
 -- Results are written once: an existing key with other bytes is corruption, with the same bytes
 -- a harmless retry.
@@ -86,6 +95,13 @@ local function write_transition(t)
   end
   for _, pair in ipairs(t.tasks_set) do
     redis.call('HSET', KEYS[5], pair[1], pair[2])
+  end
+  for _, link in ipairs(t.links) do
+    redis.call('RPUSH', KEYS[6], link)
+  end
+  -- First write wins: a retried write may carry a recomputed embedding.
+  for _, pair in ipairs(t.decisions) do
+    redis.call('HSETNX', KEYS[7], pair[1], pair[2])
   end
   redis.call('HSET', KEYS[1], 'status', t.status, 'state_sha256', t.state_sha256, 'updated_ms', t.updated_ms)
   if t.has_error then

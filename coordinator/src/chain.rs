@@ -1,0 +1,264 @@
+//! Reading a run back from the store, checked against its state chain.
+//!
+//! Every settled step visit added a link `state_n = sha256(state_{n-1} || step_id || visit ||
+//! result_sha256)` in the transition that settled it ([`baton_core::integrity`]). Loading a run
+//! replays its events, and each visit the replay settles must give the link the store holds: an
+//! agent's result read back from Redis is hashed again (in canonical form) before anything is
+//! built on it. The first visit that does not match is named, and the run is rebuilt only up to
+//! the event before it, so nothing is built on data that cannot be trusted.
+//!
+//! A transform's result is stored too, but a replay computes it again instead of reading it, so
+//! a corrupt stored copy cannot mislead a replay: it is reported (and counted) without stopping
+//! the run; that is the "recompute where it is safe" case.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use baton_core::integrity::{ChainLink, genesis};
+use baton_core::workflow::{StepType, Workflow};
+use baton_core::{Limits, Run, StepRecord};
+use serde_json::Value;
+
+use crate::model::LoggedEvent;
+use crate::store::StoredRun;
+
+/// Where a stored run stops matching its chain.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mismatch {
+    /// The step (and visit) whose stored data does not match, when one can be named.
+    pub step: Option<(String, u32)>,
+    pub problem: String,
+}
+
+impl std::fmt::Display for Mismatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.step {
+            Some((step_id, visit)) => write!(
+                f,
+                "integrity error at step \"{step_id}\" (visit {visit}): {}",
+                self.problem
+            ),
+            None => write!(f, "integrity error: {}", self.problem),
+        }
+    }
+}
+
+/// A run read back from the store.
+pub struct Checked {
+    /// The run as far as its stored data holds: all of it, or up to the event before the first
+    /// mismatch.
+    pub run: Run,
+    /// The chain's head as recomputed over `run`'s history.
+    pub head: String,
+    /// Links checked.
+    pub links: usize,
+    /// The first mismatch that stops the run (the replay went no further).
+    pub mismatch: Option<Mismatch>,
+    /// Stored copies that do not match but that the replay does not depend on.
+    pub repaired: Vec<Mismatch>,
+}
+
+/// Why a stored run cannot be read at all (not a mismatch of one step's data).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct Unreadable(pub String);
+
+/// Replays `stored`, checking each settled visit against the stored chain.
+pub fn replay_checked(stored: &StoredRun, limits: &Limits) -> Result<Checked, Unreadable> {
+    let header = &stored.header;
+    let workflow: Arc<Workflow> = Arc::new(
+        baton_core::parse_workflow_with(&header.workflow, limits)
+            .map_err(|e| Unreadable(format!("workflow: {e}")))?
+            .workflow,
+    );
+    let input: Value =
+        serde_json::from_slice(&header.input).map_err(|e| Unreadable(format!("input: {e}")))?;
+    let links: Vec<ChainLink> = stored
+        .links
+        .iter()
+        .enumerate()
+        .map(|(i, bytes)| {
+            serde_json::from_slice(bytes).map_err(|e| Unreadable(format!("chain link {i}: {e}")))
+        })
+        .collect::<Result<_, _>>()?;
+    let mut check = Check {
+        head: genesis(&header.run_id, &header.workflow, &input),
+        links: &links,
+        checked: 0,
+        results: &stored.results,
+        repaired: Vec::new(),
+    };
+    let mut run = Run::start(workflow, input).run;
+    if let Some(mismatch) = check.settled(run.history().iter()) {
+        return Ok(check.finish(run, Some(mismatch)));
+    }
+    for (i, bytes) in stored.events.iter().enumerate() {
+        let logged: LoggedEvent =
+            serde_json::from_slice(bytes).map_err(|e| Unreadable(format!("event {i}: {e}")))?;
+        let event = match logged
+            .event
+            .to_event(|key| read_result(&stored.results, key).ok())
+        {
+            Ok(event) => event,
+            Err(_) => {
+                let mismatch = result_unreadable(&logged, &stored.results);
+                return Ok(check.finish(run, Some(mismatch)));
+            }
+        };
+        let before = run.history().len();
+        let next = run
+            .apply_at(event, logged.at_ms)
+            .map_err(|e| Unreadable(format!("event {i} does not apply: {e}")))?
+            .run;
+        if let Some(mismatch) = check.settled(next.history().iter().skip(before)) {
+            return Ok(check.finish(run, Some(mismatch)));
+        }
+        run = next;
+    }
+    let mismatch = if check.checked < links.len() {
+        let extra = &links[check.checked];
+        Some(Mismatch {
+            step: Some((extra.step_id.clone(), extra.visit)),
+            problem: format!(
+                "the chain has {} links but the stored events settle {} step visits",
+                links.len(),
+                check.checked
+            ),
+        })
+    } else if stored.state_sha256 != check.head {
+        Some(Mismatch {
+            step: None,
+            problem: format!(
+                "the run records state {} but its chain ends at {}",
+                stored.state_sha256, check.head
+            ),
+        })
+    } else {
+        None
+    };
+    Ok(check.finish(run, mismatch))
+}
+
+fn read_result(results: &HashMap<String, Vec<u8>>, key: &str) -> Result<Value, String> {
+    let bytes = results
+        .get(key)
+        .ok_or_else(|| format!("result {key} is missing"))?;
+    serde_json::from_slice(bytes).map_err(|e| format!("result {key} is not JSON: {e}"))
+}
+
+/// An agent event whose stored result is missing or not JSON.
+fn result_unreadable(logged: &LoggedEvent, results: &HashMap<String, Vec<u8>>) -> Mismatch {
+    match &logged.event {
+        crate::model::StoredEvent::AgentSucceeded { task, result, .. } => Mismatch {
+            step: Some((task.step_id.to_string(), task.visit)),
+            problem: format!(
+                "its stored result cannot be read: {}",
+                read_result(results, result).err().unwrap_or_default()
+            ),
+        },
+        _ => Mismatch {
+            step: None,
+            problem: "an event refers to a result that cannot be read".into(),
+        },
+    }
+}
+
+struct Check<'a> {
+    head: String,
+    links: &'a [ChainLink],
+    checked: usize,
+    results: &'a HashMap<String, Vec<u8>>,
+    repaired: Vec<Mismatch>,
+}
+
+impl Check<'_> {
+    /// Checks newly settled visits against the next links; the first mismatch is returned and
+    /// the head stays before it.
+    fn settled<'r>(&mut self, records: impl Iterator<Item = &'r StepRecord>) -> Option<Mismatch> {
+        for record in records {
+            let step = Some((record.step_id.to_string(), record.visit));
+            let Some(link) = self.links.get(self.checked) else {
+                return Some(Mismatch {
+                    step,
+                    problem: format!(
+                        "the stored chain ends after {} links; this visit has none",
+                        self.checked
+                    ),
+                });
+            };
+            let result_sha256 = record.result_sha256();
+            if link.step_id != record.step_id.as_ref() || link.visit != record.visit {
+                return Some(Mismatch {
+                    step,
+                    problem: format!(
+                        "link {} is for step \"{}\" (visit {})",
+                        self.checked, link.step_id, link.visit
+                    ),
+                });
+            }
+            if link.result_sha256 != result_sha256 {
+                return Some(Mismatch {
+                    step,
+                    problem: format!(
+                        "its stored data hashes to {result_sha256}, the chain recorded {}",
+                        link.result_sha256
+                    ),
+                });
+            }
+            let expected = ChainLink::after(&self.head, &link.step_id, link.visit, result_sha256);
+            if expected.state_sha256 != link.state_sha256 {
+                return Some(Mismatch {
+                    step,
+                    problem: format!(
+                        "link {} records state {}, recomputed {}",
+                        self.checked, link.state_sha256, expected.state_sha256
+                    ),
+                });
+            }
+            if record.step_type == StepType::Transform {
+                self.check_stored_copy(record, link);
+            }
+            self.head = expected.state_sha256;
+            self.checked += 1;
+        }
+        None
+    }
+
+    /// A transform's stored copy is not what a replay reads; a bad one is noted, not fatal.
+    fn check_stored_copy(&mut self, record: &StepRecord, link: &ChainLink) {
+        let key = format!("{}#{}", record.step_id, record.visit);
+        let Some(data) = &record.data else { return };
+        let stored = match read_result(self.results, &key) {
+            Ok(stored) => stored,
+            Err(problem) => {
+                self.repaired.push(Mismatch {
+                    step: Some((record.step_id.to_string(), record.visit)),
+                    problem: format!("{problem} (recomputed by the replay)"),
+                });
+                return;
+            }
+        };
+        if stored != **data {
+            let mut copy = record.clone();
+            copy.data = Some(Arc::new(stored));
+            self.repaired.push(Mismatch {
+                step: Some((record.step_id.to_string(), record.visit)),
+                problem: format!(
+                    "its stored copy hashes to {}, the chain recorded {} (recomputed by the replay)",
+                    copy.result_sha256(),
+                    link.result_sha256
+                ),
+            });
+        }
+    }
+
+    fn finish(self, run: Run, mismatch: Option<Mismatch>) -> Checked {
+        Checked {
+            run,
+            head: self.head,
+            links: self.checked,
+            mismatch,
+            repaired: self.repaired,
+        }
+    }
+}
