@@ -67,6 +67,12 @@ pub async fn coordinator(args: CoordinatorArgs) -> anyhow::Result<ExitCode> {
         .with_context(|| format!("cannot listen on {}", args.listen))?;
     let address = listener.local_addr()?;
     let embedder = args.embeddings.embedder()?;
+    // A test hook: corrupt the first N payloads on the wire, so that an end-to-end test can show
+    // workers refuse them and ask again.
+    let corrupt_parts: u64 = std::env::var("BATON_TEST_CORRUPT_PARTS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
     tracing::info!(
         model = embedder.model(),
         "decisions are embedded with this model"
@@ -74,6 +80,7 @@ pub async fn coordinator(args: CoordinatorArgs) -> anyhow::Result<ExitCode> {
     if args.memory {
         let coordinator =
             Coordinator::with_embedder(MemoryStore::new(), Config::default(), embedder);
+        coordinator.hub().corrupt_next_parts(corrupt_parts);
         tracing::info!(%address, store = "memory", "coordinator listening");
         baton_coordinator::grpc::serve(listener, coordinator, shutdown_signal()).await?;
     } else {
@@ -81,6 +88,7 @@ pub async fn coordinator(args: CoordinatorArgs) -> anyhow::Result<ExitCode> {
             .await
             .with_context(|| format!("cannot connect to Redis at {}", args.redis))?;
         let coordinator = Coordinator::with_embedder(store, Config::default(), embedder);
+        coordinator.hub().corrupt_next_parts(corrupt_parts);
         let recovered = coordinator.recover().await?;
         tracing::info!(%address, redis = %args.redis, recovered, "coordinator listening");
         baton_coordinator::grpc::serve(listener, coordinator, shutdown_signal()).await?;

@@ -112,6 +112,25 @@ struct State {
     queues: HashMap<String, VecDeque<ReadyTask>>,
     tasks_dispatched: u64,
     bytes_to_workers: u64,
+    /// Test hook: how many more task messages with parts get one byte flipped on the wire.
+    corrupt_remaining: u64,
+}
+
+impl State {
+    /// Flips one byte of the first part of `message` while the test hook asks for it: the
+    /// copy on the wire only, never the part the run keeps.
+    fn maybe_corrupt(&mut self, message: &mut CoordinatorMessage) {
+        if self.corrupt_remaining == 0 {
+            return;
+        }
+        if let Some(coordinator_message::Message::Task(task)) = &mut message.message
+            && let Some(part) = task.parts.first_mut()
+            && let Some(byte) = part.json.last_mut()
+        {
+            *byte ^= 0x01;
+            self.corrupt_remaining -= 1;
+        }
+    }
 }
 
 /// What the hub has done since it started.
@@ -240,14 +259,23 @@ impl Hub {
                 baton_proto::v1::ResetPartCache {},
             )),
         };
-        let message = worker.message_for(&task);
+        let mut message = worker.message_for(&task);
         let bytes = payload_bytes(&message);
+        state.maybe_corrupt(&mut message);
+        let worker = state.workers.get_mut(worker_id).ok_or_else(not_held)?;
         // A closed stream: the disconnect that follows requeues the task.
         if worker.stream.send(reset).is_ok() && worker.stream.send(message).is_ok() {
             worker.touch_parts(&task);
             state.bytes_to_workers += bytes;
         }
         Ok(())
+    }
+
+    /// A test hook (`BATON_TEST_CORRUPT_PARTS` on the coordinator): the next `tasks` task
+    /// messages that carry parts get one byte of their first part flipped on the wire, to show
+    /// that workers refuse such a payload and ask for it again.
+    pub fn corrupt_next_parts(&self, tasks: u64) {
+        self.state.lock().expect("hub lock").corrupt_remaining = tasks;
     }
 
     /// Whether `worker_id` holds the task.
@@ -394,8 +422,13 @@ impl State {
                 .workers
                 .get_mut(&worker_id)
                 .expect("a candidate exists");
-            let message = worker.message_for(&task);
+            let mut message = worker.message_for(&task);
             let bytes = payload_bytes(&message);
+            self.maybe_corrupt(&mut message);
+            let worker = self
+                .workers
+                .get_mut(&worker_id)
+                .expect("a candidate exists");
             if worker.stream.send(message).is_err() {
                 // A closed stream: its disconnect follows; the next worker gets the task.
                 worker.capacity = 0;

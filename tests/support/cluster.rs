@@ -101,6 +101,8 @@ impl Process {
 /// A running cluster. Dropping it kills and reaps every process.
 pub struct Cluster {
     dir: tempfile::TempDir,
+    /// Extra environment of the coordinator (kept for restarts).
+    coordinator_env: Vec<(String, String)>,
     /// `None` for a coordinator with `--memory`.
     redis: Option<RedisServer>,
     coordinator: Process,
@@ -115,24 +117,34 @@ impl Cluster {
     /// Starts Redis and a coordinator on it, and waits until the coordinator answers
     /// `ListRuns`.
     pub async fn start() -> Cluster {
-        Self::start_with(Some(RedisServer::start())).await
+        Self::start_with(Some(RedisServer::start()), &[]).await
     }
 
     /// Starts a coordinator with `--memory` (no Redis).
     pub async fn start_memory() -> Cluster {
-        Self::start_with(None).await
+        Self::start_with(None, &[]).await
     }
 
-    async fn start_with(redis: Option<RedisServer>) -> Cluster {
+    /// Starts Redis and a coordinator with these extra environment variables.
+    pub async fn start_with_env(env: &[(&str, &str)]) -> Cluster {
+        Self::start_with(Some(RedisServer::start()), env).await
+    }
+
+    async fn start_with(redis: Option<RedisServer>, env: &[(&str, &str)]) -> Cluster {
         let dir = tempfile::tempdir().expect("create the cluster's folder");
         let store = store_args(redis.as_ref());
+        let coordinator_env: Vec<(String, String)> = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
         for attempt in 1..=PORT_ATTEMPTS {
             let port = free_port();
             let log = dir.path().join(format!("coordinator-{attempt}.log"));
-            match start_coordinator(port, &store, log).await {
+            match start_coordinator(port, &store, &coordinator_env, log).await {
                 Ok(coordinator) => {
                     return Cluster {
                         dir,
+                        coordinator_env,
                         redis,
                         coordinator,
                         retired: Vec::new(),
@@ -158,9 +170,14 @@ impl Cluster {
             "coordinator-restart-{}.log",
             self.retired.len() + 1
         ));
-        let new = start_coordinator(self.port, &store_args(self.redis.as_ref()), log)
-            .await
-            .unwrap_or_else(|log| panic!("the restarted coordinator exited; its output:\n{log}"));
+        let new = start_coordinator(
+            self.port,
+            &store_args(self.redis.as_ref()),
+            &self.coordinator_env,
+            log,
+        )
+        .await
+        .unwrap_or_else(|log| panic!("the restarted coordinator exited; its output:\n{log}"));
         self.retired
             .push(std::mem::replace(&mut self.coordinator, new));
     }
@@ -295,14 +312,20 @@ fn store_args(redis: Option<&RedisServer>) -> Vec<String> {
 
 /// Starts `baton coordinator --listen 127.0.0.1:PORT STORE...` and waits until it answers
 /// `ListRuns`; if it exits first, returns its output.
-async fn start_coordinator(port: u16, store: &[String], log: PathBuf) -> Result<Process, String> {
+async fn start_coordinator(
+    port: u16,
+    store: &[String],
+    env: &[(String, String)],
+    log: PathBuf,
+) -> Result<Process, String> {
     let url = format!("http://127.0.0.1:{port}");
     let mut command = baton();
     command
         .arg("coordinator")
         .arg("--listen")
         .arg(format!("127.0.0.1:{port}"))
-        .args(store);
+        .args(store)
+        .envs(env.iter().map(|(k, v)| (k, v)));
     let mut coordinator = Process::spawn("baton coordinator", command, log);
     let deadline = Instant::now() + DEADLINE;
     loop {
@@ -399,9 +422,44 @@ impl Records {
         self.agents_file(worker, &agents)
     }
 
+    /// Like [`Records::spec_agents_file`], with agents that answer an envelope
+    /// (`output = "envelope"`): the spec's data plus one message and one decision each
+    /// (`memory-agent.sh`). The reviewer also asks the coordinator for the run's decisions
+    /// about theming mid-step, with `baton decisions`, and saves the answer.
+    pub fn memory_agents_file(&self, worker: &str) -> PathBuf {
+        let agents = [
+            "planner",
+            "coder",
+            "test-unit",
+            "test-integration",
+            "reviewer",
+        ]
+        .map(|agent| (agent, vec!["memory-agent.sh", agent]));
+        self.agents_file_with(
+            worker,
+            &agents,
+            &format!(
+                "output = \"envelope\"\nenv = {{ RECORD_ROOT = {}, WORKER = {}, BATON_BIN = {} }}\n",
+                serde_json::to_string(&self.root.display().to_string()).unwrap(),
+                serde_json::to_string(worker).unwrap(),
+                serde_json::to_string(env!("CARGO_BIN_EXE_baton")).unwrap(),
+            ),
+        )
+    }
+
     /// Writes `<root>/<worker>.agents.toml` with one `command` agent per entry: `name` runs
     /// `sh tests/agents/<script> <args>...` with `RECORD_ROOT` and `WORKER` set.
     pub fn agents_file(&self, worker: &str, agents: &[(&str, Vec<&str>)]) -> PathBuf {
+        let env = format!(
+            "env = {{ RECORD_ROOT = {}, WORKER = {} }}\n",
+            serde_json::to_string(&self.root.display().to_string()).unwrap(),
+            serde_json::to_string(worker).unwrap(),
+        );
+        self.agents_file_with(worker, agents, &env)
+    }
+
+    /// An agents file whose every agent also has the TOML lines `extra`.
+    fn agents_file_with(&self, worker: &str, agents: &[(&str, Vec<&str>)], extra: &str) -> PathBuf {
         let quote = |s: &str| serde_json::to_string(s).expect("a string is JSON");
         let scripts = root().join("tests").join("agents");
         let mut toml = String::new();
@@ -413,10 +471,8 @@ impl Records {
             ];
             argv.extend(args.iter().map(|a| quote(a)));
             toml.push_str(&format!(
-                "[agents.{name}]\nkind = \"command\"\ncommand = [{}]\nenv = {{ RECORD_ROOT = {}, WORKER = {} }}\n\n",
+                "[agents.{name}]\nkind = \"command\"\ncommand = [{}]\n{extra}\n",
                 argv.join(", "),
-                quote(&self.root.display().to_string()),
-                quote(worker),
             ));
         }
         let path = self.root.join(format!("{worker}.agents.toml"));

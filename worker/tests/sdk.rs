@@ -185,3 +185,69 @@ async fn a_cache_smaller_than_the_context_still_gives_every_agent_everything() {
     // the 45 an uncached worker gets.
     assert!((15 * 10_000..45 * 10_000).contains(&bytes), "{bytes} bytes");
 }
+
+/// An SDK agent hands on messages and decisions; the next one finds them in its payload, and
+/// asks the coordinator mid-step for the run's decisions by meaning.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn handlers_hand_on_messages_and_decisions_and_can_query_them_mid_step() {
+    let (coordinator, url) = coordinator().await;
+    let worker = Worker::builder()
+        .coordinator(url)
+        .agent("planner", |_task| async move {
+            Ok(baton_worker::Output::new(json!({"files": ["src/theme.ts"]}))
+                .message("assistant", "Plan: a theme context")
+                .decision_about(
+                    "Use CSS variables for the theme",
+                    "no reload needed",
+                    &["src/theme.ts"],
+                ))
+        })
+        .agent("coder", |task| async move {
+            let found = task
+                .query_decisions("CSS variables theme", None, 5, false)
+                .await
+                .map_err(|status| status.to_string())?;
+            Ok(json!({
+                "handoff_from": task.payload["handoff"]["source_agent"],
+                "handed_decisions": task.payload["handoff"]["decisions"].as_array().map(Vec::len),
+                "history": task.payload["messages"].as_array().map(Vec::len),
+                "found": found.iter().map(|m| (m.summary.clone(), m.agent.clone())).collect::<Vec<_>>(),
+            }))
+        })
+        .build();
+    tokio::spawn(worker.run(std::future::pending()));
+    let workflow = json!({"steps": [
+        {"id": "plan", "type": "agent", "agent": "planner", "next": "code"},
+        {"id": "code", "type": "agent", "agent": "coder"}
+    ]})
+    .to_string();
+    let run_id = coordinator
+        .submit(workflow.as_bytes(), &Json::new(b"\"x\"".to_vec()))
+        .await
+        .unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let record = loop {
+        let record = coordinator.record(&run_id).await.unwrap();
+        if record.status != "running" {
+            break record;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the run did not end"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_eq!(record.status, "succeeded", "{}", record.error);
+    let context: serde_json::Value = serde_json::from_slice(&record.context.unwrap().json).unwrap();
+    assert_eq!(
+        context["code"],
+        json!({
+            "handoff_from": "planner",
+            "handed_decisions": 1,
+            "history": 1,
+            "found": [["Use CSS variables for the theme", "planner"]]
+        })
+    );
+    // Plain data stays plain: the planner's data is only its data.
+    assert_eq!(context["plan"], json!({"files": ["src/theme.ts"]}));
+}

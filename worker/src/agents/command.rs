@@ -478,6 +478,45 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn an_envelope_agent_hands_on_data_messages_and_decisions() {
+        let (_dir, file) = script_agent(
+            r#"cat > /dev/null; echo '{"data": {"files": ["a.ts"]}, "messages": [{"role": "assistant", "content": "done"}], "decisions": [{"summary": "Use hooks", "rationale": "simpler"}]}'"#,
+            "output = \"envelope\"",
+        );
+        let out = run(&file, &json!({})).await.unwrap();
+        assert_eq!(out.data, json!({"files": ["a.ts"]}));
+        assert_eq!(
+            out.messages,
+            [json!({"role": "assistant", "content": "done"})]
+        );
+        assert_eq!(
+            out.decisions,
+            [json!({"summary": "Use hooks", "rationale": "simpler"})]
+        );
+    }
+
+    #[tokio::test]
+    async fn plain_output_is_data_even_when_it_looks_like_an_envelope() {
+        let (_dir, file) =
+            script_agent(r#"cat > /dev/null; echo '{"data": 1, "messages": []}'"#, "");
+        let out = run(&file, &json!({})).await.unwrap();
+        assert_eq!(out, json!({"data": 1, "messages": []}));
+    }
+
+    #[tokio::test]
+    async fn a_bad_envelope_fails_the_step_naming_what_is_wrong() {
+        let (_dir, file) = script_agent(
+            r#"cat > /dev/null; echo '{"messages": []}'"#,
+            "output = \"envelope\"",
+        );
+        let err = run(&file, &json!({})).await.unwrap_err().to_string();
+        assert!(
+            err.contains("agent \"a\" returned bad output") && err.contains("no \"data\""),
+            "{err}"
+        );
+    }
+
+    #[tokio::test]
     async fn a_non_zero_exit_fails_with_code_and_stderr() {
         let (_dir, file) = script_agent(
             "echo '{\"ignored\": 1}'; echo '  something broke  ' >&2; exit 3",

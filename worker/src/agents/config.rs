@@ -457,6 +457,35 @@ mod tests {
     }
 
     #[test]
+    fn output_is_data_or_envelope() {
+        let (problem, message) = agent_error(
+            "[agents.a]\nkind = \"command\"\ncommand = [\"x\"]\noutput = \"json\"\n",
+            "a",
+            "output",
+            4,
+        );
+        assert!(matches!(problem, Problem::Invalid(_)), "{problem:?}");
+        assert!(message.contains("\"envelope\""), "{message}");
+        let file =
+            parse("[agents.a]\nkind = \"command\"\ncommand = [\"x\"]\noutput = \"envelope\"\n")
+                .unwrap();
+        let Agent::Command(agent) = file.get("a").unwrap() else {
+            panic!("a command agent");
+        };
+        assert!(agent.envelope());
+        let (problem, _) = agent_error(
+            "[agents.t]\nkind = \"template\"\ntemplate = \"1\"\noutput = \"envelope\"\n",
+            "t",
+            "output",
+            4,
+        );
+        assert!(
+            matches!(problem, Problem::WrongKind { .. }),
+            "output belongs to command agents: {problem:?}"
+        );
+    }
+
+    #[test]
     fn a_valid_file() {
         let file = parse(
             r#"
