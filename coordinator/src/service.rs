@@ -90,8 +90,11 @@ struct Inner<S> {
     watchers: std::sync::Mutex<HashMap<String, broadcast::Sender<v1::RunEvent>>>,
     /// Transitions written to the store since start.
     transitions: AtomicU64,
-    /// Stored data that did not match the state chain when read back.
+    /// Stored data that did not match the state chain when read back, each counted once.
     integrity_failures: AtomicU64,
+    /// What has been counted: `<run id> <problem>`, so that reading the same broken run again
+    /// (a finished run is read back for every GetRun) does not count it again.
+    integrity_seen: std::sync::Mutex<std::collections::HashSet<String>>,
     /// Payloads a worker asked to be sent again.
     resends: AtomicU64,
     /// Where transitions spend their time, for `baton bench`'s profile.
@@ -123,6 +126,9 @@ struct Loaded {
     updated_ms: i64,
     /// The head of the run's state chain.
     state_sha256: String,
+    /// For a finished run whose stored data no longer matches its chain: the status the store
+    /// records, which the record keeps (with the integrity error) since nothing stored changes.
+    finished_as: Option<String>,
     /// The encoded parts of this run's payloads.
     parts: PartEncoder,
 }
@@ -155,6 +161,7 @@ impl<S: Store> Coordinator<S> {
                 watchers: Default::default(),
                 transitions: AtomicU64::new(0),
                 integrity_failures: AtomicU64::new(0),
+                integrity_seen: Default::default(),
                 resends: AtomicU64::new(0),
                 profile: Profile::default(),
             }),
@@ -217,6 +224,7 @@ impl<S: Store> Coordinator<S> {
             tasks: BTreeMap::new(),
             updated_ms: now,
             state_sha256: chain_start,
+            finished_as: None,
             parts: PartEncoder::default(),
         };
         let planned = plan(&loaded, None, None, &transition, 0, now, None);
@@ -681,20 +689,34 @@ impl<S: Store> Coordinator<S> {
         let stored_status = stored.status.clone();
         let (mut loaded, checked) = rebuild(stored, &self.inner.config.limits)?;
         for repaired in &checked.repaired {
-            self.inner
-                .integrity_failures
-                .fetch_add(1, Ordering::Relaxed);
-            tracing::error!(%run_id, problem = %repaired, "stored copy does not match the state chain; the replay recomputed it");
+            if self.count_integrity_failure(&run_id, repaired) {
+                tracing::error!(%run_id, problem = %repaired, "stored copy does not match the state chain; the replay recomputed it");
+            }
         }
         let Some(mismatch) = checked.mismatch else {
             return Ok(loaded);
         };
-        self.inner
-            .integrity_failures
-            .fetch_add(1, Ordering::Relaxed);
-        tracing::error!(%run_id, problem = %mismatch, "stored run does not match its state chain; stopping it");
+        if self.count_integrity_failure(&run_id, &mismatch) {
+            tracing::error!(%run_id, problem = %mismatch, "stored run does not match its state chain; stopping it");
+        }
         self.halt(&mut loaded, &mismatch, &stored_status).await?;
         Ok(loaded)
+    }
+
+    /// Counts a mismatch the first time this coordinator sees it; says whether it was new.
+    fn count_integrity_failure(&self, run_id: &str, mismatch: &Mismatch) -> bool {
+        let new = self
+            .inner
+            .integrity_seen
+            .lock()
+            .expect("integrity lock")
+            .insert(format!("{run_id} {mismatch}"));
+        if new {
+            self.inner
+                .integrity_failures
+                .fetch_add(1, Ordering::Relaxed);
+        }
+        new
     }
 
     async fn halt(
@@ -713,6 +735,7 @@ impl<S: Store> Coordinator<S> {
             .unwrap_or_else(|_| loaded.run.clone());
         loaded.run = halted;
         if stored_status != "running" {
+            loaded.finished_as = Some(stored_status.to_owned());
             return Ok(());
         }
         let write = TransitionWrite {
@@ -1109,7 +1132,10 @@ impl<S: Store> Coordinator<S> {
         v1::RunRecord {
             run_id: loaded.header.run_id.clone(),
             workflow_id: loaded.header.workflow_id.clone(),
-            status: loaded.run.status().as_str().into(),
+            status: loaded
+                .finished_as
+                .clone()
+                .unwrap_or_else(|| loaded.run.status().as_str().into()),
             error: loaded.run.error().unwrap_or_default().into(),
             context: Some(Json::new(json(&loaded.run.context().visible_serializer()))),
             steps: record::step_states(workflow, &loaded.steps),
@@ -1285,6 +1311,7 @@ fn rebuild(stored: StoredRun, limits: &Limits) -> Result<(Loaded, chain::Checked
         tasks,
         updated_ms: stored.updated_ms,
         state_sha256: stored.state_sha256,
+        finished_as: None,
         parts: PartEncoder::default(),
     };
     Ok((loaded, checked))
