@@ -4,7 +4,8 @@
 //! and the transition stores each one with its vector. A query embeds its text with the same
 //! embedder and ranks by cosine similarity. A decision stored without a vector (the embedder was
 //! down when it arrived) or with another model's vector (the embedder was changed since) is
-//! embedded again at query time, so a query never silently skips a decision.
+//! embedded again at query time; one the embedder refuses even alone is left out of that query
+//! with a warning, rather than failing it for every other decision.
 
 use std::sync::Arc;
 
@@ -60,13 +61,42 @@ pub async fn rank(
         .filter(|(_, d)| d.embedding.is_none() || d.model.as_deref() != Some(model.as_str()))
         .map(|(i, _)| i)
         .collect();
-    let mut texts = vec![text.to_owned()];
-    texts.extend(stale.iter().map(|&i| decisions[i].decision.text()));
-    let mut vectors = embedder.embed(&texts).await?.into_iter();
-    let query = vectors.next().unwrap_or_default();
+    let query = embedder
+        .embed(&[text.to_owned()])
+        .await?
+        .pop()
+        .unwrap_or_default();
+    let texts: Vec<String> = stale
+        .iter()
+        .map(|&i| decisions[i].decision.text())
+        .collect();
+    let vectors = match embedder.embed(&texts).await {
+        Ok(vectors) => vectors.into_iter().map(Some).collect(),
+        // One text the embedder refuses must not hide every other decision: try each alone.
+        Err(_) => {
+            let mut one_by_one = Vec::with_capacity(texts.len());
+            for text in &texts {
+                let vector = embedder.embed(std::slice::from_ref(text)).await;
+                if let Err(error) = &vector {
+                    tracing::warn!(%error, "a decision cannot be embedded; it is left out of this query");
+                }
+                one_by_one.push(vector.ok().and_then(|mut v| v.pop()));
+            }
+            one_by_one
+        }
+    };
+    let mut unembeddable = Vec::new();
     for (&i, vector) in stale.iter().zip(vectors) {
-        decisions[i].embedding = Some(vector);
-        decisions[i].model = Some(model.clone());
+        match vector {
+            Some(vector) => {
+                decisions[i].embedding = Some(vector);
+                decisions[i].model = Some(model.clone());
+            }
+            None => unembeddable.push(i),
+        }
+    }
+    for i in unembeddable.into_iter().rev() {
+        decisions.remove(i);
     }
     let scores: Vec<f32> = decisions
         .iter()

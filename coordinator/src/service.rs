@@ -45,6 +45,9 @@ pub struct Config {
     pub max_data_depth: usize,
     /// How many decisions one result may carry (each is embedded and stored).
     pub max_decisions_per_result: usize,
+    /// How long a decision's summary and rationale may be, in bytes.
+    pub max_decision_summary_bytes: usize,
+    pub max_decision_rationale_bytes: usize,
     /// How long a decision query's text may be, in bytes.
     pub max_query_bytes: usize,
     /// How many runs a workflow-wide decision query reads, newest first.
@@ -60,6 +63,8 @@ impl Default for Config {
             max_result_bytes: 64 << 20,
             max_data_depth: 100,
             max_decisions_per_result: 100,
+            max_decision_summary_bytes: 2 << 10,
+            max_decision_rationale_bytes: 16 << 10,
             max_query_bytes: 8 << 10,
             max_query_runs: 1_000,
             limits: Limits::default(),
@@ -421,6 +426,7 @@ impl<S: Store> Coordinator<S> {
                         config.max_decisions_per_result
                     )));
                 }
+                check_decisions(&notes, config)?;
                 Ok(Ok((value, notes)))
             }
             Some(v1::task_result::Outcome::Error(error)) => Ok(Err(error)),
@@ -784,10 +790,7 @@ impl<S: Store> Coordinator<S> {
             k => k as usize,
         };
         let runs = match (request.run_id.is_empty(), request.workflow_id.is_empty()) {
-            (false, true) => {
-                self.slot(&request.run_id).await?;
-                vec![request.run_id.clone()]
-            }
+            (false, true) => vec![request.run_id.clone()],
             (true, false) => {
                 self.inner
                     .store
@@ -802,7 +805,16 @@ impl<S: Store> Coordinator<S> {
         };
         let mut found = Vec::new();
         for run_id in &runs {
-            for (key, bytes) in self.inner.store.decisions(run_id).await? {
+            let stored = self.inner.store.decisions(run_id).await?;
+            // A run without decisions may not exist at all: say so rather than "no match".
+            if stored.is_empty()
+                && !request.run_id.is_empty()
+                && self.cached_slot(run_id).is_none()
+                && self.inner.store.load_run(run_id).await?.is_none()
+            {
+                return Err(Error::RunNotFound(run_id.clone()));
+            }
+            for (key, bytes) in stored {
                 let decision: StoredDecision =
                     serde_json::from_slice(&bytes).map_err(|e| Error::Corrupt {
                         run_id: run_id.clone(),
@@ -846,6 +858,11 @@ impl<S: Store> Coordinator<S> {
                 .as_ref()
                 .map(|loaded| loaded.header.workflow_id.clone())
                 .ok_or_else(|| Error::RunNotFound(run_id.to_owned()))?;
+            if workflow_id.is_empty() {
+                return Err(Error::InvalidInput(
+                    "workflow_scope: this run's workflow has no \"id\", so there are no other runs of it to search; give the workflow an id, or query the run alone".into(),
+                ));
+            }
             (String::new(), workflow_id)
         } else {
             (run_id.to_owned(), String::new())
@@ -1315,6 +1332,38 @@ fn rebuild(stored: StoredRun, limits: &Limits) -> Result<(Loaded, chain::Checked
         parts: PartEncoder::default(),
     };
     Ok((loaded, checked))
+}
+
+/// Decisions are embedded (often by a model with a bounded input) and shown to people: each
+/// needs a summary, and neither it nor the rationale may be huge.
+fn check_decisions(notes: &AgentNotes, config: &Config) -> Result<(), Error> {
+    for (i, decision) in notes.decisions.iter().enumerate() {
+        if decision.summary.trim().is_empty() {
+            return Err(Error::InvalidInput(format!(
+                "the result's notes: decisions[{i}].summary is empty; a decision needs a summary"
+            )));
+        }
+        for (field, text, limit) in [
+            (
+                "summary",
+                &decision.summary,
+                config.max_decision_summary_bytes,
+            ),
+            (
+                "rationale",
+                &decision.rationale,
+                config.max_decision_rationale_bytes,
+            ),
+        ] {
+            if text.len() > limit {
+                return Err(Error::InvalidInput(format!(
+                    "the result's notes: decisions[{i}].{field} is {} bytes; the limit is {limit}",
+                    text.len()
+                )));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// How deep a JSON value nests: 1 for a scalar, one more for each array or object around it.
