@@ -62,7 +62,9 @@ fn transitions(c: &mut Criterion) {
                         data: small.clone(),
                         notes: Default::default(),
                     },
-                    |event| black_box(run.apply(event).unwrap()),
+                    // At a real time, as the coordinator applies events (handoffs and
+                    // decisions are stamped with it).
+                    |event| black_box(run.apply_at(event, 1_795_428_000_000).unwrap()),
                     BatchSize::SmallInput,
                 )
             },

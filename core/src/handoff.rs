@@ -118,7 +118,7 @@ impl Handoff {
         target_agent: &str,
         step_id: Arc<str>,
         visit: u32,
-        at_ms: i64,
+        timestamp: Option<String>,
     ) -> Self {
         let source_agents: Vec<String> = sources.iter().map(|s| s.agent.clone()).collect();
         let decisions: Vec<Arc<DecisionRecord>> = sources
@@ -145,12 +145,17 @@ impl Handoff {
             visit,
             decisions,
             memory_refs,
-            timestamp: rfc3339(at_ms),
+            timestamp,
         }
     }
 
     pub fn to_value(&self) -> Value {
         serde_json::to_value(self).expect("a handoff is JSON")
+    }
+
+    /// The record as JSON text, written once for every payload that carries it.
+    pub fn to_raw(&self) -> Box<serde_json::value::RawValue> {
+        serde_json::value::to_raw_value(self).expect("a handoff is JSON")
     }
 }
 
@@ -208,7 +213,13 @@ mod tests {
                 message_ids: vec![],
             }),
         ];
-        let handoff = Handoff::new(&sources, "reviewer", "review".into(), 1, 1_795_428_000_000);
+        let handoff = Handoff::new(
+            &sources,
+            "reviewer",
+            "review".into(),
+            1,
+            rfc3339(1_795_428_000_000),
+        );
         let value = handoff.to_value();
         assert_eq!(value["source_agent"], Value::Null);
         assert_eq!(value["source_agents"], json!(["tester", "integrator"]));

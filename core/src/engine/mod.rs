@@ -229,7 +229,7 @@ enum Pending {
         visit: u32,
         /// Kept so that the payload can be rebuilt after a replay.
         error: Option<ErrorInfo>,
-        handoff: Option<Arc<Value>>,
+        handoff: Option<Arc<serde_json::value::RawValue>>,
     },
     Approval {
         visit: u32,

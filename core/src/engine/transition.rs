@@ -27,6 +27,8 @@ type Settled = (StepIndex, u32, Outcome);
 struct Builder {
     run: Run,
     actions: Vec<Action>,
+    /// The transition's time as RFC 3339, formatted once when first needed.
+    timestamp: Option<Arc<str>>,
     /// The notes of the agent result being applied: they go on its step record, the first
     /// record this transition writes.
     notes: Option<Arc<AgentNotes>>,
@@ -36,6 +38,7 @@ pub(super) fn start(run: Run) -> Transition {
     let mut builder = Builder {
         run,
         actions: Vec::new(),
+        timestamp: None,
         notes: None,
     };
     let entry = builder.run.workflow.entry();
@@ -52,6 +55,7 @@ pub(super) fn apply(run: &Run, event: Event, at_ms: i64) -> Result<Transition, E
     let mut builder = Builder {
         run: run.clone(),
         actions: Vec::new(),
+        timestamp: None,
         notes: None,
     };
     builder.run.now_ms = at_ms;
@@ -122,17 +126,27 @@ impl Builder {
             unreachable!("only agent steps take agent results");
         };
         let message_ids = assign_ids(&mut notes.messages, &step.id, visit);
-        let checked = add_messages(
-            self.run.messages.messages(),
-            notes.messages.clone(),
-            &step.id,
-            visit,
-            agent,
-        )
-        .map_err(|e| Arc::<str>::from(format!("the agent's messages were refused: {e}")));
+        // Most results carry no messages: the history stays as it is, shared.
+        let checked = if notes.messages.is_empty() {
+            Ok(None)
+        } else {
+            add_messages(
+                self.run.messages.messages(),
+                notes.messages.clone(),
+                &step.id,
+                visit,
+                agent,
+            )
+            .map(Some)
+            .map_err(|e| Arc::<str>::from(format!("the agent's messages were refused: {e}")))
+        };
         let (source, merged) = match checked {
             Ok(merged) => {
-                let timestamp = rfc3339(self.run.now_ms).unwrap_or_default();
+                let timestamp = if notes.decisions.is_empty() {
+                    Arc::from("")
+                } else {
+                    self.timestamp()
+                };
                 let decisions: Vec<Arc<DecisionRecord>> = notes
                     .decisions
                     .into_iter()
@@ -145,7 +159,7 @@ impl Builder {
                             visit,
                             summary: d.summary,
                             rationale: d.rationale,
-                            timestamp: timestamp.clone(),
+                            timestamp: timestamp.to_string(),
                             related_artifacts: d.related_artifacts,
                         })
                     })
@@ -175,9 +189,7 @@ impl Builder {
         let source = Arc::new(source);
         match step.parent {
             None => {
-                if let Ok(merged) = &merged
-                    && !notes.messages.is_empty()
-                {
+                if let Ok(Some(merged)) = &merged {
                     self.run.messages = MessageHistory::new(merged.clone());
                 }
                 self.run.sources = Arc::new(vec![source]);
@@ -201,6 +213,14 @@ impl Builder {
             }
         }
         merged.map(|_| ())
+    }
+
+    /// The transition's time, RFC 3339 (empty when the event carried none).
+    fn timestamp(&mut self) -> Arc<str> {
+        let now_ms = self.run.now_ms;
+        self.timestamp
+            .get_or_insert_with(|| rfc3339(now_ms).unwrap_or_default().into())
+            .clone()
     }
 
     /// A parallel step settled: its agent branches' messages join the history in branch order,
@@ -314,15 +334,16 @@ impl Builder {
                     },
                 };
                 let handoff = (!self.run.sources.is_empty()).then(|| {
+                    let timestamp = self.timestamp();
                     let handoff = Arc::new(Handoff::new(
                         &self.run.sources,
                         agent,
                         step.id.clone(),
                         visit,
-                        self.run.now_ms,
+                        (!timestamp.is_empty()).then(|| timestamp.to_string()),
                     ));
                     self.run.handoffs.push_back(handoff.clone());
-                    Arc::new(handoff.to_value())
+                    Arc::from(handoff.to_raw())
                 });
                 self.run.pending.insert(
                     index,

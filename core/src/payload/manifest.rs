@@ -13,6 +13,7 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use serde_json::value::RawValue;
 
 use super::{AgentPayload, ErrorInfo};
 
@@ -32,9 +33,20 @@ pub struct Manifest {
     /// The run's message history: a part, because it is shared by every task until an agent
     /// adds to it and can grow long.
     pub messages: String,
-    /// The handoff record: different for every task, so carried inline.
+    /// The handoff record: different for every task, so carried inline, as the JSON it is.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub handoff: Option<Value>,
+    pub handoff: Option<RawJson>,
+}
+
+/// JSON kept as its text (a [`RawValue`]), compared by that text.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct RawJson(pub Box<RawValue>);
+
+impl PartialEq for RawJson {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.get() == other.0.get()
+    }
 }
 
 /// A part the manifest names but that was neither sent nor held.
@@ -61,7 +73,10 @@ impl Manifest {
                 .collect(),
             error: payload.error.clone(),
             messages: digest(&payload.messages),
-            handoff: payload.handoff.as_deref().cloned(),
+            handoff: payload
+                .handoff
+                .as_deref()
+                .map(|raw| RawJson(raw.to_owned())),
         }
     }
 
@@ -139,7 +154,7 @@ pub fn assemble<'a>(
     out.extend_from_slice(messages);
     if let Some(handoff) = &manifest.handoff {
         out.extend_from_slice(br#","handoff":"#);
-        serde_json::to_writer(&mut out, handoff).expect("a handoff serialises");
+        out.extend_from_slice(handoff.0.get().as_bytes());
     }
     out.push(b'}');
     Ok(out)
@@ -189,8 +204,11 @@ mod tests {
                 message: "boom".into(),
             }),
             messages: Arc::new(json!([{"id": "m1", "role": "user", "content": "dark mode"}])),
-            handoff: Some(Arc::new(
-                json!({"source_agent": "planner", "decisions": []}),
+            handoff: Some(Arc::from(
+                serde_json::value::to_raw_value(
+                    &json!({"source_agent": "planner", "decisions": []}),
+                )
+                .unwrap(),
             )),
         }
     }

@@ -13,6 +13,7 @@ use std::sync::Arc;
 use serde::ser::SerializeMap;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use serde_json::value::RawValue;
 
 use crate::context::Context;
 
@@ -40,8 +41,9 @@ pub struct AgentPayload {
     pub error: Option<ErrorInfo>,
     /// The run's message history, a JSON array (shared: one `Arc` per version of the history).
     pub messages: Arc<Value>,
-    /// The handoff record of this step visit (see [`crate::handoff::Handoff`]).
-    pub handoff: Option<Arc<Value>>,
+    /// The handoff record of this step visit (see [`crate::handoff::Handoff`]), as JSON: it is
+    /// written once and copied into the payload as it is.
+    pub handoff: Option<Arc<RawValue>>,
 }
 
 impl AgentPayload {
