@@ -45,6 +45,8 @@ pub struct Config {
     pub max_data_depth: usize,
     /// How many decisions one result may carry (each is embedded and stored).
     pub max_decisions_per_result: usize,
+    /// How many messages one result may carry (every later payload carries the history).
+    pub max_messages_per_result: usize,
     /// How long a decision's summary and rationale may be, in bytes.
     pub max_decision_summary_bytes: usize,
     pub max_decision_rationale_bytes: usize,
@@ -63,6 +65,7 @@ impl Default for Config {
             max_result_bytes: 64 << 20,
             max_data_depth: 100,
             max_decisions_per_result: 100,
+            max_messages_per_result: 1_000,
             max_decision_summary_bytes: 2 << 10,
             max_decision_rationale_bytes: 16 << 10,
             max_query_bytes: 8 << 10,
@@ -424,6 +427,13 @@ impl<S: Store> Coordinator<S> {
                         "the result's notes: decisions has {} entries; the limit is {}",
                         notes.decisions.len(),
                         config.max_decisions_per_result
+                    )));
+                }
+                if notes.messages.len() > config.max_messages_per_result {
+                    return Err(Error::InvalidInput(format!(
+                        "the result's notes: messages has {} entries; the limit is {}",
+                        notes.messages.len(),
+                        config.max_messages_per_result
                     )));
                 }
                 check_decisions(&notes, config)?;

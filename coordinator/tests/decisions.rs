@@ -882,3 +882,31 @@ async fn a_workflow_scope_query_for_a_workflow_without_an_id_names_the_problem()
         status.message()
     );
 }
+
+#[tokio::test]
+async fn more_messages_than_the_limit_are_refused_naming_the_limit() {
+    let coordinator = Coordinator::new(MemoryStore::new(), Config::default());
+    let mut worker = FakeWorker::connect(&coordinator, "w1", &["planner", "coder"]).await;
+    let run_id = submit(&coordinator, THEME_FEATURE).await;
+    let plan = worker.next_task();
+    let messages: Vec<Value> = (0..1_001)
+        .map(|i| json!({"role": "assistant", "content": i}))
+        .collect();
+    let error = worker
+        .answer(
+            &coordinator,
+            &plan,
+            json!({}),
+            json!({"messages": messages}),
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        error
+            .to_string()
+            .contains("messages has 1001 entries; the limit is 1000"),
+        "{error}"
+    );
+    let record = coordinator.record(&run_id).await.unwrap();
+    assert_eq!(record.status, "failed", "the step failed with the reason");
+}
