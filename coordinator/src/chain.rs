@@ -28,6 +28,8 @@ pub struct Mismatch {
     /// The step (and visit) whose stored data does not match, when one can be named.
     pub step: Option<(String, u32)>,
     pub problem: String,
+    /// Where in the chain: the number of links that held before it.
+    pub link: usize,
 }
 
 impl std::fmt::Display for Mismatch {
@@ -93,23 +95,35 @@ pub fn replay_checked(stored: &StoredRun, limits: &Limits) -> Result<Checked, Un
         return Ok(check.finish(run, Some(mismatch)));
     }
     for (i, bytes) in stored.events.iter().enumerate() {
-        let logged: LoggedEvent =
-            serde_json::from_slice(bytes).map_err(|e| Unreadable(format!("event {i}: {e}")))?;
+        // An event log that changed is a mismatch like a changed result: the run stops there.
+        let logged: LoggedEvent = match serde_json::from_slice(bytes) {
+            Ok(logged) => logged,
+            Err(e) => {
+                let mismatch = check.mismatch(None, format!("event {i} cannot be read: {e}"));
+                return Ok(check.finish(run, Some(mismatch)));
+            }
+        };
         let event = match logged
             .event
             .to_event(|key| read_result(&stored.results, key).ok())
         {
             Ok(event) => event,
             Err(_) => {
-                let mismatch = result_unreadable(&logged, &stored.results);
+                let mismatch = result_unreadable(&check, &logged, &stored.results);
                 return Ok(check.finish(run, Some(mismatch)));
             }
         };
         let before = run.history().len();
-        let next = run
-            .apply_at(event, logged.at_ms)
-            .map_err(|e| Unreadable(format!("event {i} does not apply: {e}")))?
-            .run;
+        let next = match run.apply_at(event, logged.at_ms) {
+            Ok(transition) => transition.run,
+            Err(e) => {
+                let mismatch = check.mismatch(
+                    event_step(&logged),
+                    format!("event {i} does not apply to the run as stored: {e}"),
+                );
+                return Ok(check.finish(run, Some(mismatch)));
+            }
+        };
         if let Some(mismatch) = check.settled(next.history().iter().skip(before)) {
             return Ok(check.finish(run, Some(mismatch)));
         }
@@ -117,22 +131,22 @@ pub fn replay_checked(stored: &StoredRun, limits: &Limits) -> Result<Checked, Un
     }
     let mismatch = if check.checked < links.len() {
         let extra = &links[check.checked];
-        Some(Mismatch {
-            step: Some((extra.step_id.clone(), extra.visit)),
-            problem: format!(
+        Some(check.mismatch(
+            Some((extra.step_id.clone(), extra.visit)),
+            format!(
                 "the chain has {} links but the stored events settle {} step visits",
                 links.len(),
                 check.checked
             ),
-        })
+        ))
     } else if stored.state_sha256 != check.head {
-        Some(Mismatch {
-            step: None,
-            problem: format!(
+        Some(check.mismatch(
+            None,
+            format!(
                 "the run records state {} but its chain ends at {}",
                 stored.state_sha256, check.head
             ),
-        })
+        ))
     } else {
         None
     };
@@ -147,19 +161,30 @@ fn read_result(results: &HashMap<String, Vec<u8>>, key: &str) -> Result<Value, S
 }
 
 /// An agent event whose stored result is missing or not JSON.
-fn result_unreadable(logged: &LoggedEvent, results: &HashMap<String, Vec<u8>>) -> Mismatch {
+fn result_unreadable(
+    check: &Check<'_>,
+    logged: &LoggedEvent,
+    results: &HashMap<String, Vec<u8>>,
+) -> Mismatch {
+    let problem = match &logged.event {
+        crate::model::StoredEvent::AgentSucceeded { result, .. } => format!(
+            "its stored result cannot be read: {}",
+            read_result(results, result).err().unwrap_or_default()
+        ),
+        _ => "an event refers to a result that cannot be read".into(),
+    };
+    check.mismatch(event_step(logged), problem)
+}
+
+/// The step an event is about, when it names one.
+fn event_step(logged: &LoggedEvent) -> Option<(String, u32)> {
+    use crate::model::StoredEvent;
     match &logged.event {
-        crate::model::StoredEvent::AgentSucceeded { task, result, .. } => Mismatch {
-            step: Some((task.step_id.to_string(), task.visit)),
-            problem: format!(
-                "its stored result cannot be read: {}",
-                read_result(results, result).err().unwrap_or_default()
-            ),
-        },
-        _ => Mismatch {
-            step: None,
-            problem: "an event refers to a result that cannot be read".into(),
-        },
+        StoredEvent::AgentSucceeded { task, .. } | StoredEvent::AgentFailed { task, .. } => {
+            Some((task.step_id.to_string(), task.visit))
+        }
+        StoredEvent::ApprovalDecided { step_id, .. } => Some((step_id.clone(), 0)),
+        StoredEvent::Cancel { .. } => None,
     }
 }
 
@@ -172,6 +197,14 @@ struct Check<'a> {
 }
 
 impl Check<'_> {
+    fn mismatch(&self, step: Option<(String, u32)>, problem: String) -> Mismatch {
+        Mismatch {
+            step,
+            problem,
+            link: self.checked,
+        }
+    }
+
     /// Checks newly settled visits against the next links; the first mismatch is returned and
     /// the head stays before it.
     fn settled<'r>(&mut self, records: impl Iterator<Item = &'r StepRecord>) -> Option<Mismatch> {
@@ -179,6 +212,7 @@ impl Check<'_> {
             let step = Some((record.step_id.to_string(), record.visit));
             let Some(link) = self.links.get(self.checked) else {
                 return Some(Mismatch {
+                    link: self.checked,
                     step,
                     problem: format!(
                         "the stored chain ends after {} links; this visit has none",
@@ -189,6 +223,7 @@ impl Check<'_> {
             let result_sha256 = record.result_sha256();
             if link.step_id != record.step_id.as_ref() || link.visit != record.visit {
                 return Some(Mismatch {
+                    link: self.checked,
                     step,
                     problem: format!(
                         "link {} is for step \"{}\" (visit {})",
@@ -198,6 +233,7 @@ impl Check<'_> {
             }
             if link.result_sha256 != result_sha256 {
                 return Some(Mismatch {
+                    link: self.checked,
                     step,
                     problem: format!(
                         "its stored data hashes to {result_sha256}, the chain recorded {}",
@@ -208,6 +244,7 @@ impl Check<'_> {
             let expected = ChainLink::after(&self.head, &link.step_id, link.visit, result_sha256);
             if expected.state_sha256 != link.state_sha256 {
                 return Some(Mismatch {
+                    link: self.checked,
                     step,
                     problem: format!(
                         "link {} records state {}, recomputed {}",
@@ -232,6 +269,7 @@ impl Check<'_> {
             Ok(stored) => stored,
             Err(problem) => {
                 self.repaired.push(Mismatch {
+                    link: self.checked,
                     step: Some((record.step_id.to_string(), record.visit)),
                     problem: format!("{problem} (recomputed by the replay)"),
                 });
@@ -242,6 +280,7 @@ impl Check<'_> {
             let mut copy = record.clone();
             copy.data = Some(Arc::new(stored));
             self.repaired.push(Mismatch {
+                link: self.checked,
                 step: Some((record.step_id.to_string(), record.visit)),
                 problem: format!(
                     "its stored copy hashes to {}, the chain recorded {} (recomputed by the replay)",

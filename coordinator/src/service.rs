@@ -50,6 +50,11 @@ pub struct Config {
     /// How long a decision's summary and rationale may be, in bytes.
     pub max_decision_summary_bytes: usize,
     pub max_decision_rationale_bytes: usize,
+    /// How many artifacts one decision may name (each as long as a summary at most).
+    pub max_related_artifacts: usize,
+    /// How many stored decisions one query ranks at most (a workflow-wide query stops reading
+    /// older runs there).
+    pub max_query_decisions: usize,
     /// How long a decision query's text may be, in bytes.
     pub max_query_bytes: usize,
     /// How many runs a workflow-wide decision query reads, newest first.
@@ -68,6 +73,8 @@ impl Default for Config {
             max_messages_per_result: 1_000,
             max_decision_summary_bytes: 2 << 10,
             max_decision_rationale_bytes: 16 << 10,
+            max_related_artifacts: 64,
+            max_query_decisions: 10_000,
             max_query_bytes: 8 << 10,
             max_query_runs: 1_000,
             limits: Limits::default(),
@@ -493,8 +500,11 @@ impl<S: Store> Coordinator<S> {
         let (run_id, task) = parse_task_id(&request.task_id)
             .ok_or_else(|| Error::MalformedTaskId(request.task_id.clone()))?;
         let reason = request.reason;
-        self.inner.resends.fetch_add(1, Ordering::Relaxed);
-        match self.inner.hub.resend(worker_id, run_id, &task_key(&task)) {
+        let resent = self.inner.hub.resend(worker_id, run_id, &task_key(&task));
+        if !matches!(resent, Err(crate::hub::Error::NotHeld { .. })) {
+            self.inner.resends.fetch_add(1, Ordering::Relaxed);
+        }
+        match resent {
             Ok(()) => {
                 tracing::warn!(worker_id, task_id = %request.task_id, %reason, "payload did not arrive intact; sent again");
                 Ok(())
@@ -677,11 +687,14 @@ impl<S: Store> Coordinator<S> {
                 });
             }
         };
-        // A stored transform copy that does not match is reported here, though a replay does
-        // not depend on it.
-        let problem = checked
-            .mismatch
-            .or_else(|| checked.repaired.into_iter().next());
+        // A stored transform copy that does not match is reported here too, though a replay
+        // does not depend on it: whichever comes first in the chain.
+        let mut problems: Vec<Mismatch> = checked.repaired;
+        problems.extend(checked.mismatch);
+        if problems.is_empty() {
+            problems.extend(self.check_decision_index(run_id, &checked.run).await?);
+        }
+        let problem = problems.into_iter().min_by_key(|m| m.link);
         let (step_id, visit) = problem
             .as_ref()
             .and_then(|m| m.step.clone())
@@ -694,6 +707,48 @@ impl<S: Store> Coordinator<S> {
             step_id,
             visit,
         })
+    }
+
+    /// The decision index (the run's decisions as stored for search, with their embeddings)
+    /// against the decisions the verified replay rebuilt: the first that differs, is missing or
+    /// is extra.
+    async fn check_decision_index(
+        &self,
+        run_id: &str,
+        run: &Run,
+    ) -> Result<Option<Mismatch>, Error> {
+        let mut stored = self.inner.store.decisions(run_id).await?;
+        let mismatch = |decision: &DecisionRecord, problem: String| Mismatch {
+            step: Some((decision.step_id.clone(), decision.visit)),
+            problem,
+            link: usize::MAX,
+        };
+        for decision in run.decisions() {
+            let Some(bytes) = stored.remove(&decision.key) else {
+                return Ok(Some(mismatch(
+                    decision,
+                    format!(
+                        "decision {} is missing from the decision index",
+                        decision.key
+                    ),
+                )));
+            };
+            let indexed: Option<StoredDecision> = serde_json::from_slice(&bytes).ok();
+            if indexed.as_ref().map(|d| &d.decision) != Some(decision.as_ref()) {
+                return Ok(Some(mismatch(
+                    decision,
+                    format!(
+                        "decision {} in the decision index differs from the one its step reported",
+                        decision.key
+                    ),
+                )));
+            }
+        }
+        Ok(stored.into_keys().next().map(|key| Mismatch {
+            step: None,
+            problem: format!("the decision index holds {key}, which no step reported"),
+            link: usize::MAX,
+        }))
     }
 
     /// Rebuilds a run read from the store. Stored data that does not match the state chain is
@@ -823,6 +878,13 @@ impl<S: Store> Coordinator<S> {
                 && self.inner.store.load_run(run_id).await?.is_none()
             {
                 return Err(Error::RunNotFound(run_id.clone()));
+            }
+            if found.len() + stored.len() > config.max_query_decisions {
+                tracing::warn!(
+                    limit = config.max_query_decisions,
+                    "a decision query stops reading older runs at its limit"
+                );
+                break;
             }
             for (key, bytes) in stored {
                 let decision: StoredDecision =
@@ -1351,6 +1413,25 @@ fn check_decisions(notes: &AgentNotes, config: &Config) -> Result<(), Error> {
         if decision.summary.trim().is_empty() {
             return Err(Error::InvalidInput(format!(
                 "the result's notes: decisions[{i}].summary is empty; a decision needs a summary"
+            )));
+        }
+        if decision.related_artifacts.len() > config.max_related_artifacts {
+            return Err(Error::InvalidInput(format!(
+                "the result's notes: decisions[{i}].related_artifacts has {} entries; the limit is {}",
+                decision.related_artifacts.len(),
+                config.max_related_artifacts
+            )));
+        }
+        if let Some((n, artifact)) = decision
+            .related_artifacts
+            .iter()
+            .enumerate()
+            .find(|(_, a)| a.len() > config.max_decision_summary_bytes)
+        {
+            return Err(Error::InvalidInput(format!(
+                "the result's notes: decisions[{i}].related_artifacts[{n}] is {} bytes; the limit is {}",
+                artifact.len(),
+                config.max_decision_summary_bytes
             )));
         }
         for (field, text, limit) in [

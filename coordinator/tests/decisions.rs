@@ -910,3 +910,31 @@ async fn more_messages_than_the_limit_are_refused_naming_the_limit() {
     let record = coordinator.record(&run_id).await.unwrap();
     assert_eq!(record.status, "failed", "the step failed with the reason");
 }
+
+/// Notes travel with their own SHA-256, checked like the data's.
+#[tokio::test]
+async fn notes_that_do_not_match_their_digest_are_refused() {
+    let coordinator = Coordinator::new(MemoryStore::new(), Config::default());
+    let mut worker = FakeWorker::connect(&coordinator, "w1", &["planner", "coder"]).await;
+    let run_id = submit(&coordinator, THEME_FEATURE).await;
+    let plan = worker.next_task();
+    let mut notes = json_bytes(&theme_decisions());
+    notes.json[5] ^= 1;
+    let error = coordinator
+        .complete(
+            "w1",
+            TaskResult {
+                task_id: plan.task_id.clone(),
+                outcome: Some(task_result::Outcome::Data(json_bytes(&json!({})))),
+                notes: Some(notes),
+            },
+        )
+        .await
+        .unwrap_err();
+    let status = tonic::Status::from(error);
+    assert_eq!(status.code(), tonic::Code::InvalidArgument);
+    assert!(status.message().contains("SHA-256"), "{}", status.message());
+    let record = coordinator.record(&run_id).await.unwrap();
+    assert_eq!(record.status, "failed", "the step fails with the reason");
+    assert!(record.error.contains("refused"), "{}", record.error);
+}

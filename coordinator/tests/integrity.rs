@@ -301,6 +301,11 @@ async fn run_waiting_at_approval(redis: &Redis) -> String {
 
 /// A finished run of `workflow` (answering every agent), on a coordinator that is then dropped.
 async fn finished_run(redis: &Redis, workflow: &str) -> String {
+    finished_run_with(redis, workflow, json!({"written": ["a.ts"], "lines": 345})).await
+}
+
+/// [`finished_run`] with the coder answering `code_data`.
+async fn finished_run_with(redis: &Redis, workflow: &str, code_data: Value) -> String {
     let first = redis.coordinator().await;
     let run_id = first
         .submit(workflow.as_bytes(), &input(json!("dark mode")))
@@ -319,14 +324,7 @@ async fn finished_run(redis: &Redis, workflow: &str) -> String {
     }
     let code = worker.next_task();
     assert_eq!(code.step_id, "code");
-    worker
-        .answer(
-            &first,
-            &code,
-            json!({"written": ["a.ts"], "lines": 345}),
-            None,
-        )
-        .await;
+    worker.answer(&first, &code, code_data, None).await;
     assert_eq!(first.record(&run_id).await.unwrap().status, "succeeded");
     run_id
 }
@@ -634,5 +632,93 @@ async fn a_changed_chain_link_is_named_by_its_step() {
     assert_eq!(
         redis.header_field(&run_id, "status").await.as_deref(),
         Some("succeeded")
+    );
+}
+
+/// A 64-bit id is beyond what an IEEE-754 double holds exactly; a changed digit is still caught.
+#[tokio::test]
+async fn a_changed_digit_of_a_large_integer_is_caught() {
+    let redis = Redis::start().await;
+    let run_id =
+        finished_run_with(&redis, PLAN_THEN_CODE, json!({"id": 12345678901234567u64})).await;
+    let good = redis.result(&run_id, "code#1").await;
+    let bad = flip_one_byte(&good, b"12345678901234567", b"12345678901234568");
+    redis.set_result(&run_id, "code#1", &bad).await;
+    let verified = redis.coordinator().await.verify(&run_id).await.unwrap();
+    assert!(!verified.ok, "{verified:?}");
+    assert_eq!((verified.step_id.as_str(), verified.visit), ("code", 1));
+}
+
+/// Decisions and handoffs are stamped with the time their event was applied at: a changed time
+/// in the event log is a changed outcome.
+#[tokio::test]
+async fn a_changed_event_time_is_caught_and_names_its_step() {
+    let redis = Redis::start().await;
+    let run_id = finished_run(&redis, PLAN_THEN_CODE).await;
+    let events_key = format!("baton:run:{{{run_id}}}:events");
+    let mut con = redis.con();
+    let first: Vec<u8> = con.lindex(&events_key, 0).await.unwrap();
+    let mut event: Value = serde_json::from_slice(&first).unwrap();
+    assert_eq!(event["task"]["step_id"], "plan");
+    event["at_ms"] = json!(event["at_ms"].as_i64().unwrap() + 1);
+    let _: () = con
+        .lset(&events_key, 0, serde_json::to_vec(&event).unwrap())
+        .await
+        .unwrap();
+    let verified = redis.coordinator().await.verify(&run_id).await.unwrap();
+    assert!(!verified.ok, "{verified:?}");
+    assert_eq!((verified.step_id.as_str(), verified.visit), ("plan", 1));
+}
+
+/// An event that no longer reads stops the run like a changed result: failed, named, counted.
+#[tokio::test]
+async fn an_unreadable_event_stops_the_run_and_is_counted() {
+    let redis = Redis::start().await;
+    let run_id = run_waiting_at_approval(&redis).await;
+    let events_key = format!("baton:run:{{{run_id}}}:events");
+    let _: () = redis
+        .con()
+        .lset(&events_key, 0, b"{\"event\": \"agent_succ".to_vec())
+        .await
+        .unwrap();
+    let second = redis.coordinator().await;
+    let record = second.record(&run_id).await.unwrap();
+    assert_eq!(record.status, "failed");
+    assert!(
+        record
+            .error
+            .contains("integrity error: event 0 cannot be read"),
+        "{}",
+        record.error
+    );
+    assert_eq!(second.stats().integrity_failures, 1);
+    assert_eq!(
+        redis.header_field(&run_id, "status").await.as_deref(),
+        Some("failed")
+    );
+    assert!(!second.verify(&run_id).await.unwrap().ok);
+}
+
+/// The decision index serves searches; verify checks it against the decisions the chain holds.
+#[tokio::test]
+async fn a_changed_decision_in_the_index_is_reported_by_verify() {
+    let redis = Redis::start().await;
+    let run_id = finished_run(&redis, PLAN_THEN_CODE).await;
+    let key = format!("baton:run:{{{run_id}}}:decisions");
+    let mut con = redis.con();
+    let stored: Vec<u8> = con.hget(&key, "plan#1/0").await.unwrap();
+    let mut decision: Value = serde_json::from_slice(&stored).unwrap();
+    decision["summary"] = json!("keep the parser whole");
+    let _: () = con
+        .hset(&key, "plan#1/0", serde_json::to_vec(&decision).unwrap())
+        .await
+        .unwrap();
+    let verified = redis.coordinator().await.verify(&run_id).await.unwrap();
+    assert!(!verified.ok, "{verified:?}");
+    assert_eq!((verified.step_id.as_str(), verified.visit), ("plan", 1));
+    assert!(
+        verified.problem.contains("decision plan#1/0"),
+        "{}",
+        verified.problem
     );
 }

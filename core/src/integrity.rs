@@ -13,9 +13,9 @@
 //!
 //! JCS writes every number as an IEEE-754 double, formatted as ECMAScript does. An integer of
 //! magnitude beyond 2^53 therefore hashes as its nearest double: `9007199254740993` and
-//! `9007199254740992` have the same canonical hash. The stored JSON keeps the exact number; only
-//! the hash is blind to the difference. A value that must be distinguished exactly at that size
-//! (an id, a counter) should travel as a string.
+//! `9007199254740992` have the same canonical hash of the plain value. The state chain does not
+//! hash plain values: it wraps data in [`ExactNumbers`], which writes such integers as marked
+//! strings, so a changed digit of a 64-bit id changes a step's `result_sha256`.
 //!
 //! # The chain's byte encoding
 //!
@@ -75,6 +75,41 @@ pub fn canonical_sha256_of<T: serde::Serialize>(value: &T) -> String {
         panic!("value has no canonical JSON form: {error}");
     }
     hex::encode(hasher.0.finalize())
+}
+
+/// A JSON value as the state chain hashes it: integers that an IEEE-754 double cannot hold
+/// exactly (beyond 2^53 either way) are written as marked strings (`"\u0000integer:<digits>"`),
+/// so that changing a digit of a 64-bit id changes the hash. Everything else is as it is.
+pub struct ExactNumbers<'a>(pub &'a Value);
+
+impl serde::Serialize for ExactNumbers<'_> {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::{SerializeMap, SerializeSeq};
+        const EXACT: u64 = 1 << 53;
+        match self.0 {
+            Value::Number(n)
+                if n.as_u64().is_some_and(|v| v > EXACT)
+                    || n.as_i64().is_some_and(|v| v.unsigned_abs() > EXACT) =>
+            {
+                serializer.serialize_str(&format!("\u{0}integer:{n}"))
+            }
+            Value::Array(items) => {
+                let mut seq = serializer.serialize_seq(Some(items.len()))?;
+                for item in items {
+                    seq.serialize_element(&ExactNumbers(item))?;
+                }
+                seq.end()
+            }
+            Value::Object(members) => {
+                let mut map = serializer.serialize_map(Some(members.len()))?;
+                for (key, member) in members {
+                    map.serialize_entry(key, &ExactNumbers(member))?;
+                }
+                map.end()
+            }
+            other => other.serialize(serializer),
+        }
+    }
 }
 
 /// The chain's first state, which ties the chain to its run.

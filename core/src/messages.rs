@@ -15,6 +15,9 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
+/// How many messages a run's history may hold: every agent payload carries all of them.
+pub const MAX_HISTORY: usize = 10_000;
+
 /// The id of a removal marker that clears the history before it.
 pub const REMOVE_ALL_MESSAGES: &str = "__remove_all__";
 

@@ -374,8 +374,12 @@ proptest! {
         let mut expected_messages: Vec<(String, String)> = Vec::new();
         let mut expected_decisions = Vec::new();
         let mut last_payload = Value::Null;
+        let mut history_before_last = Vec::new();
         for (i, answer) in answers.iter().enumerate() {
             let step = format!("s{i}");
+            if i == answers.len() - 1 {
+                history_before_last = expected_messages.clone();
+            }
             let messages: Vec<Value> = answer.messages.iter().map(|(id, content)| match id {
                 Some(id) => json!({"id": format!("shared-{id}"), "role": "assistant", "content": content}),
                 None => json!({"role": "assistant", "content": content}),
@@ -415,7 +419,110 @@ proptest! {
         for (i, answer) in answers.iter().enumerate().take(last) {
             prop_assert_eq!(&last_payload["context"][format!("s{i}")], &answer.data);
         }
-        let seen = last_payload["messages"].as_array().unwrap().len();
-        prop_assert!(seen <= expected_messages.len());
+        // ...and the history exactly as it stood before the last agent's own messages.
+        let seen: Vec<(String, String)> = last_payload["messages"].as_array().unwrap().iter()
+            .map(|m| (m["id"].as_str().unwrap().to_owned(), m["content"].as_str().unwrap().to_owned()))
+            .collect();
+        prop_assert_eq!(seen, history_before_last);
     }
+}
+
+/// A parallel step inside another: nothing of the inner one is applied before the outer one
+/// settles, so every branch gets the same history, the merge keeps workflow order, and the
+/// agent after it is handed over by every agent of both.
+#[test]
+fn a_nested_parallel_step_hands_over_all_its_agents_in_workflow_order() {
+    let text = r#"{"id": "nested", "steps": [
+        {"id": "plan", "type": "agent", "agent": "planner", "next": "fan"},
+        {"id": "fan", "type": "parallel", "next": "review", "steps": [
+            {"id": "first", "type": "agent", "agent": "alpha"},
+            {"id": "inner", "type": "parallel", "steps": [
+                {"id": "a", "type": "agent", "agent": "beta"},
+                {"id": "b", "type": "agent", "agent": "gamma"}
+            ]}
+        ]},
+        {"id": "review", "type": "agent", "agent": "reviewer"}
+    ]}"#;
+    let mut run = Driver::start(text, json!("x"));
+    run.now_ms = START_MS;
+    run.answer_with("plan", json!(0), json!({}));
+    let say = |what: &str| {
+        json!({"messages": [{"role": "assistant", "content": what}],
+                                  "decisions": [{"summary": what}]})
+    };
+    run.answer_with("a", json!(1), say("a"));
+    run.answer_with("b", json!(2), say("b"));
+    // The inner parallel step has settled; `first` still runs on the history it started with,
+    // and a replay rebuilds its payload exactly as it was sent.
+    let first = run
+        .queue
+        .iter()
+        .find(|t| t.task.step_id.as_ref() == "first")
+        .unwrap()
+        .clone();
+    assert!(run.run.messages().messages().is_empty());
+    let replayed = run.replayed(text, json!("x"));
+    let rebuilt = replayed
+        .pending_tasks()
+        .into_iter()
+        .find(|t| t.task.step_id.as_ref() == "first")
+        .unwrap();
+    assert_eq!(rebuilt.payload.to_value(), first.payload.to_value());
+
+    run.answer_with("first", json!(3), say("first"));
+    let review = run.queue.front().unwrap().payload.to_value();
+    assert_eq!(
+        review["handoff"]["source_agents"],
+        json!(["alpha", "beta", "gamma"])
+    );
+    assert_eq!(
+        ids(&review["messages"]),
+        ["first#1/0", "a#1/0", "b#1/0"],
+        "workflow order, not the order they answered in"
+    );
+    let summaries: Vec<&str> = review["handoff"]["decisions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["summary"].as_str().unwrap())
+        .collect();
+    assert_eq!(summaries, ["first", "a", "b"]);
+}
+
+#[test]
+fn memory_refs_name_each_kept_message_once() {
+    let mut run = feature_development();
+    run.answer_with(
+        "plan",
+        json!(1),
+        json!({"messages": [
+            {"id": "x", "role": "assistant", "content": "draft"},
+            {"id": "x", "role": "assistant", "content": "final"},
+            {"id": "gone", "role": "assistant", "content": "scratch"},
+            {"type": "remove", "id": "gone"}
+        ]}),
+    );
+    run.decide("approve-plan", Decision::approve());
+    let coder = run.answer_with("code", json!(2), json!({}));
+    assert_eq!(
+        coder.payload.to_value()["handoff"]["memory_refs"],
+        json!(["message:x"])
+    );
+    assert_eq!(ids(&coder.payload.to_value()["messages"]), ["x"]);
+}
+
+#[test]
+fn a_history_past_its_limit_fails_the_step_naming_the_limit() {
+    let mut run = feature_development();
+    let messages: Vec<Value> = (0..=baton_core::messages::MAX_HISTORY)
+        .map(|i| json!({"role": "assistant", "content": i}))
+        .collect();
+    run.answer_with("plan", json!(1), json!({"messages": messages}));
+    let plan = run.run.history().front().unwrap();
+    let error = plan.error.as_deref().unwrap();
+    assert!(
+        error.contains("the history would hold 10001 messages; the limit is 10000"),
+        "{error}"
+    );
+    assert!(run.run.messages().messages().is_empty(), "nothing was kept");
 }

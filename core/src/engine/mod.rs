@@ -181,25 +181,31 @@ pub struct StepRecord {
     pub next: Option<Arc<str>>,
     /// The messages and decisions an agent returned with its data, as it returned them.
     pub notes: Option<Arc<AgentNotes>>,
+    /// When it settled: the time of the event applied (ms since the epoch; 0 when unknown).
+    pub at_ms: i64,
 }
 
 impl StepRecord {
     /// The SHA-256 of the settled visit's outcome in canonical JSON (RFC 8785):
-    /// `{"status", "data", "error", "notes"}`, absent members as `null`. It is what the run's
-    /// state chain records for this visit ([`crate::integrity`]).
+    /// `{"status", "data", "error", "notes", "at_ms"}`, absent members as `null`, large integers
+    /// kept exact ([`crate::integrity::ExactNumbers`]). It is what the run's state chain records
+    /// for this visit ([`crate::integrity`]); the time is in it because decisions and handoffs
+    /// are stamped with it.
     pub fn result_sha256(&self) -> String {
         #[derive(Serialize)]
         struct Outcome<'a> {
             status: StepStatus,
-            data: Option<&'a Value>,
+            data: Option<crate::integrity::ExactNumbers<'a>>,
             error: Option<&'a str>,
             notes: Option<&'a AgentNotes>,
+            at_ms: i64,
         }
         crate::integrity::canonical_sha256_of(&Outcome {
             status: self.status,
-            data: self.data.as_deref(),
+            data: self.data.as_deref().map(crate::integrity::ExactNumbers),
             error: self.error.as_deref(),
             notes: self.notes.as_deref(),
+            at_ms: self.at_ms,
         })
     }
 }
@@ -244,11 +250,11 @@ enum Pending {
     },
 }
 
-/// What one agent step visit handed on: its source record and its messages, ids assigned.
-#[derive(Debug, Clone)]
+/// What a branch handed on: each agent step visit's source record and messages (ids assigned),
+/// one for an agent branch, in branch order for a nested parallel step's agents.
+#[derive(Debug, Clone, Default)]
 struct Handed {
-    source: Arc<Source>,
-    messages: Vec<MessageUpdate>,
+    entries: Vec<(Arc<Source>, Vec<MessageUpdate>)>,
 }
 
 /// The run's message history, with its JSON shared by every payload until it changes.

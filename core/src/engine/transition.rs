@@ -17,7 +17,7 @@ use super::{
 };
 use crate::context::{Context, StepResult};
 use crate::handoff::{AgentNotes, DecisionRecord, Handoff, Source, rfc3339};
-use crate::messages::{add_branch_messages, add_messages, assign_ids};
+use crate::messages::{MAX_HISTORY, MessageUpdate, add_branch_messages, add_messages, assign_ids};
 use crate::payload::{AgentPayload, ErrorInfo};
 use crate::workflow::{Step, StepIndex, StepKind};
 
@@ -137,11 +137,30 @@ impl Builder {
                 visit,
                 agent,
             )
-            .map(Some)
             .map_err(|e| Arc::<str>::from(format!("the agent's messages were refused: {e}")))
+            .and_then(|merged| {
+                // Every later payload carries the history: it may not grow without bound.
+                if merged.len() > MAX_HISTORY {
+                    Err(format!(
+                        "the agent's messages were refused: the history would hold {} messages; the limit is {MAX_HISTORY}",
+                        merged.len()
+                    )
+                    .into())
+                } else {
+                    Ok(Some(merged))
+                }
+            })
         };
         let (source, merged) = match checked {
             Ok(merged) => {
+                // The ids this update leaves in the history, each once: what memory_refs name.
+                let kept: std::collections::HashSet<&str> =
+                    merged.iter().flatten().map(|m| m.id.as_str()).collect();
+                let mut seen = std::collections::HashSet::new();
+                let message_ids: Vec<String> = message_ids
+                    .into_iter()
+                    .filter(|id| kept.contains(id.as_str()) && seen.insert(id.clone()))
+                    .collect();
                 let timestamp = if notes.decisions.is_empty() {
                     Arc::from("")
                 } else {
@@ -195,24 +214,27 @@ impl Builder {
                 self.run.sources = Arc::new(vec![source]);
             }
             Some(parent) => {
-                let StepKind::Parallel { branches } = &workflow.step(parent).kind else {
-                    unreachable!("a branch's parent is a parallel step");
+                let handed = Handed {
+                    entries: vec![(source, notes.messages)],
                 };
-                let slot = branches.iter().position(|&b| b == index);
-                if let (Some(slot), Some(Pending::Parallel { handed, .. })) =
-                    (slot, self.run.pending.get_mut(&parent))
-                {
-                    handed.set(
-                        slot,
-                        Some(Handed {
-                            source,
-                            messages: notes.messages,
-                        }),
-                    );
-                }
+                self.file_handed(parent, index, handed);
             }
         }
         merged.map(|_| ())
+    }
+
+    /// Files what `branch` handed on into its slot of the parallel step `parent`.
+    fn file_handed(&mut self, parent: StepIndex, branch: StepIndex, branch_handed: Handed) {
+        let workflow = self.run.workflow.clone();
+        let StepKind::Parallel { branches } = &workflow.step(parent).kind else {
+            unreachable!("a branch's parent is a parallel step");
+        };
+        let slot = branches.iter().position(|&b| b == branch);
+        if let (Some(slot), Some(Pending::Parallel { handed, .. })) =
+            (slot, self.run.pending.get_mut(&parent))
+        {
+            handed.set(slot, Some(branch_handed));
+        }
     }
 
     /// The transition's time, RFC 3339 (empty when the event carried none).
@@ -224,31 +246,41 @@ impl Builder {
     }
 
     /// A parallel step settled: its agent branches' messages join the history in branch order,
-    /// and those branches hand over together to the next agent step.
-    fn merge_handed(&mut self, handed: &imbl::Vector<Option<Handed>>) {
-        let handed: Vec<&Handed> = handed.iter().flatten().collect();
-        if handed.is_empty() {
+    /// and those branches hand over together to the next agent step. A parallel step nested in
+    /// another passes all of it up instead, so that nothing is applied before the outermost
+    /// parallel step settles (its other branches all started from the same history).
+    fn merge_handed(&mut self, parallel: StepIndex, handed: &imbl::Vector<Option<Handed>>) {
+        let entries: Vec<(Arc<Source>, Vec<MessageUpdate>)> = handed
+            .iter()
+            .flatten()
+            .flat_map(|h| h.entries.iter().cloned())
+            .collect();
+        if entries.is_empty() {
+            return;
+        }
+        if let Some(outer) = self.run.workflow.step(parallel).parent {
+            self.file_handed(outer, parallel, Handed { entries });
             return;
         }
         let mut messages = self.run.messages.messages().to_vec();
         let mut changed = false;
-        for branch in &handed {
-            if branch.messages.is_empty() {
+        for (source, updates) in &entries {
+            if updates.is_empty() {
                 continue;
             }
             messages = add_branch_messages(
                 &messages,
-                branch.messages.clone(),
-                &branch.source.step_id,
-                branch.source.visit,
-                &branch.source.agent,
+                updates.clone(),
+                &source.step_id,
+                source.visit,
+                &source.agent,
             );
             changed = true;
         }
         if changed {
             self.run.messages = MessageHistory::new(messages);
         }
-        self.run.sources = Arc::new(handed.iter().map(|h| h.source.clone()).collect());
+        self.run.sources = Arc::new(entries.into_iter().map(|(source, _)| source).collect());
     }
 
     fn take_approval(&mut self, step_id: &str) -> Result<(StepIndex, u32), EngineError> {
@@ -468,7 +500,7 @@ impl Builder {
         }
         let (parent_visit, outcomes, handed) = (*parent_visit, outcomes.clone(), handed.clone());
         self.run.pending.remove(&parent);
-        self.merge_handed(&handed);
+        self.merge_handed(parent, &handed);
         Some((parent, parent_visit, self.merge(parent_step, &outcomes)))
     }
 
@@ -504,6 +536,7 @@ impl Builder {
             error: settled.as_ref().err().cloned(),
             next: None,
             notes: self.notes.take(),
+            at_ms: self.run.now_ms,
         });
         settled
     }
@@ -602,6 +635,7 @@ impl Builder {
             error: error.clone(),
             next: target.map(|t| workflow.step(t).id.clone()),
             notes: self.notes.take(),
+            at_ms: self.run.now_ms,
         });
         match next {
             Route::Goto(target) => Some((target, None)),
