@@ -113,6 +113,13 @@ fn payloads(c: &mut Criterion) {
         input_digest.clone(),
     );
     parts.insert(input_digest, input);
+    let messages = serde_json::to_vec(payload.messages.as_ref()).unwrap();
+    let messages_digest = hex::encode(sha2::Sha256::digest(&messages));
+    digests.insert(
+        Arc::as_ptr(&payload.messages) as usize,
+        messages_digest.clone(),
+    );
+    parts.insert(messages_digest, messages);
     c.bench_function(
         "payload/manifest of 199 known parts, serialised and hashed",
         |b| {
@@ -137,5 +144,37 @@ fn payloads(c: &mut Criterion) {
     });
 }
 
-criterion_group!(benches, transitions, payloads);
+/// What the state chain costs per settled step: the outcome's canonical hash, then the link.
+fn integrity(c: &mut Criterion) {
+    let workflow = chain(10);
+    let (run, action) = run_until_last(&workflow, &json!({"ok": true, "i": 1}));
+    let Action::Dispatch(task) = action else {
+        unreachable!()
+    };
+    let settled = run
+        .apply_at(
+            Event::AgentSucceeded {
+                task: task.task,
+                data: json!({"ok": true, "i": 1}),
+                notes: Default::default(),
+            },
+            1_795_428_000_000,
+        )
+        .unwrap()
+        .run;
+    let record = settled.history().last().unwrap().clone();
+    c.bench_function("integrity/hash a small outcome and link it", |b| {
+        b.iter(|| {
+            let result = black_box(&record).result_sha256();
+            black_box(baton_core::integrity::ChainLink::after(
+                "0".repeat(64).as_str(),
+                &record.step_id,
+                record.visit,
+                result,
+            ))
+        })
+    });
+}
+
+criterion_group!(benches, transitions, payloads, integrity);
 criterion_main!(benches);
