@@ -177,10 +177,40 @@ async fn submit_prints_a_run_id_then_approve_watch_list_and_get() {
     let (cluster, records) = spec_cluster(&["worker-1", "worker-2"]).await;
     let workflow = feature_workflow();
     let workflow = workflow.to_str().unwrap();
-    let stdout = ok(&cluster, &["submit", workflow, "--input", spec::INPUT]);
+    let submit = [
+        "submit",
+        workflow,
+        "--input",
+        spec::INPUT,
+        "--idempotency-key",
+        "e2e-1",
+    ];
+    let stdout = ok(&cluster, &submit);
     let run_id = stdout.trim().to_owned();
     assert_eq!(stdout, format!("{run_id}\n"), "one line, the run id");
     assert_eq!(run_id.len(), 36, "a UUID: {run_id}");
+    // A retry with the same key gets the same run; the key with another input is refused.
+    assert_eq!(ok(&cluster, &submit), stdout);
+    let reused = output(
+        &mut cli(
+            &cluster,
+            &[
+                "submit",
+                workflow,
+                "--input",
+                "other",
+                "--idempotency-key",
+                "e2e-1",
+            ],
+        ),
+        None,
+    );
+    assert!(!reused.status.success());
+    let stderr = text(&reused.stderr);
+    assert!(
+        stderr.contains(&run_id) && stderr.contains("AlreadyExists"),
+        "{stderr}"
+    );
 
     let mut client = cluster.client().await;
     until(&mut client, &run_id, "the approval", waits_for_approval).await;
@@ -210,6 +240,11 @@ async fn submit_prints_a_run_id_then_approve_watch_list_and_get() {
     );
 
     let listed = ok(&cluster, &["runs", "list"]);
+    assert_eq!(
+        listed.lines().count(),
+        1,
+        "the retry started nothing: {listed}"
+    );
     let line = listed
         .lines()
         .find(|line| line.starts_with(&run_id))

@@ -238,6 +238,7 @@ async fn dev_and_cluster_agree_on_the_context_and_both_chains_hold() {
         .submit_run(SubmitRunRequest {
             workflow,
             input: Some(Json::new(serde_json::to_vec(&json!(spec::INPUT)).unwrap())),
+            idempotency_key: String::new(),
         })
         .await
         .unwrap()

@@ -38,6 +38,7 @@ async fn submit(
         .submit_run(SubmitRunRequest {
             workflow,
             input: input(value),
+            idempotency_key: String::new(),
         })
         .await
         .expect("SubmitRun")
@@ -396,7 +397,11 @@ async fn bad_input_is_refused_with_a_clear_error_and_nothing_is_stored() {
         {"id": "after", "type": "agent", "agent": "nobody-serves-this"}
     ]}"#
     .to_vec();
-    let submit = |workflow: Vec<u8>, input: Option<Json>| SubmitRunRequest { workflow, input };
+    let submit = |workflow: Vec<u8>, input: Option<Json>| SubmitRunRequest {
+        workflow,
+        input,
+        idempotency_key: String::new(),
+    };
 
     // Malformed JSON.
     assert_refused(

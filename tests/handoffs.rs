@@ -26,6 +26,7 @@ async fn run_feature_development(client: &mut RunServiceClient<Channel>) -> (Str
         .submit_run(SubmitRunRequest {
             workflow: feature_workflow(),
             input: Some(Json::new(serde_json::to_vec(&json!(spec::INPUT)).unwrap())),
+            idempotency_key: String::new(),
         })
         .await
         .expect("SubmitRun")

@@ -56,6 +56,9 @@ pub struct SubmitArgs {
     /// Wait for the end and print the final run record as JSON.
     #[arg(long)]
     json: bool,
+    /// Submitting again with the same key (a retry) gets the same run, not a second one.
+    #[arg(long)]
+    idempotency_key: Option<String>,
     #[command(flatten)]
     target: Target,
 }
@@ -69,6 +72,7 @@ pub async fn submit(args: SubmitArgs) -> anyhow::Result<ExitCode> {
         .submit_run(SubmitRunRequest {
             workflow,
             input: Some(Json::new(serde_json::to_vec(&input)?)),
+            idempotency_key: args.idempotency_key.clone().unwrap_or_default(),
         })
         .await
         .map_err(failed)?

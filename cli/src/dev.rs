@@ -129,6 +129,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         .submit_run(SubmitRunRequest {
             workflow,
             input: Some(Json::new(serde_json::to_vec(&input)?)),
+            idempotency_key: String::new(),
         })
         .await
         .map_err(|status| anyhow::anyhow!("{}", status.message()))?

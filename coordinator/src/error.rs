@@ -39,6 +39,10 @@ pub enum Error {
     Protocol { worker: u32, coordinator: u32 },
     #[error("run {run_id}: stored state is corrupt: {reason}")]
     Corrupt { run_id: String, reason: String },
+    #[error(
+        "idempotency key {key:?} belongs to run {run_id}, submitted with another workflow or input; use a new key for a new run"
+    )]
+    IdempotencyConflict { key: String, run_id: String },
     #[error("cannot embed the text: {0}")]
     Embedding(String),
     #[error(transparent)]
@@ -59,7 +63,7 @@ impl From<Error> for Status {
             | Error::RunFinished { .. }
             | Error::Protocol { .. } => Code::FailedPrecondition,
             Error::TaskNotHeld { .. } => Code::PermissionDenied,
-            Error::DuplicateWorker(_) => Code::AlreadyExists,
+            Error::DuplicateWorker(_) | Error::IdempotencyConflict { .. } => Code::AlreadyExists,
             Error::Store(store::Error::NotFound(_)) => Code::NotFound,
             Error::Store(store::Error::Conflict { .. }) => Code::Aborted,
             Error::Store(store::Error::AlreadyExists(_)) => Code::AlreadyExists,

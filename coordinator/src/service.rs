@@ -31,7 +31,7 @@ use crate::model::{
 };
 use crate::parts::PartEncoder;
 use crate::record;
-use crate::store::{self, RunHeader, Store, StoredRun, TransitionWrite};
+use crate::store::{self, Claim, RunHeader, Store, StoredRun, TransitionWrite};
 
 /// Sizes clients and workers control, and their ceilings.
 #[derive(Debug, Clone)]
@@ -57,6 +57,8 @@ pub struct Config {
     pub max_query_decisions: usize,
     /// How long a decision query's text may be, in bytes.
     pub max_query_bytes: usize,
+    /// How long a SubmitRun idempotency key may be, in bytes.
+    pub max_idempotency_key_bytes: usize,
     /// How many runs a workflow-wide decision query reads, newest first.
     pub max_query_runs: usize,
     pub limits: Limits,
@@ -77,9 +79,30 @@ impl Default for Config {
             max_query_decisions: 10_000,
             max_query_bytes: 8 << 10,
             max_query_runs: 1_000,
+            max_idempotency_key_bytes: 256,
             limits: Limits::default(),
         }
     }
+}
+
+/// How long an idempotency key names its run: a client retrying within a day gets the same run.
+pub const IDEMPOTENCY_TTL_S: u64 = 24 * 60 * 60;
+
+/// The run a submission started, or found under its idempotency key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Submitted {
+    pub run_id: String,
+    /// The key already named this run: nothing new was started.
+    pub existing: bool,
+}
+
+/// What makes two submissions the same request: the workflow text and the input bytes.
+fn workflow_bytes_digest_input(workflow: &str, input: &[u8]) -> String {
+    let mut bytes = Vec::with_capacity(workflow.len() + input.len() + 1);
+    bytes.extend_from_slice(workflow.as_bytes());
+    bytes.push(0);
+    bytes.extend_from_slice(input);
+    baton_proto::sha256_hex(&bytes)
 }
 
 /// A handle on the coordinator; cheap to clone.
@@ -193,7 +216,29 @@ impl<S: Store> Coordinator<S> {
 
     /// Validates the workflow and input, stores the new run and starts it. Returns its id.
     pub async fn submit(&self, workflow: &[u8], input: &Json) -> Result<String, Error> {
+        Ok(self.submit_once(workflow, input, None).await?.run_id)
+    }
+
+    /// [`Coordinator::submit`] with an idempotency key: the first submission with a key starts
+    /// a run, and the same request with the same key (a client's retry, within a day) gets
+    /// that run back instead of a second one. The same key with another workflow or input is
+    /// refused, naming the run it belongs to.
+    pub async fn submit_once(
+        &self,
+        workflow: &[u8],
+        input: &Json,
+        idempotency_key: Option<&str>,
+    ) -> Result<Submitted, Error> {
         let config = &self.inner.config;
+        if let Some(key) = idempotency_key
+            && (key.is_empty() || key.len() > config.max_idempotency_key_bytes)
+        {
+            return Err(Error::InvalidInput(format!(
+                "idempotency_key: {} bytes; it must have 1 to {}",
+                key.len(),
+                config.max_idempotency_key_bytes
+            )));
+        }
         if workflow.len() > config.max_workflow_bytes {
             return Err(Error::TooLarge {
                 what: "the workflow",
@@ -220,7 +265,38 @@ impl<S: Store> Coordinator<S> {
         let parsed = baton_core::parse_workflow_with(text, &config.limits)
             .map_err(|e| Error::InvalidWorkflow(e.diagnostics))?;
         let workflow = Arc::new(parsed.workflow);
-        let run_id = uuid::Uuid::now_v7().to_string();
+        let mut run_id = uuid::Uuid::now_v7().to_string();
+        if let Some(key) = idempotency_key {
+            let request = workflow_bytes_digest_input(text, input_bytes);
+            match self
+                .inner
+                .store
+                .claim_idempotency_key(key, &run_id, &request, IDEMPOTENCY_TTL_S)
+                .await?
+            {
+                Claim::Claimed => {}
+                Claim::Held {
+                    run_id: held,
+                    request_sha256,
+                } if request_sha256 != request => {
+                    return Err(Error::IdempotencyConflict {
+                        key: key.to_owned(),
+                        run_id: held,
+                    });
+                }
+                Claim::Held { run_id: held, .. } => {
+                    if self.inner.store.load_run(&held).await?.is_some() {
+                        return Ok(Submitted {
+                            run_id: held,
+                            existing: true,
+                        });
+                    }
+                    // Claimed, but its run was never created (the submitter died in between,
+                    // or is creating it now): create it under the id the key names.
+                    run_id = held;
+                }
+            }
+        }
         let now = now_ms();
         let chain_start = genesis(&run_id, text, &input_value);
         let header = RunHeader {
@@ -243,10 +319,22 @@ impl<S: Store> Coordinator<S> {
             parts: PartEncoder::default(),
         };
         let planned = plan(&loaded, None, None, &transition, 0, now, None);
-        self.inner
+        match self
+            .inner
             .store
             .create_run(header, planned.write.clone())
-            .await?;
+            .await
+        {
+            Ok(()) => {}
+            // Another submission with the same idempotency key created it first.
+            Err(store::Error::AlreadyExists(_)) if idempotency_key.is_some() => {
+                return Ok(Submitted {
+                    run_id,
+                    existing: true,
+                });
+            }
+            Err(error) => return Err(error.into()),
+        }
         loaded.adopt(transition.run.clone(), 1, planned);
         let slot = Arc::new(AsyncMutex::new(None));
         let mut guard = slot.lock().await;
@@ -263,7 +351,10 @@ impl<S: Store> Coordinator<S> {
             self.evict(&run_id);
         }
         self.assigned(assignments).await;
-        Ok(run_id)
+        Ok(Submitted {
+            run_id,
+            existing: false,
+        })
     }
 
     /// A person decided an approval step.

@@ -520,6 +520,18 @@ impl Store for FlakyStore {
     ) -> Result<Vec<String>, baton_coordinator::store::Error> {
         self.inner.runs_of_workflow(workflow_id, limit).await
     }
+
+    async fn claim_idempotency_key(
+        &self,
+        key: &str,
+        run_id: &str,
+        request_sha256: &str,
+        ttl_s: u64,
+    ) -> Result<baton_coordinator::store::Claim, baton_coordinator::store::Error> {
+        self.inner
+            .claim_idempotency_key(key, run_id, request_sha256, ttl_s)
+            .await
+    }
 }
 
 #[tokio::test]
@@ -633,5 +645,115 @@ async fn data_nested_deeper_than_agents_can_parse_is_refused_by_name() {
         step.error.contains("the result nests 101 levels deep"),
         "{}",
         step.error
+    );
+}
+
+/// A client that retries SubmitRun with its idempotency key gets its first run back.
+#[tokio::test]
+async fn the_same_idempotency_key_and_request_give_the_same_run() {
+    let coordinator = Coordinator::new(MemoryStore::new(), Config::default());
+    let mut worker = FakeWorker::connect(&coordinator, "w1", &["planner"]).await;
+    let first = coordinator
+        .submit_once(
+            FEATURE.as_bytes(),
+            &input(json!("toggle")),
+            Some("order-42"),
+        )
+        .await
+        .unwrap();
+    assert!(!first.existing);
+    let again = coordinator
+        .submit_once(
+            FEATURE.as_bytes(),
+            &input(json!("toggle")),
+            Some("order-42"),
+        )
+        .await
+        .unwrap();
+    assert_eq!(again.run_id, first.run_id);
+    assert!(again.existing);
+    assert_eq!(coordinator.list(10).await.unwrap().len(), 1, "one run");
+    worker.next_task();
+    assert!(
+        worker.stream.try_recv().is_err(),
+        "the planner was dispatched once"
+    );
+
+    // Without a key, or with another one, a new run starts.
+    let other = coordinator
+        .submit_once(
+            FEATURE.as_bytes(),
+            &input(json!("toggle")),
+            Some("order-43"),
+        )
+        .await
+        .unwrap();
+    assert_ne!(other.run_id, first.run_id);
+    assert_eq!(coordinator.list(10).await.unwrap().len(), 2);
+}
+
+#[tokio::test]
+async fn an_idempotency_key_reused_for_another_request_is_refused_naming_its_run() {
+    let coordinator = Coordinator::new(MemoryStore::new(), Config::default());
+    let first = coordinator
+        .submit_once(FEATURE.as_bytes(), &input(json!("toggle")), Some("k"))
+        .await
+        .unwrap();
+    let error = coordinator
+        .submit_once(FEATURE.as_bytes(), &input(json!("another")), Some("k"))
+        .await
+        .unwrap_err();
+    let status = tonic::Status::from(error);
+    assert_eq!(status.code(), tonic::Code::AlreadyExists);
+    assert!(
+        status.message().contains(&first.run_id) && status.message().contains("\"k\""),
+        "{}",
+        status.message()
+    );
+    assert_eq!(
+        coordinator.list(10).await.unwrap().len(),
+        1,
+        "nothing started"
+    );
+
+    let too_long = "x".repeat(257);
+    let status = tonic::Status::from(
+        coordinator
+            .submit_once(FEATURE.as_bytes(), &input(json!("toggle")), Some(&too_long))
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(status.code(), tonic::Code::InvalidArgument);
+    assert!(
+        status.message().contains("idempotency_key"),
+        "{}",
+        status.message()
+    );
+}
+
+/// A submitter that died between claiming the key and creating the run: the retry creates the
+/// run under the id the key names.
+#[tokio::test]
+async fn a_claimed_key_whose_run_was_never_created_gets_its_run_on_retry() {
+    let store = Arc::new(MemoryStore::new());
+    let coordinator = Coordinator::new(store.clone(), Config::default());
+    // The claim the dead submitter made, with the digest of the very same request.
+    let mut request = FEATURE.as_bytes().to_vec();
+    request.push(0);
+    request.extend_from_slice(&serde_json::to_vec(&json!("toggle")).unwrap());
+    let digest = baton_proto::sha256_hex(&request);
+    store
+        .claim_idempotency_key("k", "01900000-0000-7000-8000-00000000000a", &digest, 60)
+        .await
+        .unwrap();
+    let submitted = coordinator
+        .submit_once(FEATURE.as_bytes(), &input(json!("toggle")), Some("k"))
+        .await
+        .unwrap();
+    assert_eq!(submitted.run_id, "01900000-0000-7000-8000-00000000000a");
+    assert!(!submitted.existing, "this submission started it");
+    assert_eq!(
+        coordinator.record(&submitted.run_id).await.unwrap().status,
+        "running"
     );
 }

@@ -12,7 +12,9 @@ use std::sync::Arc;
 
 use baton_coordinator::store::memory::MemoryStore;
 use baton_coordinator::store::redis::RedisStore;
-use baton_coordinator::store::{Error, RunHeader, RunSummary, Store, StoredRun, TransitionWrite};
+use baton_coordinator::store::{
+    Claim, Error, RunHeader, RunSummary, Store, StoredRun, TransitionWrite,
+};
 use redis_server::RedisServer;
 
 /// Runs each case against both stores.
@@ -58,6 +60,7 @@ conformance! {
     concurrent_appliers_one_wins,
     chain_links_append_and_decisions_keep_their_first_write,
     runs_of_workflow_newest_first_and_limited,
+    idempotency_keys_are_claimed_once_until_they_expire,
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1109,5 +1112,54 @@ async fn runs_of_workflow_newest_first_and_limited<S: Store>(store: Arc<S>) {
             .await
             .unwrap()
             .is_empty()
+    );
+}
+
+async fn idempotency_keys_are_claimed_once_until_they_expire<S: Store>(store: Arc<S>) {
+    assert_eq!(
+        store
+            .claim_idempotency_key("order 42", "run-a", "digest-a", 60)
+            .await
+            .unwrap(),
+        Claim::Claimed
+    );
+    let held = Claim::Held {
+        run_id: "run-a".to_owned(),
+        request_sha256: "digest-a".to_owned(),
+    };
+    // A second claim, with another run id and digest, changes nothing.
+    assert_eq!(
+        store
+            .claim_idempotency_key("order 42", "run-b", "digest-b", 60)
+            .await
+            .unwrap(),
+        held
+    );
+    assert_eq!(
+        store
+            .claim_idempotency_key("order 42", "run-c", "digest-c", 60)
+            .await
+            .unwrap(),
+        held
+    );
+    assert_eq!(
+        store
+            .claim_idempotency_key("order 43", "run-b", "digest-b", 60)
+            .await
+            .unwrap(),
+        Claim::Claimed
+    );
+    // Once it expires, the key is free again.
+    store
+        .claim_idempotency_key("short", "run-d", "digest-d", 1)
+        .await
+        .unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(1_200)).await;
+    assert_eq!(
+        store
+            .claim_idempotency_key("short", "run-e", "digest-e", 1)
+            .await
+            .unwrap(),
+        Claim::Claimed
     );
 }

@@ -70,6 +70,7 @@ async fn one_run(
         .submit_run(SubmitRunRequest {
             workflow: workflow.as_bytes().to_vec(),
             input: Some(Json::new(serde_json::to_vec(input)?)),
+            idempotency_key: String::new(),
         })
         .await?
         .into_inner()

@@ -40,8 +40,15 @@ impl<S: Store> RunService for Runs<S> {
         let input = request
             .input
             .ok_or_else(|| Status::invalid_argument("input: a run needs an input (JSON)"))?;
-        let run_id = self.coordinator.submit(&request.workflow, &input).await?;
-        Ok(Response::new(SubmitRunResponse { run_id }))
+        let key = (!request.idempotency_key.is_empty()).then_some(request.idempotency_key.as_str());
+        let submitted = self
+            .coordinator
+            .submit_once(&request.workflow, &input, key)
+            .await?;
+        Ok(Response::new(SubmitRunResponse {
+            run_id: submitted.run_id,
+            existing: submitted.existing,
+        }))
     }
 
     async fn get_run(

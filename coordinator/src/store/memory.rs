@@ -3,13 +3,15 @@
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 
-use super::{Error, RunHeader, RunSummary, Store, StoredRun, TransitionWrite};
+use super::{Claim, Error, RunHeader, RunSummary, Store, StoredRun, TransitionWrite};
 
 /// Runs in a map behind one lock. Every call holds the lock for its whole write, which is what
 /// makes a transition atomic here.
 #[derive(Debug, Default)]
 pub struct MemoryStore {
     runs: Mutex<BTreeMap<String, Entry>>,
+    /// Idempotency key -> (run id, request digest, expiry).
+    keys: Mutex<BTreeMap<String, (String, String, std::time::Instant)>>,
 }
 
 #[derive(Debug)]
@@ -169,6 +171,34 @@ impl Store for MemoryStore {
             .get(run_id)
             .map(|entry| entry.decisions.clone())
             .unwrap_or_default())
+    }
+
+    async fn claim_idempotency_key(
+        &self,
+        key: &str,
+        run_id: &str,
+        request_sha256: &str,
+        ttl_s: u64,
+    ) -> Result<Claim, Error> {
+        let mut keys = self.keys.lock().expect("keys lock");
+        let now = std::time::Instant::now();
+        if let Some((held, digest, expires)) = keys.get(key)
+            && *expires > now
+        {
+            return Ok(Claim::Held {
+                run_id: held.clone(),
+                request_sha256: digest.clone(),
+            });
+        }
+        keys.insert(
+            key.to_owned(),
+            (
+                run_id.to_owned(),
+                request_sha256.to_owned(),
+                now + std::time::Duration::from_secs(ttl_s),
+            ),
+        );
+        Ok(Claim::Claimed)
     }
 
     async fn runs_of_workflow(

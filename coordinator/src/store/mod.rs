@@ -107,6 +107,18 @@ pub struct RunSummary {
     pub updated_ms: i64,
 }
 
+/// Who holds an idempotency key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Claim {
+    /// The key was free and now names the run id given.
+    Claimed,
+    /// The key already names a run, submitted with a request of this digest.
+    Held {
+        run_id: String,
+        request_sha256: String,
+    },
+}
+
 /// Persistent run state.
 ///
 /// Contract, for every implementation:
@@ -121,6 +133,8 @@ pub struct RunSummary {
 ///   dropped) and reports whether it did; it does not change the version.
 /// - `list_runs` is newest first; `active_runs` lists runs whose status is `running`.
 /// - Chain links are appended, never rewritten; `load_run` returns them in order.
+/// - `claim_idempotency_key` atomically sets the key to `(run_id, request_sha256)` for `ttl_s`
+///   seconds if it is free, and otherwise returns what it holds (never changing it).
 /// - `decisions` returns every decision of a run by key (empty for an unknown run);
 ///   `runs_of_workflow` the ids of the newest `limit` runs created with that workflow id.
 pub trait Store: Send + Sync + 'static {
@@ -166,6 +180,14 @@ pub trait Store: Send + Sync + 'static {
         workflow_id: &str,
         limit: usize,
     ) -> impl Future<Output = Result<Vec<String>, Error>> + Send;
+
+    fn claim_idempotency_key(
+        &self,
+        key: &str,
+        run_id: &str,
+        request_sha256: &str,
+        ttl_s: u64,
+    ) -> impl Future<Output = Result<Claim, Error>> + Send;
 }
 
 /// A shared store is a store: two coordinators (or a coordinator and a test) can use one.
@@ -227,5 +249,15 @@ impl<S: Store> Store for std::sync::Arc<S> {
         limit: usize,
     ) -> impl Future<Output = Result<Vec<String>, Error>> + Send {
         S::runs_of_workflow(self, workflow_id, limit)
+    }
+
+    fn claim_idempotency_key(
+        &self,
+        key: &str,
+        run_id: &str,
+        request_sha256: &str,
+        ttl_s: u64,
+    ) -> impl Future<Output = Result<Claim, Error>> + Send {
+        S::claim_idempotency_key(self, key, run_id, request_sha256, ttl_s)
     }
 }

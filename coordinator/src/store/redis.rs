@@ -50,7 +50,9 @@
 //! - `P:runs`, a sorted set (score `created_ms`, member run id), for `list_runs`;
 //! - `P:runs:active`, a set of run ids whose status is `running`, for `active_runs`;
 //! - `P:workflow:<workflow id>:runs`, a sorted set like `P:runs` per workflow id, for
-//!   `runs_of_workflow` (decision queries over all runs of a workflow).
+//!   `runs_of_workflow` (decision queries over all runs of a workflow);
+//! - `P:idempotency:<key>`, a string `<run id> <request sha256>` that expires, for SubmitRun's
+//!   idempotency keys (`SET NX EX`: the first submitter claims it).
 //!
 //! They live on other slots than the runs in a Cluster, so the run scripts cannot touch them;
 //! they are updated with separate commands after a script succeeded. They are an index, not the
@@ -65,7 +67,7 @@ use std::sync::LazyLock;
 use ::redis::aio::ConnectionManager;
 use ::redis::{AsyncCommands, Client, ErrorKind, RedisError, Script, ScriptInvocation, Value};
 
-use super::{Error, RunHeader, RunSummary, Store, StoredRun, TransitionWrite};
+use super::{Claim, Error, RunHeader, RunSummary, Store, StoredRun, TransitionWrite};
 
 /// The key prefix of [`RedisStore::connect`].
 pub const DEFAULT_PREFIX: &str = "baton";
@@ -663,6 +665,46 @@ impl Store for RedisStore {
             .await
             .map_err(|err| script_error(err, run_id, 0))?;
         fields(run_id, "decisions", reply)
+    }
+
+    async fn claim_idempotency_key(
+        &self,
+        key: &str,
+        run_id: &str,
+        request_sha256: &str,
+        ttl_s: u64,
+    ) -> Result<Claim, Error> {
+        let mut con = self.con.clone();
+        let redis_key = format!("{}:idempotency:{key}", self.prefix);
+        let value = format!("{run_id} {request_sha256}");
+        // SET NX, else GET; a key that expires between the two is claimed on the next try.
+        for _ in 0..3 {
+            let set: Option<String> = ::redis::cmd("SET")
+                .arg(&redis_key)
+                .arg(&value)
+                .arg("NX")
+                .arg("EX")
+                .arg(ttl_s.max(1))
+                .query_async(&mut con)
+                .await
+                .map_err(unavailable)?;
+            if set.is_some() {
+                return Ok(Claim::Claimed);
+            }
+            let held: Option<String> = con.get(&redis_key).await.map_err(unavailable)?;
+            if let Some(held) = held {
+                let (run_id, request_sha256) = held.split_once(' ').ok_or_else(|| {
+                    Error::Corrupt(format!("idempotency key {key:?} holds {held:?}"))
+                })?;
+                return Ok(Claim::Held {
+                    run_id: run_id.to_owned(),
+                    request_sha256: request_sha256.to_owned(),
+                });
+            }
+        }
+        Err(Error::Unavailable(format!(
+            "idempotency key {key:?} kept expiring while it was claimed"
+        )))
     }
 
     async fn runs_of_workflow(
