@@ -318,10 +318,20 @@ impl Hub {
             queue.retain(|task| !(task.run_id == run_id && task.task_key == task_key));
         }
         let key = (run_id.to_owned(), task_key.to_owned());
-        let holder = state
-            .workers
-            .iter_mut()
-            .find_map(|(id, worker)| worker.holding.remove(&key).map(|_| id.clone()));
+        let holder = state.workers.iter_mut().find_map(|(id, worker)| {
+            let task = worker.holding.remove(&key)?;
+            // Its agent is stopped at once rather than left to finish for nothing. A closed
+            // stream needs no message: the worker is gone or going.
+            let _ = worker.stream.send(CoordinatorMessage {
+                message: Some(coordinator_message::Message::Cancel(
+                    baton_proto::v1::CancelTask {
+                        task_id: task.message.task_id.clone(),
+                        reason: "its run no longer needs it".into(),
+                    },
+                )),
+            });
+            Some(id.clone())
+        });
         match holder {
             Some(holder) => state.fill(&holder),
             None => Vec::new(),

@@ -408,6 +408,13 @@ async fn cancelling_frees_the_slot_for_a_task_of_another_run() {
         .cancel(&first, "no longer needed")
         .await
         .unwrap();
+    // The worker is told to stop the cancelled run's task, then gets the waiting one.
+    match stream.try_recv().unwrap().message {
+        Some(coordinator_message::Message::Cancel(cancel)) => {
+            assert_eq!(cancel.task_id, first_task.task_id)
+        }
+        other => panic!("expected a CancelTask, got {other:?}"),
+    }
     let next = match stream.try_recv().unwrap().message {
         Some(coordinator_message::Message::Task(task)) => task,
         other => panic!("{other:?}"),

@@ -103,6 +103,8 @@ pub struct Worker {
     current: std::sync::Mutex<Option<mpsc::Sender<WorkerMessage>>>,
     /// A connection for agents' queries (decisions), made once the worker runs.
     channel: std::sync::OnceLock<tonic::transport::Channel>,
+    /// The tasks running now, by task id, so that a cancel can stop one.
+    running: std::sync::Mutex<std::collections::HashMap<String, tokio::task::AbortHandle>>,
 }
 
 pub struct WorkerBuilder {
@@ -248,11 +250,34 @@ impl Worker {
                     };
                     let permit = slots.clone().acquire_owned().await.expect("never closed");
                     let worker = self.clone();
-                    tokio::spawn(async move {
+                    let task_id = task.task_id.clone();
+                    // Registered before it can finish, so that its own removal comes after.
+                    let mut running = self.running.lock().expect("running lock");
+                    let handle = tokio::spawn(async move {
+                        let task_id = task.task_id.clone();
                         let result = worker.execute(task, payload).await;
+                        worker
+                            .running
+                            .lock()
+                            .expect("running lock")
+                            .remove(&task_id);
                         worker.answer(result).await;
                         drop(permit);
                     });
+                    running.insert(task_id, handle.abort_handle());
+                }
+                Some(coordinator_message::Message::Cancel(cancel)) => {
+                    // Dropping the task drops its agent: a handler's future, a command's process
+                    // (killed on drop), and the slot it held.
+                    let handle = self
+                        .running
+                        .lock()
+                        .expect("running lock")
+                        .remove(&cancel.task_id);
+                    if let Some(handle) = handle {
+                        handle.abort();
+                        tracing::info!(task_id = %cancel.task_id, reason = %cancel.reason, "task cancelled; agent stopped");
+                    }
                 }
                 Some(coordinator_message::Message::ResetPartCache(_)) => {
                     cache = PartCache::new(self.part_cache_bytes);
@@ -321,6 +346,8 @@ impl Worker {
         // The handler runs as its own task, so that a panic fails the step instead of leaving
         // it unanswered, and a step's timeout_ms stops it.
         let mut running = tokio::spawn(handler(task.clone()));
+        // If this task is cancelled (dropped), the handler stops with it.
+        let _stop_handler = AbortOnDrop(running.abort_handle());
         let joined = if task.timeout_ms > 0 {
             match tokio::time::timeout(Duration::from_millis(task.timeout_ms), &mut running).await {
                 Ok(joined) => joined,
@@ -411,6 +438,7 @@ impl WorkerBuilder {
             observer: self.observer,
             current: std::sync::Mutex::new(None),
             channel: std::sync::OnceLock::new(),
+            running: Default::default(),
         }
     }
 }

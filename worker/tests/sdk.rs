@@ -251,3 +251,109 @@ async fn handlers_hand_on_messages_and_decisions_and_can_query_them_mid_step() {
     // Plain data stays plain: the planner's data is only its data.
     assert_eq!(context["plan"], json!({"files": ["src/theme.ts"]}));
 }
+
+/// Waits (bounded) until `ready` holds.
+async fn eventually(what: &str, ready: impl Fn() -> bool) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while !ready() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{what} never happened"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Cancelling a run stops the handler running its task at once (its future is dropped) and
+/// frees the worker's slot for the next task.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelling_a_run_stops_its_running_handler_and_frees_the_slot() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    struct SetOnDrop(Arc<AtomicBool>);
+    impl Drop for SetOnDrop {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::SeqCst);
+        }
+    }
+    let (coordinator, url) = coordinator().await;
+    let (started, stopped) = (
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicBool::new(false)),
+    );
+    let worker = Worker::builder()
+        .coordinator(url)
+        .concurrency(1)
+        .agent("hang", {
+            let (started, stopped) = (started.clone(), stopped.clone());
+            move |_task| {
+                let (started, stopped) = (started.clone(), stopped.clone());
+                async move {
+                    let _guard = SetOnDrop(stopped);
+                    started.store(true, Ordering::SeqCst);
+                    tokio::time::sleep(Duration::from_secs(3_600)).await;
+                    Ok(json!(null))
+                }
+            }
+        })
+        .agent("quick", |_task| async move { Ok(json!("done")) })
+        .build();
+    tokio::spawn(worker.run(std::future::pending()));
+    let workflow = json!({"steps": [{"id": "h", "type": "agent", "agent": "hang"}]}).to_string();
+    let run_id = coordinator
+        .submit(workflow.as_bytes(), &Json::new(b"\"x\"".to_vec()))
+        .await
+        .unwrap();
+    eventually("the handler starting", || started.load(Ordering::SeqCst)).await;
+    assert!(!stopped.load(Ordering::SeqCst));
+    let record = coordinator.cancel(&run_id, "not needed").await.unwrap();
+    assert_eq!(record.status, "cancelled");
+    eventually("the handler stopping", || stopped.load(Ordering::SeqCst)).await;
+    // The only slot is free again: the next task runs.
+    let record = run_one_step(
+        &coordinator,
+        json!({"id": "q", "type": "agent", "agent": "quick"}),
+    )
+    .await;
+    assert_eq!(record.status, "succeeded");
+}
+
+/// A command agent's process is killed when its run is cancelled.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelling_a_run_kills_its_command_agents_process() {
+    let (coordinator, url) = coordinator().await;
+    let dir = tempfile::tempdir().unwrap();
+    let pid_file = dir.path().join("pid");
+    let agents = baton_worker::agents::AgentsFile::parse(
+        &format!(
+            "[agents.slow]\nkind = \"command\"\ncommand = [\"sh\", \"-c\", \"echo $$ > {}; exec sleep 3600\"]\n",
+            pid_file.display()
+        ),
+        dir.path(),
+    )
+    .unwrap();
+    let worker =
+        baton_worker::agents_into(Worker::builder().coordinator(url.clone()), agents, &url).build();
+    tokio::spawn(worker.run(std::future::pending()));
+    let workflow = json!({"steps": [{"id": "s", "type": "agent", "agent": "slow"}]}).to_string();
+    let run_id = coordinator
+        .submit(workflow.as_bytes(), &Json::new(b"\"x\"".to_vec()))
+        .await
+        .unwrap();
+    eventually("the agent writing its pid", || {
+        std::fs::read_to_string(&pid_file).is_ok_and(|pid| pid.ends_with('\n'))
+    })
+    .await;
+    let pid = std::fs::read_to_string(&pid_file)
+        .unwrap()
+        .trim()
+        .to_owned();
+    let alive = || {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            // A killed child not yet reaped is a zombie ("Z"): it no longer runs.
+            .is_ok_and(|stat| stat.split_whitespace().nth(2) != Some("Z"))
+    };
+    assert!(alive(), "the agent runs");
+    coordinator.cancel(&run_id, "not needed").await.unwrap();
+    eventually("the agent's process ending", || !alive()).await;
+}
