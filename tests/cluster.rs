@@ -865,3 +865,45 @@ async fn a_run_survives_a_coordinator_restart() {
     }
     assert_eq!(received.len(), 5, "no agent ran twice: {received:#?}");
 }
+
+/// SIGTERM on a worker (what Kubernetes sends a pod it stops): it takes no new task, finishes
+/// the one it runs, answers it, and exits 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_lets_a_worker_finish_its_task_before_it_exits() {
+    let mut cluster = Cluster::start().await;
+    let records = Records::new(cluster.dir().join("records"));
+    let agents = records.agents_file("leaving", &[("slow", vec!["slow-agent.sh", "1"])]);
+    cluster.start_worker("leaving", &agents, 2);
+    cluster.wait_for_workers(&["leaving"]).await;
+    let mut client = cluster.client().await;
+    let workflow =
+        br#"{"id": "slow", "steps": [{"id": "s", "type": "agent", "agent": "slow"}]}"#.to_vec();
+    let run_id = submit(&mut client, workflow.clone(), &json!("x")).await;
+    let started = records
+        .root()
+        .join("leaving")
+        .join(format!("{run_id}.started"));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !started.exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the agent never started"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+
+    cluster.terminate_worker("leaving");
+    let status = cluster.worker_exit("leaving").await;
+    assert!(status.success(), "the worker exits 0: {status}");
+    let record = client
+        .get_run(GetRunRequest {
+            run_id: run_id.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(record.status, "succeeded", "{record:#?}");
+    assert_eq!(context(&record), json!({"s": "done after 1 s"}));
+    let logs = cluster.logs();
+    assert!(logs.contains("worker draining"), "{logs}");
+}

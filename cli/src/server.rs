@@ -124,6 +124,10 @@ pub struct WorkerArgs {
     /// The worker's id (default: host name and process id).
     #[arg(long)]
     id: Option<String>,
+    /// On SIGTERM or Ctrl-C: take no new tasks, and wait this long for the running ones to
+    /// finish and be answered before exiting (what is left goes to another worker).
+    #[arg(long, default_value_t = 30)]
+    grace_seconds: u64,
 }
 
 pub async fn worker(args: WorkerArgs) -> anyhow::Result<ExitCode> {
@@ -131,7 +135,8 @@ pub async fn worker(args: WorkerArgs) -> anyhow::Result<ExitCode> {
     let mut builder = Worker::builder()
         .coordinator(args.coordinator.clone())
         .concurrency(args.concurrency)
-        .part_cache_bytes(args.part_cache_mb << 20);
+        .part_cache_bytes(args.part_cache_mb << 20)
+        .shutdown_grace(std::time::Duration::from_secs(args.grace_seconds));
     if let Some(id) = args.id {
         builder = builder.id(id);
     }
@@ -144,6 +149,7 @@ pub async fn worker(args: WorkerArgs) -> anyhow::Result<ExitCode> {
     let worker = builder.build();
     tracing::info!(worker_id = worker.id(), "worker starting");
     worker.run(shutdown_signal()).await;
+    tracing::info!("worker stopped");
     Ok(ExitCode::SUCCESS)
 }
 

@@ -278,6 +278,15 @@ impl Hub {
         self.state.lock().expect("hub lock").corrupt_remaining = tasks;
     }
 
+    /// The worker takes no new tasks (it is shutting down); those it holds stay with it until
+    /// it answers them or its stream ends.
+    pub fn drain(&self, worker_id: &str) {
+        let mut state = self.state.lock().expect("hub lock");
+        if let Some(worker) = state.workers.get_mut(worker_id) {
+            worker.capacity = 0;
+        }
+    }
+
     /// Whether `worker_id` holds the task.
     pub fn holds(&self, worker_id: &str, run_id: &str, task_key: &str) -> bool {
         let state = self.state.lock().expect("hub lock");

@@ -270,6 +270,44 @@ impl Cluster {
             .expect("connect to the private Redis")
     }
 
+    /// Sends SIGTERM to the worker started with `id` (as Kubernetes does to a pod it stops).
+    pub fn terminate_worker(&mut self, id: &str) {
+        let name = format!("baton worker {id}");
+        let worker = self
+            .workers
+            .iter()
+            .find(|w| w.name == name)
+            .unwrap_or_else(|| panic!("no worker {id}"));
+        let status = Command::new("kill")
+            .arg("-TERM")
+            .arg(worker.child.id().to_string())
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill -TERM {id}");
+    }
+
+    /// Waits (bounded) for the worker `id` to exit, and returns its exit status.
+    pub async fn worker_exit(&mut self, id: &str) -> std::process::ExitStatus {
+        let name = format!("baton worker {id}");
+        let deadline = Instant::now() + DEADLINE;
+        loop {
+            let worker = self
+                .workers
+                .iter_mut()
+                .find(|w| w.name == name)
+                .unwrap_or_else(|| panic!("no worker {id}"));
+            if let Some(status) = worker.child.try_wait().expect("poll a worker") {
+                return status;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "worker {id} did not exit within {DEADLINE:?}; its output:\n{}",
+                worker.log()
+            );
+            tokio::time::sleep(POLL).await;
+        }
+    }
+
     /// Every process's output, for a failure message.
     pub fn logs(&self) -> String {
         let mut out = String::new();

@@ -105,6 +105,10 @@ pub struct Worker {
     channel: std::sync::OnceLock<tonic::transport::Channel>,
     /// The tasks running now, by task id, so that a cancel can stop one.
     running: std::sync::Mutex<std::collections::HashMap<String, tokio::task::AbortHandle>>,
+    /// Shutting down: no new tasks.
+    draining: std::sync::atomic::AtomicBool,
+    /// How long a shutdown waits for running tasks.
+    shutdown_grace: Duration,
 }
 
 pub struct WorkerBuilder {
@@ -114,6 +118,7 @@ pub struct WorkerBuilder {
     part_cache_bytes: u64,
     agents: BTreeMap<String, Handler>,
     observer: Option<Observer>,
+    shutdown_grace: Duration,
 }
 
 impl Worker {
@@ -128,6 +133,7 @@ impl Worker {
             part_cache_bytes: Self::DEFAULT_PART_CACHE_BYTES,
             agents: BTreeMap::new(),
             observer: None,
+            shutdown_grace: Duration::from_secs(30),
         }
     }
 
@@ -136,28 +142,58 @@ impl Worker {
     }
 
     /// Serves tasks until `shutdown` completes, reconnecting whenever the stream breaks.
+    ///
+    /// When `shutdown` completes the worker drains: it tells the coordinator to send it nothing
+    /// more, lets the tasks it holds finish and answers them (up to its grace period, 30 s by
+    /// default), then closes the stream; the coordinator gives anything left to another worker.
     pub async fn run(self, shutdown: impl Future<Output = ()> + Send) {
         let worker = Arc::new(self);
         if let Ok(endpoint) = tonic::transport::Endpoint::from_shared(worker.coordinator.clone()) {
             let _ = worker.channel.set(endpoint.connect_lazy());
         }
         let slots = Arc::new(Semaphore::new(worker.concurrency));
-        tokio::pin!(shutdown);
+        let serving = tokio::spawn(worker.clone().serve(slots));
+        // The sessions end when `run` returns, whatever the way out.
+        let _serving = AbortOnDrop(serving.abort_handle());
+        shutdown.await;
+        worker.drain().await;
+    }
+
+    /// Sessions, one after another, reconnecting with backoff.
+    async fn serve(self: Arc<Self>, slots: Arc<Semaphore>) {
         let mut backoff = Backoff::new();
         loop {
-            let session = worker.clone().session(slots.clone(), &mut backoff);
-            tokio::select! {
-                _ = &mut shutdown => return,
-                outcome = session => {
-                    if let Err(error) = outcome {
-                        tracing::warn!(worker_id = %worker.id, %error, "lost the coordinator");
-                    }
-                }
+            if let Err(error) = self.clone().session(slots.clone(), &mut backoff).await {
+                tracing::warn!(worker_id = %self.id, %error, "lost the coordinator");
             }
-            let delay = backoff.next();
-            tokio::select! {
-                _ = &mut shutdown => return,
-                _ = tokio::time::sleep(delay) => {}
+            tokio::time::sleep(backoff.next()).await;
+        }
+    }
+
+    /// Stops taking tasks and waits (up to the grace period) for those running to be answered.
+    async fn drain(&self) {
+        self.draining
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+        let sender = self.current.lock().expect("session lock").clone();
+        if let Some(sender) = &sender {
+            let _ = sender.send(drain_message()).await;
+        }
+        let running = || self.running.lock().expect("running lock").len();
+        tracing::info!(worker_id = %self.id, running = running(), "draining");
+        let deadline = tokio::time::Instant::now() + self.shutdown_grace;
+        while running() > 0 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        if running() > 0 {
+            tracing::warn!(worker_id = %self.id, abandoned = running(), "grace period over; the coordinator gives the unfinished tasks to another worker");
+        }
+        // Answers queued on the stream go out before it closes.
+        let sender = self.current.lock().expect("session lock").clone();
+        if let Some(sender) = sender {
+            let flushed = tokio::time::Instant::now() + Duration::from_secs(2);
+            while sender.capacity() < sender.max_capacity() && tokio::time::Instant::now() < flushed
+            {
+                tokio::time::sleep(Duration::from_millis(10)).await;
             }
         }
     }
@@ -194,6 +230,10 @@ impl Worker {
             .into_inner();
         backoff.reset();
         *self.current.lock().expect("session lock") = Some(outbound.clone());
+        // A worker that reconnects while draining says so again on the new stream.
+        if self.draining.load(std::sync::atomic::Ordering::SeqCst) {
+            let _ = outbound.send(drain_message()).await;
+        }
         // Cleared when the session ends or is dropped: a sender left behind would keep the
         // stream open, and the coordinator would think this worker is still there.
         let _session = EndSession(self.clone());
@@ -256,12 +296,13 @@ impl Worker {
                     let handle = tokio::spawn(async move {
                         let task_id = task.task_id.clone();
                         let result = worker.execute(task, payload).await;
+                        worker.answer(result).await;
+                        // Only now: a draining worker waits for the answer, not just the agent.
                         worker
                             .running
                             .lock()
                             .expect("running lock")
                             .remove(&task_id);
-                        worker.answer(result).await;
                         drop(permit);
                     });
                     running.insert(task_id, handle.abort_handle());
@@ -418,6 +459,13 @@ impl WorkerBuilder {
         self
     }
 
+    /// How long a shutdown waits for the tasks running to finish and be answered (default
+    /// 30 s); what is still running then goes back to the coordinator.
+    pub fn shutdown_grace(mut self, grace: Duration) -> Self {
+        self.shutdown_grace = grace;
+        self
+    }
+
     /// Sees every task and its result.
     pub fn observer(
         mut self,
@@ -439,6 +487,8 @@ impl WorkerBuilder {
             current: std::sync::Mutex::new(None),
             channel: std::sync::OnceLock::new(),
             running: Default::default(),
+            draining: Default::default(),
+            shutdown_grace: self.shutdown_grace,
         }
     }
 }
@@ -448,6 +498,12 @@ fn default_id() -> String {
         .map(|h| h.trim().to_owned())
         .unwrap_or_else(|_| "worker".into());
     format!("{host}-{}", std::process::id())
+}
+
+fn drain_message() -> WorkerMessage {
+    WorkerMessage {
+        message: Some(worker_message::Message::Drain(baton_proto::v1::Drain {})),
+    }
 }
 
 /// Forgets the session's stream when dropped.

@@ -357,3 +357,65 @@ async fn cancelling_a_run_kills_its_command_agents_process() {
     coordinator.cancel(&run_id, "not needed").await.unwrap();
     eventually("the agent's process ending", || !alive()).await;
 }
+
+/// A worker told to shut down takes no new task, finishes and answers the one it runs, then
+/// stops; the task it was not given waits for another worker.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_shutting_down_finishes_its_task_and_takes_no_new_one() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let (coordinator, url) = coordinator().await;
+    let calls = Arc::new(AtomicUsize::new(0));
+    let worker = Worker::builder()
+        .coordinator(url)
+        .id("leaving")
+        .concurrency(4)
+        .agent("slow", {
+            let calls = calls.clone();
+            move |_task| {
+                let calls = calls.clone();
+                async move {
+                    calls.fetch_add(1, Ordering::SeqCst);
+                    tokio::time::sleep(Duration::from_millis(400)).await;
+                    Ok(json!("finished"))
+                }
+            }
+        })
+        .build();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let running = tokio::spawn(worker.run(async {
+        let _ = stopped.await;
+    }));
+    let workflow = json!({"steps": [{"id": "s", "type": "agent", "agent": "slow"}]}).to_string();
+    let input = Json::new(b"\"x\"".to_vec());
+    let submit = || coordinator.submit(workflow.as_bytes(), &input);
+    let first = submit().await.unwrap();
+    eventually("the first task starting", || {
+        calls.load(Ordering::SeqCst) == 1
+    })
+    .await;
+    stop.send(()).unwrap();
+    // Give the drain message time to arrive, then offer the worker another run.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let second = submit().await.unwrap();
+    tokio::time::timeout(Duration::from_secs(20), running)
+        .await
+        .expect("the worker stops once its task is answered")
+        .unwrap();
+    assert_eq!(
+        coordinator.record(&first).await.unwrap().status,
+        "succeeded",
+        "the running task finished and its answer arrived"
+    );
+    assert_eq!(
+        calls.load(Ordering::SeqCst),
+        1,
+        "no new task after the drain"
+    );
+    let waiting = coordinator.record(&second).await.unwrap();
+    assert_eq!(waiting.status, "running");
+    assert_eq!(
+        waiting.steps[0].status, "queued",
+        "it waits for another worker"
+    );
+}

@@ -106,6 +106,12 @@ impl<S: Store> WorkerService for Workers<S> {
                             tracing::warn!(%worker_id, %task_id, %error, "resend refused");
                         }
                     }
+                    Ok(WorkerMessage {
+                        message: Some(worker_message::Message::Drain(_)),
+                    }) => {
+                        tracing::info!(%worker_id, "worker draining: no new tasks for it");
+                        coordinator.hub().drain(&worker_id);
+                    }
                     Ok(_) => {} // heartbeats keep the stream alive; hello is only first
                     Err(status) => {
                         tracing::info!(%worker_id, %status, "worker stream broke");
