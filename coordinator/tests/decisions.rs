@@ -3,6 +3,9 @@
 //! by shared words with the built-in embedder, by paraphrase with an OpenAI-compatible one (a
 //! stub server here that serves fixed vectors). Workers are played by channels.
 
+#[path = "support/fake_worker.rs"]
+mod fake_worker;
+
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -17,13 +20,12 @@ use baton_coordinator::embed::{OpenAiConfig, OpenAiEmbedder};
 use baton_coordinator::store::Store;
 use baton_coordinator::store::memory::MemoryStore;
 use baton_coordinator::{Config, Coordinator, Error};
-use baton_proto::Json;
 use baton_proto::v1::{
-    CoordinatorMessage, DecisionMatch, QueryDecisionsRequest, QueryDecisionsResponse, Task,
-    TaskResult, WorkerQueryDecisionsRequest, coordinator_message, task_result,
+    DecisionMatch, QueryDecisionsRequest, QueryDecisionsResponse, Task, TaskResult,
+    WorkerQueryDecisionsRequest, task_result,
 };
+use fake_worker::{FakeWorker, json_bytes, payload};
 use serde_json::{Value, json};
-use tokio::sync::mpsc;
 
 /// A planner hands over to a coder.
 const THEME_FEATURE: &str = r#"{
@@ -40,10 +42,6 @@ const BILLING: &str = r#"{
   "steps": [{ "id": "plan", "type": "agent", "agent": "planner" }]
 }"#;
 
-fn json_bytes(value: &Value) -> Json {
-    Json::new(serde_json::to_vec(value).unwrap())
-}
-
 fn now_ms() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -51,34 +49,7 @@ fn now_ms() -> i64 {
         .as_millis() as i64
 }
 
-/// A worker played by the test: its stream, and the tasks it received.
-struct FakeWorker {
-    id: String,
-    stream: mpsc::UnboundedReceiver<CoordinatorMessage>,
-}
-
 impl FakeWorker {
-    async fn connect<S: Store>(coordinator: &Coordinator<S>, id: &str, agents: &[&str]) -> Self {
-        let (tx, rx) = mpsc::unbounded_channel();
-        coordinator
-            .connect_worker(id, agents.iter().map(|a| a.to_string()).collect(), 8, 0, tx)
-            .await
-            .unwrap();
-        FakeWorker {
-            id: id.into(),
-            stream: rx,
-        }
-    }
-
-    fn next_task(&mut self) -> Task {
-        match self.stream.try_recv() {
-            Ok(CoordinatorMessage {
-                message: Some(coordinator_message::Message::Task(task)),
-            }) => task,
-            other => panic!("{} expected a task, got {other:?}", self.id),
-        }
-    }
-
     /// Answers `task` with `data` and `notes` (`{"decisions": [...], "messages": [...]}`).
     async fn answer<S: Store>(
         &self,
@@ -87,16 +58,7 @@ impl FakeWorker {
         data: Value,
         notes: Value,
     ) -> Result<(), Error> {
-        coordinator
-            .complete(
-                &self.id,
-                TaskResult {
-                    task_id: task.task_id.clone(),
-                    outcome: Some(task_result::Outcome::Data(json_bytes(&data))),
-                    notes: Some(json_bytes(&notes)),
-                },
-            )
-            .await
+        self.complete(coordinator, task, &data, Some(&notes)).await
     }
 }
 
@@ -105,19 +67,6 @@ async fn submit<S: Store>(coordinator: &Coordinator<S>, workflow: &str) -> Strin
         .submit(workflow.as_bytes(), &json_bytes(&json!("dark mode")))
         .await
         .unwrap()
-}
-
-/// The payload a worker with no part cache rebuilds: every part comes with the task.
-fn payload(task: &Task) -> Value {
-    let manifest: baton_core::Manifest =
-        serde_json::from_slice(task.manifest.as_ref().unwrap().verified().unwrap()).unwrap();
-    let parts: HashMap<&str, &[u8]> = task
-        .parts
-        .iter()
-        .map(|part| (part.sha256.as_str(), part.verified().unwrap()))
-        .collect();
-    let bytes = baton_core::payload::assemble(&manifest, |d| parts.get(d).copied()).unwrap();
-    serde_json::from_slice(&bytes).unwrap()
 }
 
 fn query_run(run_id: &str, text: &str, k: u32) -> QueryDecisionsRequest {

@@ -6,6 +6,8 @@
 //! (`support/redis_server.rs`), with workers played by channels, then edits the run's keys
 //! directly (layout: `coordinator/src/store/redis.rs`).
 
+#[path = "support/fake_worker.rs"]
+mod fake_worker;
 #[path = "support/redis_server.rs"]
 #[allow(dead_code)] // shared harness: not every helper is used here
 mod redis_server;
@@ -19,10 +21,10 @@ use baton_coordinator::store::redis::RedisStore;
 use baton_coordinator::{Config, Coordinator, Error};
 use baton_core::Decision;
 use baton_proto::Json;
-use baton_proto::v1::{CoordinatorMessage, Task, TaskResult, coordinator_message, task_result};
+use baton_proto::v1::Task;
+use fake_worker::{FakeWorker, json_bytes, payload};
 use redis_server::RedisServer;
 use serde_json::{Value, json};
-use tokio::sync::mpsc;
 
 /// plan (agent) -> approve (approval) -> code (agent).
 const WITH_APPROVAL: &str = r#"{
@@ -56,41 +58,11 @@ const WITH_TRANSFORM: &str = r#"{
 const AGENTS: &[&str] = &["planner", "coder"];
 
 fn input(value: Value) -> Json {
-    Json::new(serde_json::to_vec(&value).unwrap())
-}
-
-/// A worker played by the test: its stream, and the tasks it received.
-struct FakeWorker {
-    id: String,
-    stream: mpsc::UnboundedReceiver<CoordinatorMessage>,
+    json_bytes(&value)
 }
 
 impl FakeWorker {
-    async fn connect<S: Store>(coordinator: &Coordinator<S>, id: &str) -> Self {
-        let (tx, rx) = mpsc::unbounded_channel();
-        coordinator
-            .connect_worker(id, AGENTS.iter().map(|a| a.to_string()).collect(), 8, 0, tx)
-            .await
-            .unwrap();
-        FakeWorker {
-            id: id.into(),
-            stream: rx,
-        }
-    }
-
-    fn next_task(&mut self) -> Task {
-        match self.stream.try_recv() {
-            Ok(CoordinatorMessage {
-                message: Some(coordinator_message::Message::Task(task)),
-            }) => task,
-            other => panic!("{} expected a task, got {other:?}", self.id),
-        }
-    }
-
-    fn has_nothing(&mut self) -> bool {
-        self.stream.try_recv().is_err()
-    }
-
+    /// Answers `task` with `data`, and `notes` if given.
     async fn answer<S: Store>(
         &self,
         coordinator: &Coordinator<S>,
@@ -98,31 +70,10 @@ impl FakeWorker {
         data: Value,
         notes: Option<Value>,
     ) {
-        coordinator
-            .complete(
-                &self.id,
-                TaskResult {
-                    task_id: task.task_id.clone(),
-                    outcome: Some(task_result::Outcome::Data(input(data))),
-                    notes: notes.map(input),
-                },
-            )
+        self.complete(coordinator, task, &data, notes.as_ref())
             .await
             .unwrap();
     }
-}
-
-/// The payload a worker with no part cache rebuilds: every part comes with the task.
-fn payload(task: &Task) -> Value {
-    let manifest: baton_core::Manifest =
-        serde_json::from_slice(task.manifest.as_ref().unwrap().verified().unwrap()).unwrap();
-    let parts: std::collections::HashMap<&str, &[u8]> = task
-        .parts
-        .iter()
-        .map(|part| (part.sha256.as_str(), part.verified().unwrap()))
-        .collect();
-    let bytes = baton_core::payload::assemble(&manifest, |d| parts.get(d).copied()).unwrap();
-    serde_json::from_slice(&bytes).unwrap()
 }
 
 /// The plan agent's answer: a number whose digit the tests change, and a decision, so the run
@@ -279,7 +230,7 @@ async fn run_past_plan(coordinator: &Coordinator<RedisStore>, workflow: &str) ->
         .submit(workflow.as_bytes(), &input(json!("dark mode")))
         .await
         .unwrap();
-    let mut worker = FakeWorker::connect(coordinator, "w1").await;
+    let mut worker = FakeWorker::connect(coordinator, "w1", AGENTS).await;
     let plan = worker.next_task();
     assert_eq!(plan.step_id, "plan");
     worker
@@ -311,7 +262,7 @@ async fn finished_run_with(redis: &Redis, workflow: &str, code_data: Value) -> S
         .submit(workflow.as_bytes(), &input(json!("dark mode")))
         .await
         .unwrap();
-    let mut worker = FakeWorker::connect(&first, "w1").await;
+    let mut worker = FakeWorker::connect(&first, "w1", AGENTS).await;
     let plan = worker.next_task();
     worker
         .answer(&first, &plan, plan_data(), plan_notes())
@@ -386,7 +337,7 @@ async fn running_run_with_corrupt_plan(corrupt: impl Fn(&[u8]) -> Vec<u8>, probl
     assert!(failed_precondition(refused));
 
     // Nothing runs for it any more.
-    let mut worker = FakeWorker::connect(&second, "w2").await;
+    let mut worker = FakeWorker::connect(&second, "w2", AGENTS).await;
     assert!(worker.has_nothing(), "no task of a stopped run is sent");
     assert!(
         !second
@@ -520,7 +471,7 @@ async fn a_changed_transform_copy_is_recomputed_counted_and_reported_without_sto
     );
 
     // The replay recomputed the transform: code gets the good value, not the stored copy.
-    let mut worker = FakeWorker::connect(&second, "w2").await;
+    let mut worker = FakeWorker::connect(&second, "w2", AGENTS).await;
     let code = worker.next_task();
     assert_eq!(code.step_id, "code");
     assert_eq!(payload(&code)["files"], json!(["a.ts", "b.ts"]));
@@ -566,7 +517,7 @@ async fn an_intact_run_verifies_after_a_restart() {
     assert_eq!(record.status, "running");
 
     // Carried on to the end by the restarted coordinator, it still verifies.
-    let mut worker = FakeWorker::connect(&second, "w2").await;
+    let mut worker = FakeWorker::connect(&second, "w2", AGENTS).await;
     second
         .decide(&run_id, "approve", Decision::approve())
         .await

@@ -1,5 +1,8 @@
 //! The coordinator's logic on the in-memory store, with workers played by channels.
 
+#[path = "support/fake_worker.rs"]
+mod fake_worker;
+
 use std::sync::Arc;
 
 use baton_coordinator::store::Store;
@@ -8,55 +11,20 @@ use baton_coordinator::{Config, Coordinator, Error};
 use baton_core::Decision;
 use baton_proto::Json;
 use baton_proto::v1::{CoordinatorMessage, Task, TaskResult, coordinator_message, task_result};
+use fake_worker::{FakeWorker, json_bytes, payload};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
 const FEATURE: &str = include_str!("../../examples/feature-development/workflow.json");
 
 fn input(value: Value) -> Json {
-    Json::new(serde_json::to_vec(&value).unwrap())
+    json_bytes(&value)
 }
 
-/// A worker played by the test: its stream, and the tasks it received.
-struct FakeWorker {
-    id: String,
-    stream: mpsc::UnboundedReceiver<CoordinatorMessage>,
-}
-
+/// Answers `task` with `data`.
 impl FakeWorker {
-    async fn connect<S: Store>(coordinator: &Coordinator<S>, id: &str, agents: &[&str]) -> Self {
-        let (tx, rx) = mpsc::unbounded_channel();
-        coordinator
-            .connect_worker(id, agents.iter().map(|a| a.to_string()).collect(), 8, 0, tx)
-            .await
-            .unwrap();
-        FakeWorker {
-            id: id.into(),
-            stream: rx,
-        }
-    }
-
-    fn next_task(&mut self) -> Task {
-        match self.stream.try_recv() {
-            Ok(CoordinatorMessage {
-                message: Some(coordinator_message::Message::Task(task)),
-            }) => task,
-            other => panic!("{} expected a task, got {other:?}", self.id),
-        }
-    }
-
     async fn answer<S: Store>(&self, coordinator: &Coordinator<S>, task: &Task, data: Value) {
-        coordinator
-            .complete(
-                &self.id,
-                TaskResult {
-                    task_id: task.task_id.clone(),
-                    outcome: Some(task_result::Outcome::Data(input(data))),
-                    notes: None,
-                },
-            )
-            .await
-            .unwrap();
+        self.complete(coordinator, task, &data, None).await.unwrap();
     }
 }
 
@@ -66,19 +34,6 @@ async fn start<S: Store>(coordinator: &Coordinator<S>, text: &str) -> String {
         .submit(FEATURE.as_bytes(), &input(json!(text)))
         .await
         .unwrap()
-}
-
-/// The payload a worker with no part cache rebuilds: every part comes with the task.
-fn payload(task: &Task) -> Value {
-    let manifest: baton_core::Manifest =
-        serde_json::from_slice(task.manifest.as_ref().unwrap().verified().unwrap()).unwrap();
-    let parts: std::collections::HashMap<&str, &[u8]> = task
-        .parts
-        .iter()
-        .map(|part| (part.sha256.as_str(), part.verified().unwrap()))
-        .collect();
-    let bytes = baton_core::payload::assemble(&manifest, |d| parts.get(d).copied()).unwrap();
-    serde_json::from_slice(&bytes).unwrap()
 }
 
 #[tokio::test]
