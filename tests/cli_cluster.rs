@@ -526,3 +526,25 @@ async fn submit_watch_prints_live_progress_through_a_rejection() {
         json!({"approved": false, "comment": "split the toggle", "approver": "e2e-user"})
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn logs_are_one_json_object_per_line_when_asked() {
+    let mut cluster = Cluster::start_with_env(&[("BATON_LOG_FORMAT", "json")]).await;
+    let records = Records::new(cluster.dir().join("records"));
+    cluster.start_spec_workers(&records, &["w1"]).await;
+    let log = cluster.coordinator_log();
+    let lines: Vec<Value> = log
+        .lines()
+        .filter(|line| !line.trim().is_empty())
+        .map(|line| {
+            serde_json::from_str(line).unwrap_or_else(|e| panic!("not JSON ({e}): {line:?}"))
+        })
+        .collect();
+    let connected = lines
+        .iter()
+        .find(|line| line["fields"]["message"] == "worker connected")
+        .unwrap_or_else(|| panic!("no connection logged: {log}"));
+    assert_eq!(connected["level"], "INFO");
+    assert_eq!(connected["fields"]["worker_id"], "w1");
+    assert!(connected["timestamp"].is_string());
+}

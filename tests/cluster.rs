@@ -640,6 +640,7 @@ async fn a_result_for_a_task_the_worker_does_not_hold_is_refused() {
             capacity: 1,
             cache_bytes: 0,
             protocol: baton_proto::WORKER_PROTOCOL,
+            held: Vec::new(),
         })))
         .await
         .unwrap();
@@ -658,6 +659,7 @@ async fn a_result_for_a_task_the_worker_does_not_hold_is_refused() {
                 br#"{"forged": true}"#.to_vec(),
             ))),
             notes: None,
+            non_retryable: false,
         }))
     };
     let held_elsewhere = format!("{run_id}/work#1");

@@ -19,7 +19,7 @@ use crate::progress::{print_event, print_summary};
 /// Where the coordinator is; shared by every client command.
 #[derive(clap::Args, Clone)]
 pub struct Target {
-    /// The coordinator's URL.
+    /// The coordinator's URL, or several separated by commas: the first that answers is used.
     #[arg(
         long,
         env = "BATON_COORDINATOR",
@@ -29,13 +29,28 @@ pub struct Target {
     pub coordinator: String,
 }
 
-pub async fn connect(url: &str) -> anyhow::Result<RunServiceClient<Channel>> {
-    let client = RunServiceClient::connect(url.to_owned())
-        .await
-        .with_context(|| format!("cannot reach the coordinator at {url}"))?;
-    Ok(client
-        .max_decoding_message_size(baton_coordinator::grpc::MAX_MESSAGE_BYTES)
-        .max_encoding_message_size(baton_coordinator::grpc::MAX_MESSAGE_BYTES))
+/// Connects to the first coordinator of `urls` (one URL, or several separated by commas) that
+/// answers: any coordinator of a cluster serves every run.
+pub async fn connect(urls: &str) -> anyhow::Result<RunServiceClient<Channel>> {
+    let mut failures = Vec::new();
+    for url in urls.split(',').map(str::trim).filter(|url| !url.is_empty()) {
+        match RunServiceClient::connect(url.to_owned()).await {
+            Ok(client) => {
+                return Ok(client
+                    .max_decoding_message_size(baton_coordinator::grpc::MAX_MESSAGE_BYTES)
+                    .max_encoding_message_size(baton_coordinator::grpc::MAX_MESSAGE_BYTES));
+            }
+            Err(error) => failures.push(format!("{url}: {error}")),
+        }
+    }
+    anyhow::bail!(
+        "cannot reach the coordinator ({})",
+        if failures.is_empty() {
+            "no address given".to_owned()
+        } else {
+            failures.join("; ")
+        }
+    )
 }
 
 /// A gRPC error as the user should read it.

@@ -82,7 +82,6 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
             .coordinator(url.clone())
             .concurrency(args.concurrency),
         agents,
-        &url,
     )
     .observer(move |task, result| {
         let pretty = |v: &serde_json::Value| serde_json::to_string_pretty(v).unwrap_or_default();

@@ -85,12 +85,19 @@ fn main() -> ExitCode {
     }
 }
 
-/// Logs to stderr; `RUST_LOG` filters (default `info`).
+/// Logs to stderr; `RUST_LOG` filters (default `info`). `BATON_LOG_FORMAT=json` writes one
+/// JSON object per line (`timestamp`, `level`, `target`, `fields`, and the spans it happened
+/// in), for log collectors.
 pub(crate) fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let _ = tracing_subscriber::fmt()
+    let json = std::env::var("BATON_LOG_FORMAT").is_ok_and(|format| format == "json");
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .try_init();
+        .with_writer(std::io::stderr);
+    let _ = if json {
+        builder.json().with_current_span(true).try_init()
+    } else {
+        builder.try_init()
+    };
 }

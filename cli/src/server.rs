@@ -24,6 +24,47 @@ pub struct CoordinatorArgs {
     memory: bool,
     #[command(flatten)]
     embeddings: EmbeddingArgs,
+    #[command(flatten)]
+    leases: LeaseArgs,
+    /// Where to serve Prometheus metrics (`GET /metrics`); port 0 picks a free one.
+    #[arg(long, default_value = "0.0.0.0:9464", conflicts_with = "no_metrics")]
+    metrics_listen: SocketAddr,
+    /// Serve no metrics.
+    #[arg(long)]
+    no_metrics: bool,
+}
+
+/// How tasks are leased, and how fast a lost worker or coordinator is noticed.
+#[derive(clap::Args)]
+pub struct LeaseArgs {
+    /// This coordinator's name in task leases, unique among the coordinators of one Redis
+    /// (default: host, process id and a random suffix).
+    #[arg(long, env = "BATON_COORDINATOR_ID")]
+    id: Option<String>,
+    /// How long a task's lease lasts without renewal: how long the tasks of a coordinator that
+    /// died wait before another coordinator delivers them again.
+    #[arg(long, default_value_t = 10_000)]
+    lease_ms: u64,
+    /// A worker silent (not even a heartbeat) for this long is taken for dead, and its tasks go
+    /// to other workers.
+    #[arg(long, default_value_t = 5_000)]
+    worker_silence_ms: u64,
+    /// How often due timers (expired leases, retries) are swept.
+    #[arg(long, default_value_t = 200, hide = true)]
+    sweep_interval_ms: u64,
+}
+
+impl LeaseArgs {
+    fn config(&self) -> Config {
+        let defaults = Config::default();
+        Config {
+            coordinator_id: self.id.clone().unwrap_or(defaults.coordinator_id.clone()),
+            lease_ms: self.lease_ms.max(1),
+            worker_silence_ms: self.worker_silence_ms.max(1),
+            sweep_interval_ms: self.sweep_interval_ms.max(1),
+            ..defaults
+        }
+    }
 }
 
 /// How decisions are embedded for search by meaning.
@@ -77,28 +118,61 @@ pub async fn coordinator(args: CoordinatorArgs) -> anyhow::Result<ExitCode> {
         model = embedder.model(),
         "decisions are embedded with this model"
     );
+    let config = args.leases.config();
     if args.memory {
-        let coordinator =
-            Coordinator::with_embedder(MemoryStore::new(), Config::default(), embedder);
+        let coordinator = Coordinator::with_embedder(MemoryStore::new(), config, embedder);
         coordinator.hub().corrupt_next_parts(corrupt_parts);
-        tracing::info!(%address, store = "memory", "coordinator listening");
-        baton_coordinator::grpc::serve(listener, coordinator, shutdown_signal()).await?;
+        tracing::info!(%address, store = "memory", id = coordinator.id(), "coordinator listening");
+        let metrics = metrics_listener(&args).await?;
+        serve(listener, coordinator, metrics).await?;
     } else {
         let store = RedisStore::connect(&args.redis)
             .await
             .with_context(|| format!("cannot connect to Redis at {}", args.redis))?;
-        let coordinator = Coordinator::with_embedder(store, Config::default(), embedder);
+        let coordinator = Coordinator::with_embedder(store, config, embedder);
         coordinator.hub().corrupt_next_parts(corrupt_parts);
-        let recovered = coordinator.recover().await?;
-        tracing::info!(%address, redis = %args.redis, recovered, "coordinator listening");
-        baton_coordinator::grpc::serve(listener, coordinator, shutdown_signal()).await?;
+        // Nothing to recover by hand: the tasks of a coordinator that died come back when their
+        // leases run out, to whichever coordinator sweeps them first.
+        tracing::info!(%address, redis = %args.redis, id = coordinator.id(), "coordinator listening");
+        let metrics = metrics_listener(&args).await?;
+        serve(listener, coordinator, metrics).await?;
     }
     Ok(ExitCode::SUCCESS)
 }
 
+/// Serves until SIGTERM or Ctrl-C, then drains: workers are told to move to another
+/// coordinator (taking their running tasks with them) and queued tasks are released, before the
+/// streams close.
+async fn serve<S: baton_coordinator::store::Store>(
+    listener: tokio::net::TcpListener,
+    coordinator: Coordinator<S>,
+    metrics: Option<tokio::net::TcpListener>,
+) -> anyhow::Result<()> {
+    // Ends with this function, whichever way it returns.
+    let _metrics = metrics.map(|listener| {
+        let scraped = coordinator.clone();
+        let server = tokio::spawn(baton_coordinator::metrics::serve(
+            listener,
+            move || scraped.metrics_text(),
+            std::future::pending(),
+        ));
+        AbortOnDrop(server.abort_handle())
+    });
+    let draining = coordinator.clone();
+    let shutdown = async move {
+        shutdown_signal().await;
+        draining.shutdown().await;
+        // Time for the goodbyes to leave before the streams are cut.
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    };
+    baton_coordinator::grpc::serve(listener, coordinator, shutdown).await?;
+    Ok(())
+}
+
 #[derive(clap::Args)]
 pub struct WorkerArgs {
-    /// The coordinator's URL.
+    /// The coordinator's URL, or several separated by commas: after losing one (or being told
+    /// it is shutting down) the worker connects to the next.
     #[arg(
         long,
         env = "BATON_COORDINATOR",
@@ -128,12 +202,18 @@ pub struct WorkerArgs {
     /// finish and be answered before exiting (what is left goes to another worker).
     #[arg(long, default_value_t = 30)]
     grace_seconds: u64,
+    /// Where to serve Prometheus metrics (`GET /metrics`); port 0 picks a free one.
+    #[arg(long, default_value = "0.0.0.0:9465", conflicts_with = "no_metrics")]
+    metrics_listen: SocketAddr,
+    /// Serve no metrics.
+    #[arg(long)]
+    no_metrics: bool,
 }
 
 pub async fn worker(args: WorkerArgs) -> anyhow::Result<ExitCode> {
     crate::init_logging();
     let mut builder = Worker::builder()
-        .coordinator(args.coordinator.clone())
+        .coordinator(args.coordinator)
         .concurrency(args.concurrency)
         .part_cache_bytes(args.part_cache_mb << 20)
         .shutdown_grace(std::time::Duration::from_secs(args.grace_seconds));
@@ -141,16 +221,50 @@ pub async fn worker(args: WorkerArgs) -> anyhow::Result<ExitCode> {
         builder = builder.id(id);
     }
     builder = match &args.agents {
-        Some(path) => {
-            baton_worker::agents_into(builder, AgentsFile::load(path)?, &args.coordinator)
-        }
+        Some(path) => baton_worker::agents_into(builder, AgentsFile::load(path)?),
         None => crate::bench::agents(builder, args.bench_blob_bytes),
     };
     let worker = builder.build();
     tracing::info!(worker_id = worker.id(), "worker starting");
+    let _metrics = if args.no_metrics {
+        None
+    } else {
+        let listener = baton_coordinator::metrics::bind(args.metrics_listen)
+            .await
+            .with_context(|| format!("cannot serve metrics on {}", args.metrics_listen))?;
+        let metrics = worker.metrics();
+        let server = tokio::spawn(baton_coordinator::metrics::serve(
+            listener,
+            move || metrics.render(),
+            std::future::pending(),
+        ));
+        Some(AbortOnDrop(server.abort_handle()))
+    };
     worker.run(shutdown_signal()).await;
     tracing::info!("worker stopped");
     Ok(ExitCode::SUCCESS)
+}
+
+/// The coordinator's metrics listener, unless `--no-metrics`.
+async fn metrics_listener(
+    args: &CoordinatorArgs,
+) -> anyhow::Result<Option<tokio::net::TcpListener>> {
+    if args.no_metrics {
+        return Ok(None);
+    }
+    let listener = baton_coordinator::metrics::bind(args.metrics_listen)
+        .await
+        .with_context(|| format!("cannot serve metrics on {}", args.metrics_listen))?;
+    Ok(Some(listener))
+}
+
+/// Aborts a spawned task when dropped.
+struct AbortOnDrop(tokio::task::AbortHandle);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// Ctrl-C or SIGTERM.

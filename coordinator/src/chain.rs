@@ -184,6 +184,7 @@ fn event_step(logged: &LoggedEvent) -> Option<(String, u32)> {
             Some((task.step_id.to_string(), task.visit))
         }
         StoredEvent::ApprovalDecided { step_id, .. } => Some((step_id.clone(), 0)),
+        StoredEvent::ApprovalTimedOut { step_id, visit } => Some((step_id.clone(), *visit)),
         StoredEvent::Cancel { .. } => None,
     }
 }

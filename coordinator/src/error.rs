@@ -25,6 +25,16 @@ pub enum Error {
     RunFinished { run_id: String, status: String },
     #[error("worker {worker_id} does not hold task {task_id}")]
     TaskNotHeld { worker_id: String, task_id: String },
+    /// A late answer: the attempt it answers was superseded (its lease ran out and the task
+    /// went to another worker) or the task is no longer in flight.
+    #[error(
+        "task {task_id}: attempt {attempt} is no longer current (now: {current}); the answer is refused"
+    )]
+    Superseded {
+        task_id: String,
+        attempt: u32,
+        current: String,
+    },
     #[error("malformed task id {0:?}")]
     MalformedTaskId(String),
     #[error("{0}")]
@@ -45,6 +55,8 @@ pub enum Error {
     IdempotencyConflict { key: String, run_id: String },
     #[error("cannot embed the text: {0}")]
     Embedding(String),
+    #[error("this coordinator is shutting down; use another")]
+    ShuttingDown,
     #[error(transparent)]
     Store(#[from] store::Error),
 }
@@ -63,11 +75,16 @@ impl From<Error> for Status {
             | Error::RunFinished { .. }
             | Error::Protocol { .. } => Code::FailedPrecondition,
             Error::TaskNotHeld { .. } => Code::PermissionDenied,
+            Error::Superseded { .. } | Error::Store(store::Error::Fenced { .. }) => {
+                Code::FailedPrecondition
+            }
             Error::DuplicateWorker(_) | Error::IdempotencyConflict { .. } => Code::AlreadyExists,
             Error::Store(store::Error::NotFound(_)) => Code::NotFound,
             Error::Store(store::Error::Conflict { .. }) => Code::Aborted,
             Error::Store(store::Error::AlreadyExists(_)) => Code::AlreadyExists,
-            Error::Store(store::Error::Unavailable(_)) | Error::Embedding(_) => Code::Unavailable,
+            Error::Store(store::Error::Unavailable(_))
+            | Error::Embedding(_)
+            | Error::ShuttingDown => Code::Unavailable,
             Error::Corrupt { .. } | Error::Store(store::Error::Corrupt(_)) => Code::DataLoss,
         };
         Status::new(code, error.to_string())

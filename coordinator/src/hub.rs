@@ -10,6 +10,7 @@
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use baton_core::BlobLru;
 use baton_proto::Json;
@@ -28,7 +29,20 @@ pub struct ReadyTask {
     pub parts: Vec<Arc<Json>>,
     /// How many times a worker asked for it again because it could not rebuild the payload.
     pub resends: u32,
+    /// When it went to the worker holding it: its `timeout_ms` runs from there.
+    pub started: Option<Instant>,
+    /// When it became ready (dispatched, or delivered again): its queue wait runs from there.
+    pub ready_at: Instant,
 }
+
+impl ReadyTask {
+    pub fn attempt(&self) -> u32 {
+        self.message.attempt
+    }
+}
+
+/// Where a task is in the hub ([`Hub::locate`]).
+pub use crate::lease::Holding;
 
 /// A task handed to a worker.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -36,6 +50,9 @@ pub struct Assignment {
     pub worker_id: String,
     pub run_id: String,
     pub task_key: String,
+    pub agent: String,
+    /// How long it waited for a worker.
+    pub waited: Duration,
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -57,6 +74,14 @@ pub enum Error {
 }
 
 struct Worker {
+    /// Which connection of this worker id it is: a stream that ends late must not remove the
+    /// connection that replaced it.
+    connection: u64,
+    /// Dropped with the worker: ends its stream, even while the worker still writes to it (it
+    /// was cut off for silence), so that it reconnects instead of being ignored.
+    _closer: tokio::sync::oneshot::Sender<()>,
+    /// When the worker last said anything (heartbeats included).
+    last_seen: Instant,
     agents: HashSet<String>,
     capacity: usize,
     /// Tasks it holds, kept whole so they can be sent again if it goes away.
@@ -94,6 +119,17 @@ impl Worker {
     }
 }
 
+fn cancel_message(task_id: &str, reason: &str) -> CoordinatorMessage {
+    CoordinatorMessage {
+        message: Some(coordinator_message::Message::Cancel(
+            baton_proto::v1::CancelTask {
+                task_id: task_id.to_owned(),
+                reason: reason.to_owned(),
+            },
+        )),
+    }
+}
+
 /// The bytes a task message carries to a worker: its manifest and parts.
 fn payload_bytes(message: &CoordinatorMessage) -> u64 {
     match &message.message {
@@ -112,6 +148,7 @@ struct State {
     queues: HashMap<String, VecDeque<ReadyTask>>,
     tasks_dispatched: u64,
     bytes_to_workers: u64,
+    connections: u64,
     /// Test hook: how many more task messages with parts get one byte flipped on the wire.
     corrupt_remaining: u64,
 }
@@ -163,8 +200,11 @@ fn mirror(cache_bytes: u64) -> BlobLru {
 }
 
 impl Hub {
-    /// Adds a worker, whose part cache starts empty, and gives it what is waiting for its
-    /// agents.
+    /// Adds a worker, whose part cache starts empty. It gets nothing yet: the tasks it still
+    /// runs from an earlier stream are taken over first ([`Hub::adopt`]), then
+    /// [`Hub::fill_worker`] gives it what is waiting, up to its capacity.
+    /// Returns the connection's number, for [`Hub::disconnect`], and a receiver that completes
+    /// when the hub lets the worker go: its stream must end then.
     pub fn connect(
         &self,
         worker_id: &str,
@@ -172,12 +212,18 @@ impl Hub {
         capacity: usize,
         cache_bytes: u64,
         stream: mpsc::UnboundedSender<CoordinatorMessage>,
-    ) -> Result<Vec<Assignment>, Error> {
+    ) -> Result<(u64, tokio::sync::oneshot::Receiver<()>), Error> {
         let mut state = self.state.lock().expect("hub lock");
         if state.workers.contains_key(worker_id) {
             return Err(Error::DuplicateWorker(worker_id.to_owned()));
         }
+        state.connections += 1;
+        let connection = state.connections;
+        let (closer, closed) = tokio::sync::oneshot::channel();
         let worker = Worker {
+            connection,
+            _closer: closer,
+            last_seen: Instant::now(),
             agents: agents.into_iter().collect(),
             capacity: capacity.max(1),
             holding: HashMap::new(),
@@ -186,31 +232,174 @@ impl Hub {
             cache_bytes,
         };
         state.workers.insert(worker_id.to_owned(), worker);
-        Ok(state.fill(worker_id))
+        Ok((connection, closed))
     }
 
-    /// Removes a worker; the tasks it held go to other workers where possible and back to the
-    /// front of their queues otherwise. Returns the new assignments and the requeued tasks.
-    pub fn disconnect(&self, worker_id: &str) -> (Vec<Assignment>, Vec<(String, String)>) {
+    /// Gives the worker queued tasks for its agents until it is full.
+    pub fn fill_worker(&self, worker_id: &str) -> Vec<Assignment> {
+        self.state.lock().expect("hub lock").fill(worker_id)
+    }
+
+    /// Removes connection `connection` of a worker (its stream ended, or it fell silent) and
+    /// returns the tasks it held: they are delivered again as new attempts by the caller. A
+    /// connection that was already replaced by a newer one removes nothing.
+    pub fn disconnect(&self, worker_id: &str, connection: u64) -> Vec<ReadyTask> {
         let mut state = self.state.lock().expect("hub lock");
-        let Some(worker) = state.workers.remove(worker_id) else {
-            return (Vec::new(), Vec::new());
-        };
-        let (mut assignments, mut requeued) = (Vec::new(), Vec::new());
-        for task in worker.holding.into_values() {
-            match state.assign(task) {
-                Ok(assignment) => assignments.push(assignment),
-                Err(task) => {
-                    requeued.push((task.run_id.clone(), task.task_key.clone()));
-                    state
-                        .queues
-                        .entry(task.agent.clone())
-                        .or_default()
-                        .push_front(*task);
-                }
+        if state
+            .workers
+            .get(worker_id)
+            .is_none_or(|worker| worker.connection != connection)
+        {
+            return Vec::new();
+        }
+        let worker = state.workers.remove(worker_id).expect("just checked");
+        worker.holding.into_values().collect()
+    }
+
+    /// The worker said something: it is alive.
+    pub fn seen(&self, worker_id: &str) {
+        let mut state = self.state.lock().expect("hub lock");
+        if let Some(worker) = state.workers.get_mut(worker_id) {
+            worker.last_seen = Instant::now();
+        }
+    }
+
+    /// Workers (and their connection numbers) that said nothing for `silence`: their streams
+    /// are taken for dead, whatever TCP says.
+    pub fn silent(&self, silence: Duration) -> Vec<(String, u64)> {
+        let state = self.state.lock().expect("hub lock");
+        state
+            .workers
+            .iter()
+            .filter(|(_, worker)| worker.last_seen.elapsed() >= silence)
+            .map(|(id, worker)| (id.clone(), worker.connection))
+            .collect()
+    }
+
+    /// Takes back every task held longer than its `timeout_ms` and tells its worker to stop it.
+    /// Returns the tasks, each with the worker that held it, and the tasks the freed slots took.
+    pub fn overdue(&self) -> (Vec<(String, ReadyTask)>, Vec<Assignment>) {
+        let mut state = self.state.lock().expect("hub lock");
+        let mut overdue = Vec::new();
+        for (worker_id, worker) in &mut state.workers {
+            let late: Vec<(String, String)> = worker
+                .holding
+                .iter()
+                .filter(|(_, task)| {
+                    let timeout = task.message.timeout_ms;
+                    timeout > 0
+                        && task
+                            .started
+                            .is_some_and(|at| at.elapsed() >= Duration::from_millis(timeout))
+                })
+                .map(|(key, _)| key.clone())
+                .collect();
+            for key in late {
+                let task = worker.holding.remove(&key).expect("just found");
+                let _ = worker.stream.send(cancel_message(
+                    &task.message.task_id,
+                    &format!("timed out after {} ms", task.message.timeout_ms),
+                ));
+                overdue.push((worker_id.clone(), task));
             }
         }
-        (assignments, requeued)
+        let holders: HashSet<String> = overdue.iter().map(|(id, _)| id.clone()).collect();
+        let assignments = holders.iter().flat_map(|id| state.fill(id)).collect();
+        (overdue, assignments)
+    }
+
+    /// Takes over a task a reconnected worker still runs (its attempt is current): the worker
+    /// holds it, in a slot of its own, without being sent it again.
+    pub fn adopt(&self, worker_id: &str, mut task: ReadyTask) -> bool {
+        let mut state = self.state.lock().expect("hub lock");
+        let Some(worker) = state.workers.get_mut(worker_id) else {
+            return false;
+        };
+        // It fills one of the slots the hello announced, like any task sent on this stream.
+        task.started = Some(Instant::now());
+        worker
+            .holding
+            .insert((task.run_id.clone(), task.task_key.clone()), task);
+        true
+    }
+
+    /// Tells a worker to stop a task (one it runs that is no longer current).
+    pub fn cancel(&self, worker_id: &str, task_id: &str, reason: &str) {
+        let state = self.state.lock().expect("hub lock");
+        if let Some(worker) = state.workers.get(worker_id) {
+            let _ = worker.stream.send(cancel_message(task_id, reason));
+        }
+    }
+
+    /// Where each task (run id, task key, agent) is: on a worker's stream, or queued while a
+    /// worker that serves its agent is connected. One pass over the workers and queues, whatever
+    /// the number of tasks asked about.
+    pub fn locate(&self, tasks: &[(String, String, String)]) -> Vec<Holding> {
+        let state = self.state.lock().expect("hub lock");
+        let mut holders: HashMap<(&str, &str), &str> = HashMap::new();
+        let mut served: HashSet<&str> = HashSet::new();
+        for (id, worker) in &state.workers {
+            for (run_id, task_key) in worker.holding.keys() {
+                holders.insert((run_id, task_key), id);
+            }
+            served.extend(worker.agents.iter().map(String::as_str));
+        }
+        let queued: HashSet<(&str, &str)> = state
+            .queues
+            .values()
+            .flatten()
+            .map(|task| (task.run_id.as_str(), task.task_key.as_str()))
+            .collect();
+        tasks
+            .iter()
+            .map(|(run_id, task_key, agent)| {
+                let key = (run_id.as_str(), task_key.as_str());
+                if let Some(id) = holders.get(&key) {
+                    Holding::Worker((*id).to_owned())
+                } else if queued.contains(&key) && served.contains(agent.as_str()) {
+                    Holding::Queued
+                } else {
+                    // In no queue and on no worker: dropped on an error path. Given up, so
+                    // that a sweep delivers it again.
+                    Holding::Nowhere
+                }
+            })
+            .collect()
+    }
+
+    /// Free slots per agent over the connected workers (a worker serving two agents counts for
+    /// both): how many due tasks of each agent this coordinator should claim.
+    pub fn free_slots(&self) -> HashMap<String, usize> {
+        let state = self.state.lock().expect("hub lock");
+        let mut free: HashMap<String, usize> = HashMap::new();
+        for worker in state.workers.values() {
+            let slots = worker.capacity.saturating_sub(worker.holding.len());
+            for agent in &worker.agents {
+                *free.entry(agent.clone()).or_default() += slots;
+            }
+        }
+        for (agent, queue) in &state.queues {
+            if let Some(slots) = free.get_mut(agent) {
+                *slots = slots.saturating_sub(queue.len());
+            }
+        }
+        free
+    }
+
+    /// The coordinator is going away: every worker is told to connect to another one, and the
+    /// queues are emptied (their tasks are released to the other coordinators). Returns the
+    /// queued tasks.
+    pub fn goodbye(&self) -> Vec<ReadyTask> {
+        let mut state = self.state.lock().expect("hub lock");
+        for worker in state.workers.values_mut() {
+            worker.capacity = 0;
+            let _ = worker.stream.send(CoordinatorMessage {
+                message: Some(coordinator_message::Message::Goodbye(
+                    baton_proto::v1::Goodbye {},
+                )),
+            });
+        }
+        state.queues.drain().flat_map(|(_, queue)| queue).collect()
     }
 
     /// Sends a task to a worker now, or queues it.
@@ -287,13 +476,61 @@ impl Hub {
         }
     }
 
-    /// Whether `worker_id` holds the task.
-    pub fn holds(&self, worker_id: &str, run_id: &str, task_key: &str) -> bool {
+    /// The agent of a task `worker_id` holds and when it was sent to it.
+    pub fn sent_at(
+        &self,
+        worker_id: &str,
+        run_id: &str,
+        task_key: &str,
+    ) -> Option<(String, Instant)> {
+        let state = self.state.lock().expect("hub lock");
+        let task = state
+            .workers
+            .get(worker_id)?
+            .holding
+            .get(&(run_id.to_owned(), task_key.to_owned()))?;
+        Some((task.agent.clone(), task.started?))
+    }
+
+    /// Per agent with tasks waiting: how many, and how long the oldest has waited.
+    pub fn queue_stats(&self) -> Vec<(String, usize, Duration)> {
+        let state = self.state.lock().expect("hub lock");
+        state
+            .queues
+            .iter()
+            .filter(|(_, queue)| !queue.is_empty())
+            .map(|(agent, queue)| {
+                let oldest = queue
+                    .iter()
+                    .map(|task| task.ready_at.elapsed())
+                    .max()
+                    .unwrap_or_default();
+                (agent.clone(), queue.len(), oldest)
+            })
+            .collect()
+    }
+
+    /// Free slots per agent of the connected workers, and how many workers there are.
+    pub fn capacity(&self) -> (usize, Vec<(String, usize)>) {
+        let state = self.state.lock().expect("hub lock");
+        let mut free: HashMap<String, usize> = HashMap::new();
+        for worker in state.workers.values() {
+            for agent in &worker.agents {
+                *free.entry(agent.clone()).or_default() +=
+                    worker.capacity.saturating_sub(worker.holding.len());
+            }
+        }
+        (state.workers.len(), free.into_iter().collect())
+    }
+
+    /// Whether `worker_id` holds this attempt of the task.
+    pub fn holds(&self, worker_id: &str, run_id: &str, task_key: &str, attempt: u32) -> bool {
         let state = self.state.lock().expect("hub lock");
         state.workers.get(worker_id).is_some_and(|worker| {
             worker
                 .holding
-                .contains_key(&(run_id.to_owned(), task_key.to_owned()))
+                .get(&(run_id.to_owned(), task_key.to_owned()))
+                .is_some_and(|task| task.attempt() == attempt)
         })
     }
 
@@ -320,8 +557,9 @@ impl Hub {
         Ok(state.fill(worker_id))
     }
 
-    /// Forgets a task wherever it is (its run ended); the slot it held takes the next task.
-    pub fn forget(&self, run_id: &str, task_key: &str) -> Vec<Assignment> {
+    /// Forgets a task wherever it is (its run ended, or another coordinator took it over) and
+    /// stops it on its worker, telling it `reason`; the slot it held takes the next task.
+    pub fn forget(&self, run_id: &str, task_key: &str, reason: &str) -> Vec<Assignment> {
         let mut state = self.state.lock().expect("hub lock");
         for queue in state.queues.values_mut() {
             queue.retain(|task| !(task.run_id == run_id && task.task_key == task_key));
@@ -331,14 +569,9 @@ impl Hub {
             let task = worker.holding.remove(&key)?;
             // Its agent is stopped at once rather than left to finish for nothing. A closed
             // stream needs no message: the worker is gone or going.
-            let _ = worker.stream.send(CoordinatorMessage {
-                message: Some(coordinator_message::Message::Cancel(
-                    baton_proto::v1::CancelTask {
-                        task_id: task.message.task_id.clone(),
-                        reason: "its run no longer needs it".into(),
-                    },
-                )),
-            });
+            let _ = worker
+                .stream
+                .send(cancel_message(&task.message.task_id, reason));
             Some(id.clone())
         });
         match holder {
@@ -372,21 +605,6 @@ impl Hub {
             .map(|(id, _)| id.clone())
             .collect();
         serving.iter().flat_map(|id| state.fill(id)).collect()
-    }
-
-    /// Whether the task is held by a worker or waiting in a queue.
-    pub fn knows(&self, run_id: &str, task_key: &str) -> bool {
-        let state = self.state.lock().expect("hub lock");
-        let key = (run_id.to_owned(), task_key.to_owned());
-        state
-            .workers
-            .values()
-            .any(|worker| worker.holding.contains_key(&key))
-            || state
-                .queues
-                .values()
-                .flatten()
-                .any(|task| task.run_id == run_id && task.task_key == task_key)
     }
 
     /// Whether any connected worker serves `agent`.
@@ -456,10 +674,15 @@ impl State {
             worker.touch_parts(&task);
             self.tasks_dispatched += 1;
             self.bytes_to_workers += bytes;
+            let mut task = task;
+            let now = Instant::now();
+            task.started = Some(now);
             let assignment = Assignment {
                 worker_id,
                 run_id: task.run_id.clone(),
                 task_key: task.task_key.clone(),
+                agent: task.agent.clone(),
+                waited: now.saturating_duration_since(task.ready_at),
             };
             worker
                 .holding
@@ -515,6 +738,8 @@ mod tests {
             message: Task::default(),
             parts: Vec::new(),
             resends: 0,
+            started: None,
+            ready_at: Instant::now(),
         }
     }
 
@@ -527,6 +752,7 @@ mod tests {
         let (tx, rx) = mpsc::unbounded_channel();
         hub.connect(id, agents.iter().map(|a| a.to_string()), capacity, 0, tx)
             .unwrap();
+        hub.fill_worker(id);
         rx
     }
 
@@ -552,7 +778,7 @@ mod tests {
         assert!(hub.submit(task("r", "code#1", "coder")).is_none());
         assert!(!hub.serves("coder"));
         let _b = worker(&hub, "b", &["coder"], 1);
-        assert!(hub.holds("b", "r", "code#1"));
+        assert!(hub.holds("b", "r", "code#1", 0));
     }
 
     #[test]
@@ -574,16 +800,52 @@ mod tests {
     }
 
     #[test]
-    fn a_departing_worker_hands_its_tasks_to_another() {
+    fn a_departing_worker_gives_back_its_tasks_once() {
         let hub = Hub::default();
-        let _a = worker(&hub, "a", &["x"], 2);
+        let (tx, _rx) = mpsc::unbounded_channel();
+        let (first, _closed) = hub.connect("a", ["x".to_string()], 2, 0, tx).unwrap();
         hub.submit(task("r", "one#1", "x")).unwrap();
-        let _b = worker(&hub, "b", &["x"], 2);
-        let (moved, requeued) = hub.disconnect("a");
-        assert!(requeued.is_empty());
-        assert_eq!(moved[0].worker_id, "b");
-        assert!(hub.holds("b", "r", "one#1"));
-        assert!(!hub.holds("a", "r", "one#1"));
+        let returned = hub.disconnect("a", first);
+        assert_eq!(returned.len(), 1);
+        assert_eq!(returned[0].task_key, "one#1");
+        assert!(!hub.holds("a", "r", "one#1", 0));
+        // The same worker back on a new stream; the old stream ending late removes nothing.
+        let (tx, _rx) = mpsc::unbounded_channel();
+        let (second, _closed) = hub.connect("a", ["x".to_string()], 2, 0, tx).unwrap();
+        hub.submit(task("r", "two#1", "x")).unwrap();
+        assert!(hub.disconnect("a", first).is_empty());
+        assert!(hub.holds("a", "r", "two#1", 0));
+        assert_eq!(hub.disconnect("a", second).len(), 1);
+    }
+
+    #[test]
+    fn a_task_past_its_timeout_is_taken_back_and_stopped() {
+        let hub = Hub::default();
+        let mut rx = worker(&hub, "a", &["x"], 1);
+        let mut slow = task("r", "slow#1", "x");
+        slow.message.timeout_ms = 1;
+        slow.message.task_id = "r/slow#1@1".into();
+        hub.submit(slow).unwrap();
+        assert!(
+            hub.submit(task("r", "next#1", "x")).is_none(),
+            "the slot is full"
+        );
+        rx.try_recv().unwrap();
+        std::thread::sleep(Duration::from_millis(5));
+        let (overdue, assignments) = hub.overdue();
+        assert_eq!(overdue.len(), 1);
+        assert_eq!(overdue[0].0, "a");
+        match rx.try_recv().unwrap().message {
+            Some(coordinator_message::Message::Cancel(cancel)) => {
+                assert_eq!(cancel.task_id, "r/slow#1@1");
+                assert!(cancel.reason.contains("timed out"), "{}", cancel.reason);
+            }
+            other => panic!("expected a cancel, got {other:?}"),
+        }
+        assert_eq!(
+            assignments[0].task_key, "next#1",
+            "the freed slot took the next task"
+        );
     }
 
     fn with_parts(mut task: ReadyTask, parts: &[&str]) -> ReadyTask {
@@ -696,12 +958,36 @@ mod tests {
     }
 
     #[test]
+    fn locate_says_where_each_held_task_is() {
+        let hub = Hub::default();
+        let _a = worker(&hub, "a", &["x"], 1);
+        hub.submit(task("r", "running#1", "x")).unwrap();
+        assert!(hub.submit(task("r", "queued#1", "x")).is_none());
+        assert!(hub.submit(task("r", "unserved#1", "y")).is_none());
+        let ask = |key: &str, agent: &str| ("r".to_owned(), key.to_owned(), agent.to_owned());
+        assert_eq!(
+            hub.locate(&[
+                ask("running#1", "x"),
+                ask("queued#1", "x"),
+                ask("unserved#1", "y"),
+                ask("dropped#1", "x"),
+            ]),
+            [
+                Holding::Worker("a".into()),
+                Holding::Queued,
+                Holding::Nowhere,
+                Holding::Nowhere
+            ]
+        );
+    }
+
+    #[test]
     fn worker_ids_are_unique() {
         let hub = Hub::default();
         let _a = worker(&hub, "a", &["x"], 1);
         let (tx, _rx) = mpsc::unbounded_channel();
         assert_eq!(
-            hub.connect("a", ["x".to_string()], 1, 0, tx),
+            hub.connect("a", ["x".to_string()], 1, 0, tx).map(|_| ()),
             Err(Error::DuplicateWorker("a".into()))
         );
     }

@@ -1,8 +1,11 @@
 //! Baton's coordinator: drives the engine, keeps every run's state in a store, sends agent
 //! steps to workers.
 //!
-//! - [`service`]: the logic: submit, decide, cancel, complete, watch, recover.
+//! - [`service`]: the logic: submit, decide, cancel, complete, watch; leases, retries, timeouts
+//!   and the sweep of due timers (`service/leases.rs`).
+//! - [`lease`]: what happens to a task's lease, as pure functions.
 //! - [`hub`]: connected workers and the tasks waiting for them.
+//! - [`metrics`]: counters, histograms and hub gauges on a Prometheus `/metrics` endpoint.
 //! - [`parts`]: agent payloads by reference, each part encoded and hashed once per run.
 //! - [`store`]: the store trait, its contract, and the memory and Redis stores.
 //! - [`model`]: stored events, step states and tasks.
@@ -19,6 +22,8 @@ pub mod embed;
 pub mod error;
 pub mod grpc;
 pub mod hub;
+pub mod lease;
+pub mod metrics;
 pub mod model;
 pub mod parts;
 pub mod record;

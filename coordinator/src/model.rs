@@ -12,22 +12,26 @@ pub fn task_key(task: &TaskId) -> String {
     format!("{}#{}", task.step_id, task.visit)
 }
 
-/// The id a worker sees: `"<run>/<step>#<visit>"`.
-pub fn task_id(run_id: &str, task: &TaskId) -> String {
-    format!("{run_id}/{}", task_key(task))
+/// The id a worker sees: `"<run>/<step>#<visit>@<attempt>"`. The attempt is the fencing token:
+/// an answer is accepted only for the task's current attempt.
+pub fn task_id(run_id: &str, task: &TaskId, attempt: u32) -> String {
+    format!("{run_id}/{}@{attempt}", task_key(task))
 }
 
-/// Splits a worker-facing task id back into run id and task.
-pub fn parse_task_id(task_id: &str) -> Option<(&str, TaskId)> {
+/// Splits a worker-facing task id back into run id, task and attempt.
+pub fn parse_task_id(task_id: &str) -> Option<(&str, TaskId, u32)> {
     let (run_id, key) = task_id.split_once('/')?;
     let (step_id, visit) = key.rsplit_once('#')?;
+    let (visit, attempt) = visit.split_once('@')?;
     let visit = visit.parse().ok()?;
+    let attempt = attempt.parse().ok()?;
     Some((
         run_id,
         TaskId {
             step_id: Arc::from(step_id),
             visit,
         },
+        attempt,
     ))
 }
 
@@ -64,6 +68,10 @@ pub enum StoredEvent {
         step_id: String,
         decision: Decision,
     },
+    ApprovalTimedOut {
+        step_id: String,
+        visit: u32,
+    },
     Cancel {
         reason: String,
     },
@@ -91,6 +99,10 @@ impl StoredEvent {
                 step_id: step_id.clone(),
                 decision: decision.clone(),
             },
+            StoredEvent::ApprovalTimedOut { step_id, visit } => Event::ApprovalTimedOut {
+                step_id: step_id.clone(),
+                visit: *visit,
+            },
             StoredEvent::Cancel { reason } => Event::Cancel {
                 reason: reason.clone(),
             },
@@ -111,14 +123,43 @@ pub struct StepState {
     pub error: String,
 }
 
-/// An agent task that is queued or running.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// An agent task that is queued, running or waiting to be retried, with its lease.
+///
+/// Its `agent` and `due_ms` put it in the agent's timer set ([`crate::store`]): when `due_ms`
+/// passes, any coordinator may claim it. Its holder keeps pushing `due_ms` out while it holds
+/// the task (queued in its hub, or running on one of its workers); a holder that dies stops,
+/// and the task is given out again with `attempt` raised.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct TaskEntry {
     pub agent: String,
-    /// queued or running.
+    /// queued, running or retrying (waiting out its backoff).
     pub state: String,
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub worker_id: String,
+    /// Which delivery of the step visit this is, from 1: the fencing token of its answer.
+    #[serde(default)]
+    pub attempt: u32,
+    /// The coordinator holding the task; empty while nobody does (due now, or retrying).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub owner: String,
+    /// When the holder's lease runs out, or the retry is due (ms since the epoch).
+    #[serde(default)]
+    pub due_ms: i64,
+    /// Attempts that failed (the agent's error, or a timeout): what the retry policy counts.
+    #[serde(default)]
+    pub failures: u32,
+    /// Deliveries lost with their worker or coordinator: redelivered, not counted as failures.
+    #[serde(default)]
+    pub lost: u32,
+    /// The last failure, while it is retried.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub error: String,
+}
+
+impl TaskEntry {
+    pub fn encode(&self) -> Vec<u8> {
+        serde_json::to_vec(self).expect("a task entry is JSON")
+    }
 }
 
 #[cfg(test)]
@@ -163,10 +204,12 @@ mod tests {
             step_id: "parallel-tests".into(),
             visit: 12,
         };
-        let id = task_id("0193-abc", &task);
-        assert_eq!(id, "0193-abc/parallel-tests#12");
-        assert_eq!(parse_task_id(&id), Some(("0193-abc", task)));
+        let id = task_id("0193-abc", &task, 3);
+        assert_eq!(id, "0193-abc/parallel-tests#12@3");
+        assert_eq!(parse_task_id(&id), Some(("0193-abc", task, 3)));
         assert_eq!(parse_task_id("no-slash"), None);
-        assert_eq!(parse_task_id("run/step#x"), None);
+        assert_eq!(parse_task_id("run/step#x@1"), None);
+        assert_eq!(parse_task_id("run/step#1"), None, "the attempt is required");
+        assert_eq!(parse_task_id("run/step#1@x"), None);
     }
 }

@@ -876,6 +876,7 @@ async fn notes_that_do_not_match_their_digest_are_refused() {
                 task_id: plan.task_id.clone(),
                 outcome: Some(task_result::Outcome::Data(json_bytes(&json!({})))),
                 notes: Some(notes),
+                non_retryable: false,
             },
         )
         .await

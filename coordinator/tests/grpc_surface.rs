@@ -94,6 +94,7 @@ async fn a_worker_of_another_protocol_is_refused_at_hello_naming_both_versions()
             capacity: 1,
             cache_bytes: 0,
             protocol: 1,
+            held: Vec::new(),
         })),
     };
     let status = workers

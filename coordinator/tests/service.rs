@@ -28,6 +28,15 @@ impl FakeWorker {
     }
 }
 
+/// Short leases, so that a coordinator that goes away hands its tasks on quickly.
+fn quick() -> Config {
+    Config {
+        lease_ms: 300,
+        sweep_interval_ms: 20,
+        ..Config::default()
+    }
+}
+
 /// Starts the spec's feature-development workflow with a string input.
 async fn start<S: Store>(coordinator: &Coordinator<S>, text: &str) -> String {
     coordinator
@@ -39,7 +48,7 @@ async fn start<S: Store>(coordinator: &Coordinator<S>, text: &str) -> String {
 #[tokio::test]
 async fn a_run_survives_a_coordinator_restart_from_the_store_alone() {
     let store = Arc::new(MemoryStore::new());
-    let first = Coordinator::new(store.clone(), Config::default());
+    let first = Coordinator::new(store.clone(), quick());
     let run_id = start(&first, "toggle").await;
     let mut worker = FakeWorker::connect(
         &first,
@@ -66,9 +75,9 @@ async fn a_run_survives_a_coordinator_restart_from_the_store_alone() {
     let before = first.record(&run_id).await.unwrap();
     drop(first);
 
-    // A new coordinator on the same store: nothing but the store carries the run over.
-    let second = Coordinator::new(store.clone(), Config::default());
-    assert_eq!(second.recover().await.unwrap(), 1);
+    // A new coordinator on the same store: nothing but the store carries the run over. The
+    // first one's lease on the coder's task runs out, and the task is delivered again.
+    let second = Coordinator::new(store.clone(), quick());
     let after = second.record(&run_id).await.unwrap();
     assert_eq!(after.context, before.context);
     assert_eq!(after.state_sha256, before.state_sha256);
@@ -84,11 +93,22 @@ async fn a_run_survives_a_coordinator_restart_from_the_store_alone() {
         ],
     )
     .await;
-    let code_again = worker.next_task();
+    let code_again = worker.wait_task().await;
     assert_eq!(
-        code_again.task_id, code.task_id,
+        (code_again.step_id.as_str(), code_again.visit),
+        (code.step_id.as_str(), code.visit),
         "the same task, sent again"
     );
+    assert_eq!(
+        (code.attempt, code_again.attempt),
+        (1, 2),
+        "as a new attempt"
+    );
+    // The first delivery's answer, should it still come, is refused.
+    let late = worker
+        .complete(&second, &code, &json!({"late": true}), None)
+        .await;
+    assert!(matches!(late, Err(Error::TaskNotHeld { .. })), "{late:?}");
     assert_eq!(
         payload(&code_again),
         payload(&code),
@@ -210,6 +230,7 @@ async fn refusals_change_nothing() {
                 task_id: plan.task_id.clone(),
                 outcome: Some(task_result::Outcome::Data(input(json!(1)))),
                 notes: None,
+                non_retryable: false,
             },
         )
         .await
@@ -250,6 +271,7 @@ async fn a_corrupted_result_fails_its_step_instead_of_stalling_the_run() {
                 task_id: plan.task_id.clone(),
                 outcome: Some(task_result::Outcome::Data(corrupted)),
                 notes: None,
+                non_retryable: false,
             },
         )
         .await
@@ -304,10 +326,13 @@ async fn a_worker_that_leaves_hands_its_task_to_another() {
     let run_id = start(&coordinator, "toggle").await;
     let mut first = FakeWorker::connect(&coordinator, "first", &["planner"]).await;
     let task = first.next_task();
-    coordinator.disconnect_worker("first").await;
+    coordinator
+        .disconnect_worker("first", first.connection)
+        .await;
     let mut second = FakeWorker::connect(&coordinator, "second", &["planner"]).await;
     let again = second.next_task();
-    assert_eq!(again.task_id, task.task_id);
+    assert_eq!((again.step_id.as_str(), again.visit), ("plan", task.visit));
+    assert_eq!(again.attempt, task.attempt + 1, "a new attempt");
     second
         .answer(&coordinator, &again, json!({"files": []}))
         .await;
@@ -315,7 +340,7 @@ async fn a_worker_that_leaves_hands_its_task_to_another() {
     let plan = record.steps.iter().find(|s| s.step_id == "plan").unwrap();
     assert_eq!(
         (plan.status.as_str(), plan.worker_id.as_str(), plan.attempts),
-        ("succeeded", "second", 2)
+        ("succeeded", "second", again.attempt)
     );
 }
 
@@ -349,7 +374,7 @@ async fn cancelling_frees_the_slot_for_a_task_of_another_run() {
     let first = start(&coordinator, "one").await;
     let (tx, mut stream) = mpsc::unbounded_channel();
     coordinator
-        .connect_worker("solo", vec!["planner".into()], 1, 0, tx)
+        .connect_worker("solo", vec!["planner".into()], 1, 0, Vec::new(), tx)
         .await
         .unwrap();
     let second = start(&coordinator, "two").await;
@@ -378,11 +403,13 @@ async fn cancelling_frees_the_slot_for_a_task_of_another_run() {
 }
 
 #[tokio::test]
-async fn one_unreadable_run_does_not_stop_recovery_of_the_others() {
+async fn one_unreadable_run_does_not_stop_the_others_being_picked_up() {
     use baton_coordinator::store::{RunHeader, TransitionWrite};
     let store = Arc::new(MemoryStore::new());
-    let coordinator = Coordinator::new(store.clone(), Config::default());
+    let coordinator = Coordinator::new(store.clone(), quick());
+    // Submitted with no worker anywhere: its task is due at once, for whoever serves planners.
     let good = start(&coordinator, "toggle").await;
+    let due_task = br#"{"agent":"planner","state":"queued","attempt":1,"due_ms":0}"#.to_vec();
     store
         .create_run(
             RunHeader {
@@ -394,16 +421,20 @@ async fn one_unreadable_run_does_not_stop_recovery_of_the_others() {
             },
             TransitionWrite {
                 status: "running".into(),
+                tasks_set: vec![("plan#1".into(), due_task)],
                 ..TransitionWrite::default()
             },
         )
         .await
         .unwrap();
     drop(coordinator);
-    let restarted = Coordinator::new(store, Config::default());
-    assert_eq!(restarted.recover().await.unwrap(), 1);
+    let restarted = Coordinator::new(store.clone(), quick());
     let mut worker = FakeWorker::connect(&restarted, "w", &["planner"]).await;
-    assert_eq!(worker.next_task().run_id, good);
+    assert_eq!(worker.wait_task().await.run_id, good);
+    // The broken run's task was claimed but stays in the store, untouched otherwise.
+    let broken = store.load_run("broken").await.unwrap().unwrap();
+    assert!(broken.tasks.contains_key("plan#1"));
+    assert_eq!(broken.version, 1);
 }
 
 /// A store whose next transition write fails, as when Redis blips.
@@ -448,13 +479,32 @@ impl Store for FlakyStore {
         self.inner.load_run(run_id).await
     }
 
-    async fn set_task(
+    async fn swap_tasks(
+        &self,
+        swaps: Vec<baton_coordinator::store::TaskSwap>,
+    ) -> Result<Vec<bool>, baton_coordinator::store::Error> {
+        self.inner.swap_tasks(swaps).await
+    }
+
+    async fn due_tasks(
+        &self,
+        agent: &str,
+        now_ms: i64,
+        limit: usize,
+    ) -> Result<Vec<baton_coordinator::store::DueTask>, baton_coordinator::store::Error> {
+        self.inner.due_tasks(agent, now_ms, limit).await
+    }
+
+    async fn task(
         &self,
         run_id: &str,
         task_key: &str,
-        task: Vec<u8>,
-    ) -> Result<bool, baton_coordinator::store::Error> {
-        self.inner.set_task(run_id, task_key, task).await
+    ) -> Result<Option<Vec<u8>>, baton_coordinator::store::Error> {
+        self.inner.task(run_id, task_key).await
+    }
+
+    async fn version(&self, run_id: &str) -> Result<Option<u64>, baton_coordinator::store::Error> {
+        self.inner.version(run_id).await
     }
 
     async fn list_runs(
@@ -497,7 +547,7 @@ impl Store for FlakyStore {
 }
 
 #[tokio::test]
-async fn a_result_the_store_could_not_record_sends_the_task_again() {
+async fn a_result_waits_out_a_store_blip_and_is_recorded_once() {
     let store = Arc::new(FlakyStore::default());
     let coordinator = Coordinator::new(store.clone(), Config::default());
     let run_id = start(&coordinator, "toggle").await;
@@ -506,27 +556,23 @@ async fn a_result_the_store_could_not_record_sends_the_task_again() {
     store
         .fail_next
         .store(true, std::sync::atomic::Ordering::SeqCst);
-    let error = coordinator
-        .complete(
-            &worker.id,
-            TaskResult {
-                task_id: plan.task_id.clone(),
-                outcome: Some(task_result::Outcome::Data(input(json!({"files": []})))),
-                notes: None,
-            },
-        )
-        .await
-        .unwrap_err();
-    assert_eq!(tonic::Status::from(error).code(), tonic::Code::Unavailable);
-    let again = worker.next_task();
-    assert_eq!(again.task_id, plan.task_id, "the task was not lost");
     worker
-        .answer(&coordinator, &again, json!({"files": []}))
+        .answer(&coordinator, &plan, json!({"files": []}))
         .await;
-    assert_eq!(
-        coordinator.record(&run_id).await.unwrap().waiting[0].kind,
-        "approval"
+    assert!(
+        !store.fail_next.load(std::sync::atomic::Ordering::SeqCst),
+        "the first write failed"
     );
+    assert!(worker.has_nothing(), "the task was not sent again");
+    let record = coordinator.record(&run_id).await.unwrap();
+    assert_eq!(record.waiting[0].kind, "approval");
+    let stored = store.inner.load_run(&run_id).await.unwrap().unwrap();
+    let answers = stored
+        .events
+        .iter()
+        .filter(|e| String::from_utf8_lossy(e).contains("agent_succeeded"))
+        .count();
+    assert_eq!(answers, 1, "recorded once");
 }
 
 #[tokio::test]
@@ -596,6 +642,7 @@ async fn data_nested_deeper_than_agents_can_parse_is_refused_by_name() {
                 task_id: plan.task_id.clone(),
                 outcome: Some(task_result::Outcome::Data(input(nested(101)))),
                 notes: None,
+                non_retryable: false,
             },
         )
         .await

@@ -5,6 +5,7 @@
 //! the key layout.
 
 #[path = "support/redis_server.rs"]
+#[allow(dead_code)] // shared harness: not every helper is used here
 mod redis_server;
 
 use std::collections::{BTreeMap, HashMap};
@@ -13,16 +14,18 @@ use std::sync::Arc;
 use baton_coordinator::store::memory::MemoryStore;
 use baton_coordinator::store::redis::RedisStore;
 use baton_coordinator::store::{
-    Claim, Error, RunHeader, RunSummary, Store, StoredRun, TransitionWrite,
+    Claim, DueTask, Error, RunHeader, RunSummary, Store, StoredRun, TaskSwap, TransitionWrite,
 };
 use redis_server::RedisServer;
 
-/// Runs each case against both stores.
+/// Runs each case against both stores. Attributes before a case (``) go on
+/// both of its tests.
 macro_rules! conformance {
-    ($($case:ident),+ $(,)?) => {
+    ($($(#[$attr:meta])* $case:ident),+ $(,)?) => {
         mod memory_store {
             use super::*;
             $(
+                $(#[$attr])*
                 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
                 async fn $case() {
                     super::$case(Arc::new(MemoryStore::new())).await;
@@ -33,6 +36,7 @@ macro_rules! conformance {
         mod redis_store {
             use super::*;
             $(
+                $(#[$attr])*
                 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
                 async fn $case() {
                     let server = RedisServer::start();
@@ -54,7 +58,18 @@ conformance! {
     apply_at_a_stale_version_is_conflict,
     apply_to_a_missing_run_is_not_found,
     rewriting_a_result,
-    set_task_only_updates_existing_tasks,
+    swap_tasks_only_replace_existing_tasks,
+    swap_tasks_compares_exact_bytes_and_moves_timers,
+    due_tasks_are_earliest_first_limited_and_per_agent,
+    transitions_move_timers_with_tasks,
+    fenced_transitions_apply_only_at_the_current_attempt,
+    task_and_version_read_one_task_and_the_version,
+
+    due_tasks_take_any_limit,
+
+    only_an_integer_due_ms_makes_a_timer,
+
+    a_fenced_first_transition_creates_nothing,
     list_runs_newest_first_and_limited,
     active_runs_follow_status,
     concurrent_appliers_one_wins,
@@ -101,6 +116,7 @@ fn start(created_ms: i64) -> TransitionWrite {
         error: None,
         state_sha256: "0".repeat(64),
         updated_ms: created_ms,
+        fences: Vec::new(),
     }
 }
 
@@ -139,6 +155,44 @@ fn strings(ids: &[&str]) -> Vec<String> {
     ids.iter().map(|id| id.to_string()).collect()
 }
 
+/// A time in milliseconds like the coordinator's, to check that timers keep every digit.
+const T: i64 = 1_700_000_000_000;
+
+/// A task with a timer: `agent`'s task at `attempt`, due at `due_ms`.
+fn timed(agent: &str, attempt: u32, due_ms: i64) -> Vec<u8> {
+    json(&format!(
+        r#"{{"agent":"{agent}","attempt":{attempt},"due_ms":{due_ms},"worker":"w1"}}"#
+    ))
+}
+
+fn swap(run_id: &str, task_key: &str, expected: Vec<u8>, new: Option<Vec<u8>>) -> TaskSwap {
+    TaskSwap {
+        run_id: run_id.to_owned(),
+        task_key: task_key.to_owned(),
+        expected,
+        new,
+    }
+}
+
+fn due_task(run_id: &str, task_key: &str, task: Vec<u8>) -> DueTask {
+    DueTask {
+        run_id: run_id.to_owned(),
+        task_key: task_key.to_owned(),
+        task,
+    }
+}
+
+/// The keys of `agent`'s due tasks, `"<run id>/<task key>"`, in the order `due_tasks` gives them.
+async fn due_keys<S: Store>(store: &S, agent: &str, now_ms: i64) -> Vec<String> {
+    store
+        .due_tasks(agent, now_ms, 100)
+        .await
+        .expect("due_tasks")
+        .into_iter()
+        .map(|due| format!("{}/{}", due.run_id, due.task_key))
+        .collect()
+}
+
 // ---------------------------------------------------------------------------------------------
 // Cases
 
@@ -161,6 +215,7 @@ async fn create_then_load<S: Store>(store: Arc<S>) {
         error: None,
         state_sha256: "a".repeat(64),
         updated_ms: 1_700_000_000_005,
+        fences: Vec::new(),
     };
     store
         .create_run(header("run-1", 1_700_000_000_000), first)
@@ -210,6 +265,7 @@ async fn create_then_load<S: Store>(store: Arc<S>) {
         error: Some("boom\r\nsecond line ✗".to_owned()),
         state_sha256: String::new(),
         updated_ms: 0,
+        fences: Vec::new(),
     };
     store.create_run(empty_header.clone(), first).await.unwrap();
     assert_eq!(
@@ -295,6 +351,7 @@ async fn apply_at_the_right_version<S: Store>(store: Arc<S>) {
         error: None,
         state_sha256: "b".repeat(64),
         updated_ms: 200,
+        fences: Vec::new(),
     };
     assert_eq!(store.apply_transition("run-1", 1, write).await.unwrap(), 2);
     assert_eq!(
@@ -333,6 +390,7 @@ async fn apply_at_the_right_version<S: Store>(store: Arc<S>) {
         error: Some("review failed".to_owned()),
         state_sha256: "c".repeat(64),
         updated_ms: 300,
+        fences: Vec::new(),
     };
     assert_eq!(store.apply_transition("run-1", 2, write).await.unwrap(), 3);
     let run = load(&*store, "run-1").await;
@@ -474,6 +532,7 @@ async fn rewriting_a_result<S: Store>(store: Arc<S>) {
         error: Some("should not be written".to_owned()),
         state_sha256: "f".repeat(64),
         updated_ms: 300,
+        fences: Vec::new(),
     };
     match store.apply_transition("run-1", 2, rewrite).await {
         Err(Error::Corrupt(message)) => assert!(message.contains("plan#1"), "{message}"),
@@ -503,7 +562,7 @@ async fn rewriting_a_result<S: Store>(store: Arc<S>) {
     assert_eq!(run.events.len(), 2);
 }
 
-async fn set_task_only_updates_existing_tasks<S: Store>(store: Arc<S>) {
+async fn swap_tasks_only_replace_existing_tasks<S: Store>(store: Arc<S>) {
     let first = TransitionWrite {
         tasks_set: vec![
             ("plan#1".to_owned(), json(r#"{"worker":null}"#)),
@@ -514,12 +573,19 @@ async fn set_task_only_updates_existing_tasks<S: Store>(store: Arc<S>) {
     create(&*store, "run-1", 100, first).await;
     let before = load(&*store, "run-1").await;
 
+    // Any bytes go in and are compared exactly on the way out, even ones that are not JSON.
     let leased = binary();
-    assert!(
+    assert_eq!(
         store
-            .set_task("run-1", "plan#1", leased.clone())
+            .swap_tasks(vec![swap(
+                "run-1",
+                "plan#1",
+                json(r#"{"worker":null}"#),
+                Some(leased.clone()),
+            )])
             .await
-            .unwrap()
+            .unwrap(),
+        vec![true]
     );
     let after = load(&*store, "run-1").await;
     assert_eq!(after.version, 1);
@@ -527,35 +593,62 @@ async fn set_task_only_updates_existing_tasks<S: Store>(store: Arc<S>) {
     let mut expected = before.clone();
     expected.tasks.insert("plan#1".to_owned(), leased.clone());
     assert_eq!(after, expected);
+    assert_eq!(
+        store
+            .swap_tasks(vec![swap(
+                "run-1",
+                "plan#1",
+                leased.clone(),
+                Some(json(r#"{"worker":"w1"}"#)),
+            )])
+            .await
+            .unwrap(),
+        vec![true]
+    );
 
     // The transition that finishes lint#1 removes it; a late lease update is dropped.
     let lint_done = TransitionWrite {
         tasks_removed: vec!["lint#1".to_owned()],
-        links: Vec::new(),
-        decisions: Vec::new(),
         ..status_write("running", "lint done", 200)
     };
     store.apply_transition("run-1", 1, lint_done).await.unwrap();
     let before = load(&*store, "run-1").await;
-    assert!(
-        !store
-            .set_task("run-1", "lint#1", json(r#"{"worker":"w1"}"#))
-            .await
-            .unwrap()
-    );
-    assert!(
-        !store
-            .set_task("run-1", "never#1", json(r#"{"worker":"w1"}"#))
-            .await
-            .unwrap()
+    let late = vec![
+        swap(
+            "run-1",
+            "lint#1",
+            json(r#"{"worker":null}"#),
+            Some(json(r#"{"worker":"w1"}"#)),
+        ),
+        swap("run-1", "lint#1", json(r#"{"worker":null}"#), None),
+        swap(
+            "run-1",
+            "never#1",
+            json(r#"{"worker":null}"#),
+            Some(json(r#"{"worker":"w1"}"#)),
+        ),
+    ];
+    assert_eq!(
+        store.swap_tasks(late).await.unwrap(),
+        vec![false, false, false]
     );
     assert_eq!(load(&*store, "run-1").await, before);
     assert_eq!(before.version, 2);
     assert!(!before.tasks.contains_key("lint#1"));
 
     // Unknown run: false, and no run appears.
-    assert!(!store.set_task("ghost", "plan#1", json("{}")).await.unwrap());
+    assert_eq!(
+        store
+            .swap_tasks(vec![swap("ghost", "plan#1", json("{}"), Some(json("{}")))])
+            .await
+            .unwrap(),
+        vec![false]
+    );
     assert!(store.load_run("ghost").await.unwrap().is_none());
+    assert_eq!(store.version("ghost").await.unwrap(), None);
+
+    // An empty batch is an empty answer.
+    assert!(store.swap_tasks(Vec::new()).await.unwrap().is_empty());
 }
 
 async fn list_runs_newest_first_and_limited<S: Store>(store: Arc<S>) {
@@ -737,6 +830,670 @@ async fn concurrent_appliers_one_wins<S: Store>(store: Arc<S>) {
     assert_eq!(run.updated_ms, 200 + winner as i64);
 }
 
+async fn swap_tasks_compares_exact_bytes_and_moves_timers<S: Store>(store: Arc<S>) {
+    let plan = timed("coder", 1, T + 1_000);
+    let lint = timed("coder", 1, T + 1_500);
+    let first = TransitionWrite {
+        tasks_set: vec![
+            ("plan#1".to_owned(), plan.clone()),
+            ("lint#1".to_owned(), lint.clone()),
+        ],
+        ..start(100)
+    };
+    create(&*store, "run-1", 100, first).await;
+    assert_eq!(
+        due_keys(&*store, "coder", T + 2_000).await,
+        strings(&["run-1/plan#1", "run-1/lint#1"])
+    );
+    let before = load(&*store, "run-1").await;
+
+    // The same task in other bytes (spaces, key order) is not the expected task.
+    let renewed = timed("coder", 1, T + 5_000);
+    let respaced = json(&format!(
+        r#"{{"agent": "coder", "attempt": 1, "due_ms": {}, "worker": "w1"}}"#,
+        T + 1_000
+    ));
+    let reordered = json(&format!(
+        r#"{{"worker":"w1","due_ms":{},"attempt":1,"agent":"coder"}}"#,
+        T + 1_000
+    ));
+    for wrong in [
+        respaced,
+        reordered,
+        timed("coder", 2, T + 1_000),
+        Vec::new(),
+    ] {
+        assert_eq!(
+            store
+                .swap_tasks(vec![swap("run-1", "plan#1", wrong, Some(renewed.clone()))])
+                .await
+                .unwrap(),
+            vec![false]
+        );
+    }
+    assert_eq!(load(&*store, "run-1").await, before);
+    assert_eq!(
+        due_keys(&*store, "coder", T + 1_000).await,
+        strings(&["run-1/plan#1"])
+    );
+
+    // The exact bytes: the task is replaced, its timer moves, the version stays.
+    assert_eq!(
+        store
+            .swap_tasks(vec![swap(
+                "run-1",
+                "plan#1",
+                plan.clone(),
+                Some(renewed.clone())
+            )])
+            .await
+            .unwrap(),
+        vec![true]
+    );
+    let mut expected = before.clone();
+    expected.tasks.insert("plan#1".to_owned(), renewed.clone());
+    assert_eq!(load(&*store, "run-1").await, expected);
+    assert_eq!(store.version("run-1").await.unwrap(), Some(1));
+    assert_eq!(
+        store.task("run-1", "plan#1").await.unwrap(),
+        Some(renewed.clone())
+    );
+    assert!(due_keys(&*store, "coder", T + 1_000).await.is_empty());
+    assert_eq!(
+        due_keys(&*store, "coder", T + 4_999).await,
+        strings(&["run-1/lint#1"])
+    );
+    assert_eq!(
+        store.due_tasks("coder", T + 5_000, 10).await.unwrap(),
+        vec![
+            due_task("run-1", "lint#1", lint.clone()),
+            due_task("run-1", "plan#1", renewed.clone()),
+        ]
+    );
+
+    // Removing a task removes its timer.
+    assert_eq!(
+        store
+            .swap_tasks(vec![swap("run-1", "lint#1", lint.clone(), None)])
+            .await
+            .unwrap(),
+        vec![true]
+    );
+    assert_eq!(store.task("run-1", "lint#1").await.unwrap(), None);
+    assert!(!load(&*store, "run-1").await.tasks.contains_key("lint#1"));
+    assert_eq!(
+        due_keys(&*store, "coder", i64::MAX).await,
+        strings(&["run-1/plan#1"])
+    );
+
+    // Each swap of a batch on its own: one applies, the next is refused.
+    let retry = timed("coder", 2, T + 7_000);
+    let batch = vec![
+        swap("run-1", "plan#1", renewed.clone(), Some(retry.clone())),
+        swap("run-1", "lint#1", lint.clone(), Some(timed("coder", 2, T))),
+    ];
+    assert_eq!(store.swap_tasks(batch).await.unwrap(), vec![true, false]);
+    assert_eq!(
+        store.task("run-1", "plan#1").await.unwrap(),
+        Some(retry.clone())
+    );
+    assert_eq!(store.task("run-1", "lint#1").await.unwrap(), None);
+    assert_eq!(
+        store.due_tasks("coder", i64::MAX, 10).await.unwrap(),
+        vec![due_task("run-1", "plan#1", retry.clone())]
+    );
+    // ... and in order: a later swap sees what an earlier one wrote.
+    let moved = timed("coder", 2, T + 9_000);
+    let batch = vec![
+        swap("run-1", "plan#1", renewed.clone(), Some(moved.clone())),
+        swap("run-1", "plan#1", retry.clone(), Some(renewed.clone())),
+        swap("run-1", "plan#1", renewed.clone(), Some(moved.clone())),
+    ];
+    assert_eq!(
+        store.swap_tasks(batch).await.unwrap(),
+        vec![false, true, true]
+    );
+    assert_eq!(
+        store.due_tasks("coder", i64::MAX, 10).await.unwrap(),
+        vec![due_task("run-1", "plan#1", moved.clone())]
+    );
+
+    // A missing run or task: refused, and nothing is created (no task, no timer, no run).
+    let batch = vec![
+        swap("ghost", "plan#1", plan.clone(), Some(timed("coder", 1, 0))),
+        swap("run-1", "never#1", plan.clone(), Some(timed("coder", 1, 0))),
+        swap("run-1", "never#2", Vec::new(), Some(timed("coder", 1, 0))),
+    ];
+    assert_eq!(
+        store.swap_tasks(batch).await.unwrap(),
+        vec![false, false, false]
+    );
+    assert!(store.load_run("ghost").await.unwrap().is_none());
+    assert_eq!(store.task("ghost", "plan#1").await.unwrap(), None);
+    assert_eq!(store.task("run-1", "never#1").await.unwrap(), None);
+    assert_eq!(
+        due_keys(&*store, "coder", i64::MAX).await,
+        strings(&["run-1/plan#1"])
+    );
+    assert_eq!(store.list_runs(10).await.unwrap().len(), 1);
+    assert_eq!(store.version("run-1").await.unwrap(), Some(1));
+}
+
+async fn due_tasks_are_earliest_first_limited_and_per_agent<S: Store>(store: Arc<S>) {
+    // Stored bytes are given back as they are, spaces and all.
+    let a1 = json(&format!(
+        r#"{{ "agent": "coder", "due_ms": {}, "attempt": 1 }}"#,
+        T + 300
+    ));
+    let a2 = timed("reviewer", 1, T + 100);
+    let a3 = timed("coder", 3, T + 100);
+    let b1 = timed("coder", 1, T + 200);
+    let b2 = timed("coder", 1, T + 900);
+    let b3 = timed("reviewer", 2, T + 50);
+    let untimed = [
+        ("no-due#1", json(r#"{"agent":"coder","attempt":1}"#)),
+        (
+            "no-agent#1",
+            json(&format!(r#"{{"attempt":1,"due_ms":{}}}"#, T)),
+        ),
+        (
+            "due-text#1",
+            json(&format!(r#"{{"agent":"coder","due_ms":"{}"}}"#, T)),
+        ),
+        (
+            "agent-number#1",
+            json(&format!(r#"{{"agent":7,"due_ms":{}}}"#, T)),
+        ),
+        ("not-json#1", binary()),
+        ("array#1", json(r#"["coder",1]"#)),
+    ];
+    let mut tasks_set = vec![
+        ("a1#1".to_owned(), a1.clone()),
+        ("a2#1".to_owned(), a2.clone()),
+        ("a3#1".to_owned(), a3.clone()),
+    ];
+    tasks_set.extend(
+        untimed
+            .iter()
+            .map(|(key, bytes)| (key.to_string(), bytes.clone())),
+    );
+    create(
+        &*store,
+        "run-a",
+        1,
+        TransitionWrite {
+            tasks_set,
+            ..start(1)
+        },
+    )
+    .await;
+    create(
+        &*store,
+        "run-b",
+        2,
+        TransitionWrite {
+            tasks_set: vec![
+                ("b1#1".to_owned(), b1.clone()),
+                ("b2#1".to_owned(), b2.clone()),
+                ("b3#1".to_owned(), b3.clone()),
+            ],
+            ..start(2)
+        },
+    )
+    .await;
+
+    assert_eq!(
+        store.due_tasks("coder", T + 1_000, 10).await.unwrap(),
+        vec![
+            due_task("run-a", "a3#1", a3.clone()),
+            due_task("run-b", "b1#1", b1.clone()),
+            due_task("run-a", "a1#1", a1.clone()),
+            due_task("run-b", "b2#1", b2.clone()),
+        ]
+    );
+    // Due at `now_ms` is due; a millisecond later is not.
+    assert_eq!(
+        due_keys(&*store, "coder", T + 300).await,
+        strings(&["run-a/a3#1", "run-b/b1#1", "run-a/a1#1"])
+    );
+    assert_eq!(
+        due_keys(&*store, "coder", T + 299).await,
+        strings(&["run-a/a3#1", "run-b/b1#1"])
+    );
+    assert!(due_keys(&*store, "coder", T + 99).await.is_empty());
+    assert!(due_keys(&*store, "coder", i64::MIN).await.is_empty());
+    // At most `limit`, the earliest.
+    assert_eq!(
+        store.due_tasks("coder", T + 1_000, 2).await.unwrap(),
+        vec![
+            due_task("run-a", "a3#1", a3.clone()),
+            due_task("run-b", "b1#1", b1.clone()),
+        ]
+    );
+    assert_eq!(
+        store.due_tasks("coder", T + 1_000, 1).await.unwrap(),
+        vec![due_task("run-a", "a3#1", a3.clone())]
+    );
+    assert!(
+        store
+            .due_tasks("coder", T + 1_000, 0)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    // Per agent.
+    assert_eq!(
+        store.due_tasks("reviewer", i64::MAX, 10).await.unwrap(),
+        vec![
+            due_task("run-b", "b3#1", b3.clone()),
+            due_task("run-a", "a2#1", a2.clone()),
+        ]
+    );
+    assert!(due_keys(&*store, "nobody", i64::MAX).await.is_empty());
+    assert!(due_keys(&*store, "", i64::MAX).await.is_empty());
+
+    // Tasks without a string agent and an integer due_ms are stored, but have no timer.
+    let run = load(&*store, "run-a").await;
+    for (key, bytes) in &untimed {
+        assert_eq!(run.tasks.get(*key), Some(bytes), "{key}");
+    }
+    assert_eq!(
+        due_keys(&*store, "coder", i64::MAX).await,
+        strings(&["run-a/a3#1", "run-b/b1#1", "run-a/a1#1", "run-b/b2#1"])
+    );
+
+    // Reading due tasks changes nothing.
+    assert_eq!(load(&*store, "run-a").await, run);
+}
+
+async fn transitions_move_timers_with_tasks<S: Store>(store: Arc<S>) {
+    let first = TransitionWrite {
+        tasks_set: vec![
+            ("plan#1".to_owned(), timed("coder", 1, T + 100)),
+            ("review#1".to_owned(), timed("reviewer", 1, T + 200)),
+        ],
+        ..start(1)
+    };
+    create(&*store, "run-1", 1, first).await;
+    assert_eq!(
+        due_keys(&*store, "coder", T + 100).await,
+        strings(&["run-1/plan#1"])
+    );
+    assert_eq!(
+        due_keys(&*store, "reviewer", T + 200).await,
+        strings(&["run-1/review#1"])
+    );
+
+    // Overwriting plan#1 moves its timer; removing review#1 removes its timer.
+    let retried = timed("coder", 2, T + 500);
+    let write = TransitionWrite {
+        tasks_set: vec![("plan#1".to_owned(), retried.clone())],
+        tasks_removed: vec!["review#1".to_owned()],
+        ..status_write("running", "plan retried, review done", 10)
+    };
+    assert_eq!(store.apply_transition("run-1", 1, write).await.unwrap(), 2);
+    assert!(due_keys(&*store, "coder", T + 499).await.is_empty());
+    assert_eq!(
+        store.due_tasks("coder", T + 500, 10).await.unwrap(),
+        vec![due_task("run-1", "plan#1", retried.clone())]
+    );
+    assert!(due_keys(&*store, "reviewer", i64::MAX).await.is_empty());
+
+    // A refused transition moves no timer.
+    let stale = TransitionWrite {
+        tasks_set: vec![
+            ("plan#1".to_owned(), timed("coder", 3, T)),
+            ("audit#1".to_owned(), timed("auditor", 1, T)),
+        ],
+        ..status_write("running", "stale", 11)
+    };
+    assert!(matches!(
+        store.apply_transition("run-1", 1, stale).await,
+        Err(Error::Conflict { .. })
+    ));
+    assert!(due_keys(&*store, "coder", T + 499).await.is_empty());
+    assert!(due_keys(&*store, "auditor", i64::MAX).await.is_empty());
+
+    // A task that changes agent changes timer set.
+    let handed_over = timed("fixer", 2, T + 600);
+    let write = TransitionWrite {
+        tasks_set: vec![("plan#1".to_owned(), handed_over.clone())],
+        ..status_write("running", "handed over", 12)
+    };
+    store.apply_transition("run-1", 2, write).await.unwrap();
+    assert!(due_keys(&*store, "coder", i64::MAX).await.is_empty());
+    assert_eq!(
+        store.due_tasks("fixer", T + 600, 10).await.unwrap(),
+        vec![due_task("run-1", "plan#1", handed_over)]
+    );
+
+    // A task that loses its due time loses its timer, and gets one back with a new due time.
+    let waiting = json(r#"{"agent":"fixer","attempt":2}"#);
+    let write = TransitionWrite {
+        tasks_set: vec![("plan#1".to_owned(), waiting.clone())],
+        ..status_write("running", "waiting", 13)
+    };
+    store.apply_transition("run-1", 3, write).await.unwrap();
+    assert_eq!(store.task("run-1", "plan#1").await.unwrap(), Some(waiting));
+    assert!(due_keys(&*store, "fixer", i64::MAX).await.is_empty());
+    let write = TransitionWrite {
+        tasks_set: vec![("plan#1".to_owned(), timed("fixer", 3, T + 700))],
+        ..status_write("running", "retry", 14)
+    };
+    store.apply_transition("run-1", 4, write).await.unwrap();
+    assert_eq!(
+        due_keys(&*store, "fixer", T + 700).await,
+        strings(&["run-1/plan#1"])
+    );
+
+    // Removed and set again in one transition: the set wins, with its timer.
+    let again = timed("coder", 4, T + 800);
+    let write = TransitionWrite {
+        tasks_set: vec![("plan#1".to_owned(), again.clone())],
+        tasks_removed: vec!["plan#1".to_owned()],
+        ..status_write("running", "again", 15)
+    };
+    store.apply_transition("run-1", 5, write).await.unwrap();
+    assert!(due_keys(&*store, "fixer", i64::MAX).await.is_empty());
+    assert_eq!(
+        store.due_tasks("coder", i64::MAX, 10).await.unwrap(),
+        vec![due_task("run-1", "plan#1", again)]
+    );
+
+    // The run ends: its last task and timer go.
+    let write = TransitionWrite {
+        tasks_removed: vec!["plan#1".to_owned()],
+        ..status_write("succeeded", "done", 16)
+    };
+    store.apply_transition("run-1", 6, write).await.unwrap();
+    assert!(load(&*store, "run-1").await.tasks.is_empty());
+    for agent in ["coder", "reviewer", "fixer", "auditor"] {
+        assert!(
+            due_keys(&*store, agent, i64::MAX).await.is_empty(),
+            "{agent}"
+        );
+    }
+}
+
+async fn fenced_transitions_apply_only_at_the_current_attempt<S: Store>(store: Arc<S>) {
+    let plan = timed("coder", 1, T + 100);
+    let lint = timed("coder", 1, T + 150);
+    let first = TransitionWrite {
+        tasks_set: vec![
+            ("plan#1".to_owned(), plan.clone()),
+            ("lint#1".to_owned(), lint.clone()),
+        ],
+        ..start(1)
+    };
+    create(&*store, "run-1", 1, first).await;
+
+    // The current attempt: the write applies.
+    let progress = TransitionWrite {
+        steps: vec![("plan".to_owned(), json(r#"{"state":"running"}"#))],
+        fences: vec![("plan#1".to_owned(), 1), ("lint#1".to_owned(), 1)],
+        ..status_write("running", "plan progress", 10)
+    };
+    assert_eq!(
+        store.apply_transition("run-1", 1, progress).await.unwrap(),
+        2
+    );
+
+    // plan#1's lease expired and attempt 2 took over: attempt 1's answer comes too late.
+    let retry = timed("coder", 2, T + 900);
+    assert_eq!(
+        store
+            .swap_tasks(vec![swap(
+                "run-1",
+                "plan#1",
+                plan.clone(),
+                Some(retry.clone())
+            )])
+            .await
+            .unwrap(),
+        vec![true]
+    );
+    let before = load(&*store, "run-1").await;
+    let late_answer = |fences: Vec<(String, u32)>| TransitionWrite {
+        results: vec![("plan#1".to_owned(), json(r#"{"answer":"late"}"#))],
+        steps: vec![("plan".to_owned(), json(r#"{"state":"done"}"#))],
+        tasks_set: vec![("review#1".to_owned(), timed("reviewer", 1, T))],
+        tasks_removed: vec!["plan#1".to_owned()],
+        links: vec![json(r#"{"n":1}"#)],
+        decisions: vec![("plan#1/0".to_owned(), json("{}"))],
+        error: Some("late".to_owned()),
+        fences,
+        ..status_write("succeeded", "plan done", 20)
+    };
+    let refusals = [
+        (vec![("plan#1".to_owned(), 1)], "plan#1", 1, "2"),
+        (vec![("plan#1".to_owned(), 3)], "plan#1", 3, "2"),
+        // The first fence that fails is named.
+        (
+            vec![("lint#1".to_owned(), 1), ("plan#1".to_owned(), 1)],
+            "plan#1",
+            1,
+            "2",
+        ),
+        (
+            vec![("plan#1".to_owned(), 2), ("lint#1".to_owned(), 2)],
+            "lint#1",
+            2,
+            "1",
+        ),
+        // A task that is gone.
+        (vec![("gone#1".to_owned(), 1)], "gone#1", 1, "none"),
+        (
+            vec![("plan#1".to_owned(), 2), ("gone#1".to_owned(), 7)],
+            "gone#1",
+            7,
+            "none",
+        ),
+    ];
+    for (fences, task_key, attempt, current) in refusals {
+        match store
+            .apply_transition("run-1", 2, late_answer(fences.clone()))
+            .await
+        {
+            Err(Error::Fenced {
+                run_id,
+                task_key: got_key,
+                attempt: got_attempt,
+                current: got_current,
+            }) => {
+                assert_eq!(
+                    (
+                        run_id.as_str(),
+                        got_key.as_str(),
+                        got_attempt,
+                        got_current.as_str()
+                    ),
+                    ("run-1", task_key, attempt, current),
+                    "fences {fences:?}"
+                );
+            }
+            other => panic!("fences {fences:?}: expected Fenced, got {other:?}"),
+        }
+        assert_eq!(load(&*store, "run-1").await, before);
+        assert_eq!(store.version("run-1").await.unwrap(), Some(2));
+        assert!(store.decisions("run-1").await.unwrap().is_empty());
+        assert!(due_keys(&*store, "reviewer", i64::MAX).await.is_empty());
+        assert_eq!(
+            due_keys(&*store, "coder", i64::MAX).await,
+            strings(&["run-1/lint#1", "run-1/plan#1"])
+        );
+        assert_eq!(store.active_runs().await.unwrap(), strings(&["run-1"]));
+    }
+
+    // Attempt 2's answer applies.
+    let answer = TransitionWrite {
+        error: None,
+        ..late_answer(vec![("plan#1".to_owned(), 2)])
+    };
+    assert_eq!(store.apply_transition("run-1", 2, answer).await.unwrap(), 3);
+    let run = load(&*store, "run-1").await;
+    assert_eq!(run.status, "succeeded");
+    assert_eq!(run.results["plan#1"], json(r#"{"answer":"late"}"#));
+    assert!(!run.tasks.contains_key("plan#1"));
+    assert_eq!(
+        due_keys(&*store, "coder", i64::MAX).await,
+        strings(&["run-1/lint#1"])
+    );
+
+    // Its retry, once the task is gone, is fenced with no current attempt.
+    match store
+        .apply_transition("run-1", 3, late_answer(vec![("plan#1".to_owned(), 2)]))
+        .await
+    {
+        Err(Error::Fenced {
+            task_key, current, ..
+        }) => assert_eq!((task_key.as_str(), current.as_str()), ("plan#1", "none")),
+        other => panic!("expected Fenced, got {other:?}"),
+    }
+    assert_eq!(load(&*store, "run-1").await, run);
+}
+
+async fn task_and_version_read_one_task_and_the_version<S: Store>(store: Arc<S>) {
+    assert_eq!(store.version("ghost").await.unwrap(), None);
+    assert_eq!(store.task("ghost", "plan#1").await.unwrap(), None);
+
+    let odd = json(r#"{"note":"résumé ✓ {braces}\r\n","attempt":1}"#);
+    let first = TransitionWrite {
+        tasks_set: vec![
+            ("plan#1".to_owned(), odd.clone()),
+            ("lint#1".to_owned(), binary()),
+        ],
+        ..start(1)
+    };
+    create(&*store, "run-1", 1, first).await;
+    assert_eq!(store.version("run-1").await.unwrap(), Some(1));
+    assert_eq!(
+        store.task("run-1", "plan#1").await.unwrap(),
+        Some(odd.clone())
+    );
+    assert_eq!(store.task("run-1", "lint#1").await.unwrap(), Some(binary()));
+    assert_eq!(store.task("run-1", "review#1").await.unwrap(), None);
+    assert_eq!(store.task("ghost", "plan#1").await.unwrap(), None);
+    assert_eq!(store.version("ghost").await.unwrap(), None);
+
+    let write = TransitionWrite {
+        tasks_set: vec![("review#1".to_owned(), json("{}"))],
+        tasks_removed: vec!["lint#1".to_owned()],
+        ..status_write("running", "lint done", 2)
+    };
+    store.apply_transition("run-1", 1, write).await.unwrap();
+    assert_eq!(store.version("run-1").await.unwrap(), Some(2));
+    assert_eq!(store.task("run-1", "lint#1").await.unwrap(), None);
+    assert_eq!(
+        store.task("run-1", "review#1").await.unwrap(),
+        Some(json("{}"))
+    );
+
+    // Neither a swap nor a refused transition moves the version.
+    let swapped = store
+        .swap_tasks(vec![swap("run-1", "plan#1", odd.clone(), Some(json("[]")))])
+        .await
+        .unwrap();
+    assert_eq!(swapped, vec![true]);
+    assert!(
+        store
+            .apply_transition("run-1", 1, status_write("failed", "stale", 3))
+            .await
+            .is_err()
+    );
+    assert_eq!(store.version("run-1").await.unwrap(), Some(2));
+    assert_eq!(
+        store.task("run-1", "plan#1").await.unwrap(),
+        Some(json("[]"))
+    );
+    assert_eq!(load(&*store, "run-1").await.version, 2);
+    // Another run's tasks are its own.
+    create(&*store, "run-2", 2, start(2)).await;
+    assert_eq!(store.task("run-2", "review#1").await.unwrap(), None);
+    assert_eq!(store.version("run-2").await.unwrap(), Some(1));
+}
+
+async fn due_tasks_take_any_limit<S: Store>(store: Arc<S>) {
+    let first = TransitionWrite {
+        tasks_set: vec![
+            ("plan#1".to_owned(), timed("coder", 1, T + 100)),
+            ("lint#1".to_owned(), timed("coder", 1, T + 200)),
+        ],
+        ..start(1)
+    };
+    create(&*store, "run-1", 1, first).await;
+    for limit in [2, 3, 1 << 40, i64::MAX as usize, usize::MAX] {
+        assert_eq!(
+            store
+                .due_tasks("coder", T + 1_000, limit)
+                .await
+                .unwrap_or_else(|err| panic!("limit {limit}: {err}")),
+            vec![
+                due_task("run-1", "plan#1", timed("coder", 1, T + 100)),
+                due_task("run-1", "lint#1", timed("coder", 1, T + 200)),
+            ],
+            "limit {limit}"
+        );
+    }
+}
+
+async fn only_an_integer_due_ms_makes_a_timer<S: Store>(store: Arc<S>) {
+    let fractional = json(r#"{"agent":"coder","attempt":1,"due_ms":1000.5}"#);
+    let first = TransitionWrite {
+        tasks_set: vec![("plan#1".to_owned(), fractional.clone())],
+        ..start(1)
+    };
+    create(&*store, "run-1", 1, first).await;
+    assert_eq!(
+        store.task("run-1", "plan#1").await.unwrap(),
+        Some(fractional)
+    );
+    assert!(due_keys(&*store, "coder", i64::MAX).await.is_empty());
+
+    // Nor through a swap.
+    let swapped = store
+        .swap_tasks(vec![swap(
+            "run-1",
+            "plan#1",
+            json(r#"{"agent":"coder","attempt":1,"due_ms":1000.5}"#),
+            Some(json(r#"{"agent":"coder","attempt":2,"due_ms":-0.25}"#)),
+        )])
+        .await
+        .unwrap();
+    assert_eq!(swapped, vec![true]);
+    assert!(due_keys(&*store, "coder", i64::MAX).await.is_empty());
+}
+
+async fn a_fenced_first_transition_creates_nothing<S: Store>(store: Arc<S>) {
+    // No task exists before the run does, so a fence on the first transition cannot hold.
+    let first = TransitionWrite {
+        tasks_set: vec![("plan#1".to_owned(), timed("coder", 1, T))],
+        fences: vec![("plan#1".to_owned(), 1)],
+        ..start(1)
+    };
+    match store.create_run(header("run-1", 1), first).await {
+        Err(Error::Fenced {
+            run_id,
+            task_key,
+            attempt,
+            current,
+        }) => assert_eq!(
+            (
+                run_id.as_str(),
+                task_key.as_str(),
+                attempt,
+                current.as_str()
+            ),
+            ("run-1", "plan#1", 1, "none")
+        ),
+        other => panic!("expected Fenced, got {other:?}"),
+    }
+    assert!(store.load_run("run-1").await.unwrap().is_none());
+    assert_eq!(store.version("run-1").await.unwrap(), None);
+    assert!(store.list_runs(10).await.unwrap().is_empty());
+    assert!(store.active_runs().await.unwrap().is_empty());
+    assert!(due_keys(&*store, "coder", i64::MAX).await.is_empty());
+}
+
 // ---------------------------------------------------------------------------------------------
 // Redis only: the key layout.
 
@@ -784,18 +1541,19 @@ mod redis_layout {
             let write = TransitionWrite {
                 results: vec![("plan#1".to_owned(), binary())],
                 steps: vec![("plan".to_owned(), json("{}"))],
-                tasks_set: vec![("review#1".to_owned(), json("{}"))],
+                tasks_set: vec![("review#1".to_owned(), timed("coder", 1, 1_000))],
                 links: vec![json("{}")],
                 decisions: vec![("plan#1/0".to_owned(), json("{}"))],
                 ..status_write("running", "plan done", 10)
             };
             store.apply_transition(run_id, 1, write).await.unwrap();
-            assert!(
-                store
-                    .set_task(run_id, "review#1", json("{}"))
-                    .await
-                    .unwrap()
+            let renewed = swap(
+                run_id,
+                "review#1",
+                timed("coder", 1, 1_000),
+                Some(timed("coder", 1, 2_000 + n as i64)),
             );
+            assert_eq!(store.swap_tasks(vec![renewed]).await.unwrap(), vec![true]);
         }
 
         let mut con = raw(&server).await;
@@ -831,7 +1589,8 @@ mod redis_layout {
         }
         assert_eq!(run_keys.len(), 2 * 7);
 
-        // Besides the runs, only the indexes: all runs, running runs, runs per workflow id.
+        // Besides the runs, only the indexes: all runs, running runs, runs per workflow id, and
+        // the timers of each agent.
         let all = keys(&mut con, "*").await;
         let others: Vec<&String> = all.iter().filter(|key| !run_keys.contains(key)).collect();
         assert_eq!(
@@ -839,8 +1598,29 @@ mod redis_layout {
             vec![
                 "baton:runs",
                 "baton:runs:active",
+                "baton:timers:coder",
                 "baton:workflow:wf-0190b6d4-5d2e-7c3a-9f1e-2b8a4c6d8e0f:runs",
                 "baton:workflow:wf-run-a:runs",
+            ]
+        );
+
+        // A timer is `<run id>/<task key>`, scored with the task's due time.
+        let timers: Vec<(String, i64)> = ::redis::cmd("ZRANGE")
+            .arg("baton:timers:coder")
+            .arg(0)
+            .arg(-1)
+            .arg("WITHSCORES")
+            .query_async(&mut con)
+            .await
+            .unwrap();
+        assert_eq!(
+            timers,
+            vec![
+                ("run-a/review#1".to_owned(), 2_000),
+                (
+                    "0190b6d4-5d2e-7c3a-9f1e-2b8a4c6d8e0f/review#1".to_owned(),
+                    2_001
+                ),
             ]
         );
 
@@ -911,7 +1691,24 @@ mod redis_layout {
                 .await,
             Err(Error::NotFound(_))
         ));
-        assert!(!store.set_task("ghost", "plan#1", json("{}")).await.unwrap());
+        let ghost = swap(
+            "ghost",
+            "plan#1",
+            json("{}"),
+            Some(timed("coder", 1, 1_000)),
+        );
+        assert_eq!(store.swap_tasks(vec![ghost]).await.unwrap(), vec![false]);
+        let removal = swap("ghost", "plan#1", json("{}"), None);
+        assert_eq!(store.swap_tasks(vec![removal]).await.unwrap(), vec![false]);
+        assert!(
+            store
+                .due_tasks("coder", i64::MAX, 10)
+                .await
+                .unwrap()
+                .is_empty()
+        );
+        assert_eq!(store.task("ghost", "plan#1").await.unwrap(), None);
+        assert_eq!(store.version("ghost").await.unwrap(), None);
         assert!(store.load_run("ghost").await.unwrap().is_none());
         let mut con = raw(&server).await;
         assert!(keys(&mut con, "*").await.is_empty());

@@ -467,6 +467,24 @@ fn pending_tasks_after_a_replay_are_the_tasks_that_were_dispatched() {
         .collect();
     assert_eq!(rebuilt.len(), 2);
     assert_eq!(rebuilt, dispatched);
+    // One of them alone, as a coordinator delivering it again asks for it.
+    for (task, agent, payload) in &dispatched {
+        let one = replayed.pending_task(task).expect("pending");
+        assert_eq!(
+            (&one.task, &one.agent, &one.payload.to_value()),
+            (task, agent, payload)
+        );
+    }
+    let not_waited_for = TaskId {
+        step_id: "unit".into(),
+        visit: 2,
+    };
+    assert!(replayed.pending_task(&not_waited_for).is_none());
+    let settled = TaskId {
+        step_id: "code".into(),
+        visit: 1,
+    };
+    assert!(replayed.pending_task(&settled).is_none());
 
     // A top-level step reached through on_error keeps its error in the rebuilt payload.
     let text = r#"{"steps": [
@@ -492,5 +510,88 @@ fn pending_tasks_after_a_replay_are_the_tasks_that_were_dispatched() {
     assert_eq!(
         rebuilt[0].payload.to_value()["error"]["message"],
         json!("broken")
+    );
+}
+
+#[test]
+fn an_approval_nobody_decides_in_time_fails_and_routes_like_any_failure() {
+    let text = r#"{"steps": [
+        {"id": "sign-off", "type": "approval", "message": "Ship?", "timeout_ms": 60000,
+         "on_error": "escalate"},
+        {"id": "ship", "type": "agent", "agent": "shipper", "end": true},
+        {"id": "escalate", "type": "agent", "agent": "pager"}
+    ]}"#;
+    let workflow = workflow(text);
+    let started = Run::start(workflow, json!(null));
+    let timeouts: Vec<Option<u64>> = started
+        .actions
+        .iter()
+        .filter_map(|action| match action {
+            baton_core::Action::AwaitApproval { timeout_ms, .. } => Some(*timeout_ms),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        timeouts,
+        [Some(60_000)],
+        "the coordinator is told to set a timer"
+    );
+
+    let mut run = Driver::start(text, json!(null));
+    run.apply(Event::ApprovalTimedOut {
+        step_id: "sign-off".into(),
+        visit: 1,
+    });
+    // Decided too late: refused, nothing changes.
+    assert_eq!(
+        run.run
+            .apply(Event::ApprovalDecided {
+                step_id: "sign-off".into(),
+                decision: Decision::approve(),
+            })
+            .unwrap_err(),
+        EngineError::NotAwaitingApproval("sign-off".into())
+    );
+    let pager = run.answer("escalate", Ok(json!("paged")));
+    assert_eq!(
+        pager.payload.to_value()["error"],
+        json!({"step": "sign-off", "message": "approval timed out after 60000 ms"})
+    );
+    let record = &run.run.history()[0];
+    assert_eq!(
+        (record.step_id.as_ref(), record.status),
+        ("sign-off", StepStatus::Failed)
+    );
+}
+
+#[test]
+fn a_timeout_of_an_earlier_visit_of_an_approval_is_refused() {
+    let text = r#"{"steps": [
+        {"id": "plan", "type": "agent", "agent": "planner", "next": "approve"},
+        {"id": "approve", "type": "approval", "timeout_ms": 1000, "on_reject": "plan"}
+    ]}"#;
+    let mut run = Driver::start(text, json!(null));
+    run.answer("plan", Ok(json!(1)));
+    run.decide("approve", Decision::reject("again"));
+    run.answer("plan", Ok(json!(2)));
+    assert_eq!(run.run.visits("approve"), 2);
+    let stale = Event::ApprovalTimedOut {
+        step_id: "approve".into(),
+        visit: 1,
+    };
+    assert_eq!(
+        run.run.apply(stale).unwrap_err(),
+        EngineError::NotAwaitingApproval("approve".into())
+    );
+    run.apply(Event::ApprovalTimedOut {
+        step_id: "approve".into(),
+        visit: 2,
+    });
+    assert_eq!(
+        run.finished,
+        Some((
+            RunStatus::Failed,
+            Some("step \"approve\" failed: approval timed out after 1000 ms".into())
+        ))
     );
 }

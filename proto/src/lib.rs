@@ -12,8 +12,9 @@ pub use v1::Json;
 
 /// The version of the worker stream's protocol, sent in `Hello.protocol`. 2: payloads by
 /// reference (a manifest and parts), `ResendTask` and `ResetPartCache`. 3: the manifest names
-/// the message history and carries the handoff record; results may carry notes.
-pub const WORKER_PROTOCOL: u32 = 3;
+/// the message history and carries the handoff record; results may carry notes. 4: attempts
+/// (fencing tokens) in task ids, `Hello.held`, `Goodbye`, non-retryable errors.
+pub const WORKER_PROTOCOL: u32 = 4;
 
 /// The encoded descriptors of `baton.v1`, served by reflection.
 pub const FILE_DESCRIPTOR_SET: &[u8] = tonic::include_file_descriptor_set!("baton_descriptor");

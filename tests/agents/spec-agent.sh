@@ -30,27 +30,4 @@ while :; do
 done
 cat > "$RECORD_ROOT/$WORKER/$BATON_RUN_ID.$BATON_STEP_ID.$n.json"
 
-case "$agent" in
-planner)
-    echo '{"files": ["src/theme.ts", "src/toggle.tsx"], "approach": "Use CSS variables",
-           "steps": ["Create theme context", "Build toggle component", "Add tests"]}'
-    ;;
-coder)
-    echo '{"filesCreated": ["src/theme.ts", "src/toggle.tsx"], "filesModified": ["src/App.tsx"],
-           "changes": "Added theme context and toggle component"}'
-    ;;
-test-unit)
-    echo '{"passed": 15, "failed": 0, "coverage": 95}'
-    ;;
-test-integration)
-    echo '{"passed": 5, "failed": 0}'
-    ;;
-reviewer)
-    echo '{"approved": true, "comments": ["Good implementation", "Tests pass", "Code is clean"],
-           "suggestions": []}'
-    ;;
-*)
-    echo "spec-agent.sh: no answer for agent \"$agent\"" >&2
-    exit 2
-    ;;
-esac
+exec sh "$(dirname "$0")/spec-answer.sh" "$agent"

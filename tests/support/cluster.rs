@@ -16,7 +16,6 @@ mod redis_server;
 use std::collections::BTreeMap;
 use std::fs::File;
 use std::io::Read;
-use std::net::{Ipv4Addr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -29,7 +28,7 @@ use serde_json::Value;
 use tonic::Streaming;
 use tonic::transport::Channel;
 
-pub use redis_server::RedisServer;
+pub use redis_server::{RedisServer, free_port};
 
 /// How long a process gets to come up, and a run or a command to finish.
 pub const DEADLINE: Duration = Duration::from_secs(30);
@@ -194,7 +193,9 @@ impl Cluster {
             .arg("--concurrency")
             .arg(concurrency.to_string())
             .arg("--id")
-            .arg(id);
+            .arg(id)
+            .arg("--metrics-listen")
+            .arg("127.0.0.1:0");
         let log = self.dir.path().join(format!("{id}.log"));
         self.workers
             .push(Process::spawn(&format!("baton worker {id}"), command, log));
@@ -308,6 +309,11 @@ impl Cluster {
         }
     }
 
+    /// What the coordinator running now has logged.
+    pub fn coordinator_log(&self) -> String {
+        self.coordinator.log()
+    }
+
     /// Every process's output, for a failure message.
     pub fn logs(&self) -> String {
         let mut out = String::new();
@@ -362,6 +368,8 @@ async fn start_coordinator(
         .arg("coordinator")
         .arg("--listen")
         .arg(format!("127.0.0.1:{port}"))
+        .arg("--metrics-listen")
+        .arg("127.0.0.1:0")
         .args(store)
         .envs(env.iter().map(|(k, v)| (k, v)));
     let mut coordinator = Process::spawn("baton coordinator", command, log);
@@ -391,11 +399,6 @@ async fn answers(url: &str) -> bool {
     client.list_runs(ListRunsRequest { limit: 1 }).await.is_ok()
 }
 
-/// A loopback port nobody listens on right now.
-pub fn free_port() -> u16 {
-    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("bind 127.0.0.1:0");
-    listener.local_addr().expect("local address").port()
-}
 
 /// Logs without terminal colour codes (in case a logger ignores `NO_COLOR`).
 fn strip_ansi(text: &str) -> String {

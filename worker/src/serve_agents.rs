@@ -6,27 +6,28 @@ use crate::agents::AgentsFile;
 use crate::runtime::WorkerBuilder;
 
 /// Registers every agent of `file` on `builder`. Command agents get `BATON_RUN_ID`,
-/// `BATON_STEP_ID` and `BATON_COORDINATOR` in their environment.
-pub fn agents_into(
-    mut builder: WorkerBuilder,
-    file: AgentsFile,
-    coordinator: &str,
-) -> WorkerBuilder {
+/// `BATON_STEP_ID`, `BATON_VISIT`, `BATON_ATTEMPT` and `BATON_COORDINATOR` in their
+/// environment. The attempt counts deliveries of the step visit from 1: delivery is at least
+/// once, so an agent with side effects can use `run/step/visit` as an idempotency key. The
+/// coordinator is the address that sent the task (one address, even when the worker has
+/// several), the one that answers queries about its run.
+pub fn agents_into(mut builder: WorkerBuilder, file: AgentsFile) -> WorkerBuilder {
     for (name, agent) in file.agents {
         let agent = Arc::new(agent);
-        let coordinator = coordinator.to_owned();
         builder = builder.agent(name, move |task| {
-            let (agent, coordinator) = (agent.clone(), coordinator.clone());
+            let agent = agent.clone();
             async move {
                 let env = [
                     ("BATON_RUN_ID".to_owned(), task.run_id.clone()),
                     ("BATON_STEP_ID".to_owned(), task.step_id.clone()),
-                    ("BATON_COORDINATOR".to_owned(), coordinator),
+                    ("BATON_VISIT".to_owned(), task.visit.to_string()),
+                    ("BATON_ATTEMPT".to_owned(), task.attempt.to_string()),
+                    ("BATON_COORDINATOR".to_owned(), task.coordinator.clone()),
                 ];
                 agent
                     .run(&task.payload, &env)
                     .await
-                    .map_err(|error| error.to_string())
+                    .map_err(|error| agent.failure(error))
             }
         });
     }

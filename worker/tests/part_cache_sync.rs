@@ -47,6 +47,8 @@ fn task(n: usize, pool: &[Arc<Json>], picks: &[usize]) -> (ReadyTask, Vec<u8>) {
         },
         parts,
         resends: 0,
+        started: None,
+        ready_at: std::time::Instant::now(),
     };
     (ready, expected)
 }

@@ -333,7 +333,7 @@ async fn cancelling_a_run_kills_its_command_agents_process() {
     )
     .unwrap();
     let worker =
-        baton_worker::agents_into(Worker::builder().coordinator(url.clone()), agents, &url).build();
+        baton_worker::agents_into(Worker::builder().coordinator(url.clone()), agents).build();
     tokio::spawn(worker.run(std::future::pending()));
     let workflow = json!({"steps": [{"id": "s", "type": "agent", "agent": "slow"}]}).to_string();
     let run_id = coordinator

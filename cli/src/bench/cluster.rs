@@ -87,6 +87,7 @@ impl Cluster {
                     "coordinator",
                     "--listen",
                     &format!("127.0.0.1:{port}"),
+                    "--no-metrics",
                     "--redis",
                     &redis_url,
                 ])
@@ -116,6 +117,7 @@ impl Cluster {
                         &format!("bench-{n}"),
                         "--bench-blob-bytes",
                         &super::workloads::scaled(64 * 1024, scale).to_string(),
+                        "--no-metrics",
                     ])
                     .env("RUST_LOG", "warn")
                     .kill_on_drop(true)

@@ -85,7 +85,7 @@ pub fn agents(builder: WorkerBuilder, blob_bytes: usize) -> WorkerBuilder {
             let received = task.payload.bytes().len();
             async move {
                 if received == 0 {
-                    return Err("an empty payload".to_owned());
+                    return Err("an empty payload".into());
                 }
                 Ok(json!({"ok": true, "i": i, "blob": "x".repeat(blob_bytes)}))
             }

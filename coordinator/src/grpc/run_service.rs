@@ -79,8 +79,9 @@ impl<S: Store> RunService for Runs<S> {
         &self,
         request: Request<WatchRunRequest>,
     ) -> Result<Response<Self::WatchRunStream>, Status> {
-        let (past, future) = self.coordinator.watch(&request.into_inner().run_id).await?;
-        let stream = async_stream(past, future);
+        let run_id = request.into_inner().run_id;
+        let (past, future) = self.coordinator.watch(&run_id).await?;
+        let stream = watch_stream(self.coordinator.clone(), run_id, past, future);
         let stream = futures::StreamExt::take_until(stream, super::stopped(self.stop.clone()));
         Ok(Response::new(Box::pin(stream)))
     }
@@ -142,26 +143,113 @@ impl<S: Store> RunService for Runs<S> {
 }
 
 /// The past events, then live ones until the run finishes.
-fn async_stream(
+/// How long a watch waits for this coordinator's own events before it asks the store whether
+/// another coordinator moved the run on.
+const CATCH_UP_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// A watch: what happened so far, then this coordinator's events as they come, and, whenever
+/// it hears nothing for a second, what the store says happened meanwhile (another coordinator
+/// may be the one moving the run on). Events are told once each.
+fn watch_stream<S: Store>(
+    coordinator: Coordinator<S>,
+    run_id: String,
     past: Vec<RunEvent>,
     future: Option<tokio::sync::broadcast::Receiver<RunEvent>>,
 ) -> impl Stream<Item = Result<RunEvent, Status>> + Send {
-    let past = futures::stream::iter(past.into_iter().map(Ok));
-    let live = futures::stream::unfold(future, |receiver| async move {
-        let mut receiver = receiver?;
-        match receiver.recv().await {
-            Ok(event) => {
-                let last = matches!(event.event, Some(run_event::Event::RunFinished(_)));
-                Some((Ok(event), if last { None } else { Some(receiver) }))
+    let watch = Watch {
+        coordinator,
+        run_id,
+        pending: past.into(),
+        told: std::collections::HashSet::new(),
+        settled: 0,
+        // Set by the RunFinished event (among `past` for a run already over).
+        done: false,
+        receiver: future,
+    };
+    futures::stream::unfold(watch, |mut watch| async move {
+        loop {
+            if let Some(event) = watch.pending.pop_front() {
+                if !watch.tell(&event) {
+                    continue;
+                }
+                return Some((Ok(event), watch));
             }
-            Err(RecvError::Lagged(_)) => Some((
-                Err(Status::aborted(
-                    "the watcher fell behind the run; watch it again to catch up",
-                )),
-                None,
-            )),
-            Err(RecvError::Closed) => None,
+            if watch.done {
+                return None;
+            }
+            let heard = match watch.receiver.as_mut() {
+                Some(receiver) => tokio::time::timeout(CATCH_UP_EVERY, receiver.recv())
+                    .await
+                    .ok(),
+                None => {
+                    tokio::time::sleep(CATCH_UP_EVERY).await;
+                    None
+                }
+            };
+            match heard {
+                Some(Ok(event)) => watch.pending.push_back(event),
+                Some(Err(RecvError::Lagged(_))) => {
+                    watch.done = true;
+                    return Some((
+                        Err(Status::aborted(
+                            "the watcher fell behind the run; watch it again to catch up",
+                        )),
+                        watch,
+                    ));
+                }
+                // Closed: this coordinator will tell nothing more; the store still can.
+                Some(Err(RecvError::Closed)) => watch.receiver = None,
+                // Nothing heard for a while: ask the store.
+                None => match watch
+                    .coordinator
+                    .catch_up(&watch.run_id, watch.settled)
+                    .await
+                {
+                    Ok(events) => watch.pending.extend(events),
+                    Err(error) => {
+                        tracing::debug!(run_id = %watch.run_id, %error, "watch cannot catch up yet")
+                    }
+                },
+            }
         }
-    });
-    futures::StreamExt::chain(past, live)
+    })
+}
+
+struct Watch<S: Store> {
+    coordinator: Coordinator<S>,
+    run_id: String,
+    pending: std::collections::VecDeque<RunEvent>,
+    /// Step visits settled and approvals requested already told, as `f <step>#<visit>` and
+    /// `a <step>#<visit>`.
+    told: std::collections::HashSet<String>,
+    /// How many step visits were told settled: where a catch-up starts.
+    settled: usize,
+    done: bool,
+    receiver: Option<tokio::sync::broadcast::Receiver<RunEvent>>,
+}
+
+impl<S: Store> Watch<S> {
+    /// Whether `event` is news; notes it.
+    fn tell(&mut self, event: &RunEvent) -> bool {
+        match &event.event {
+            Some(run_event::Event::StepFinished(step)) => {
+                let new = self
+                    .told
+                    .insert(format!("f {}#{}", step.step_id, step.visit));
+                if new {
+                    self.settled += 1;
+                }
+                new
+            }
+            Some(run_event::Event::ApprovalRequested(approval)) => self
+                .told
+                .insert(format!("a {}#{}", approval.step_id, approval.visit)),
+            Some(run_event::Event::RunFinished(_)) => {
+                let first = !self.done;
+                self.done = true;
+                first
+            }
+            _ => true,
+        }
+    }
 }

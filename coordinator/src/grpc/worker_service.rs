@@ -68,43 +68,60 @@ impl<S: Store> WorkerService for Workers<S> {
             ));
         }
         let (outbound, receiver) = mpsc::unbounded_channel();
-        self.coordinator
+        let (connection, closed) = self
+            .coordinator
             .connect_worker(
                 &hello.worker_id,
                 hello.agents.clone(),
                 hello.capacity.max(1) as usize,
                 hello.cache_bytes,
+                hello.held,
                 outbound.clone(),
             )
             .await?;
         let coordinator = self.coordinator.clone();
         let worker_id = hello.worker_id;
         tokio::spawn(async move {
+            // Results being recorded: the stream's end waits for them, so that an answer that
+            // arrived before the end is not taken for lost.
+            let mut completing = tokio::task::JoinSet::new();
             while let Some(message) = inbound.next().await {
+                coordinator.hub().seen(&worker_id);
+                while completing.try_join_next().is_some() {}
                 match message {
                     Ok(WorkerMessage {
                         message: Some(worker_message::Message::Result(result)),
                     }) => {
-                        let task_id = result.task_id.clone();
-                        if let Err(error) = coordinator.complete(&worker_id, result).await {
-                            tracing::warn!(%worker_id, %task_id, %error, "result refused");
-                            let _ = outbound.send(CoordinatorMessage {
-                                message: Some(coordinator_message::Message::Rejected(
-                                    TaskRejected {
-                                        task_id,
-                                        message: error.to_string(),
-                                    },
-                                )),
-                            });
-                        }
+                        // On its own task: a result may wait for a store that is restarting,
+                        // and the heartbeats behind it must still be heard meanwhile.
+                        let (coordinator, worker_id) = (coordinator.clone(), worker_id.clone());
+                        let outbound = outbound.clone();
+                        completing.spawn(async move {
+                            let task_id = result.task_id.clone();
+                            if let Err(error) = coordinator.complete(&worker_id, result).await {
+                                tracing::warn!(%worker_id, %task_id, %error, "result refused");
+                                let _ = outbound.send(CoordinatorMessage {
+                                    message: Some(coordinator_message::Message::Rejected(
+                                        TaskRejected {
+                                            task_id,
+                                            message: error.to_string(),
+                                        },
+                                    )),
+                                });
+                            }
+                        });
                     }
                     Ok(WorkerMessage {
                         message: Some(worker_message::Message::Resend(request)),
                     }) => {
-                        let task_id = request.task_id.clone();
-                        if let Err(error) = coordinator.resend(&worker_id, request).await {
-                            tracing::warn!(%worker_id, %task_id, %error, "resend refused");
-                        }
+                        // On its own task too: giving up on a resend records a failure.
+                        let (coordinator, worker_id) = (coordinator.clone(), worker_id.clone());
+                        completing.spawn(async move {
+                            let task_id = request.task_id.clone();
+                            if let Err(error) = coordinator.resend(&worker_id, request).await {
+                                tracing::warn!(%worker_id, %task_id, %error, "resend refused");
+                            }
+                        });
                     }
                     Ok(WorkerMessage {
                         message: Some(worker_message::Message::Drain(_)),
@@ -112,18 +129,23 @@ impl<S: Store> WorkerService for Workers<S> {
                         tracing::info!(%worker_id, "worker draining: no new tasks for it");
                         coordinator.hub().drain(&worker_id);
                     }
-                    Ok(_) => {} // heartbeats keep the stream alive; hello is only first
+                    // Heartbeats say the worker is alive (seen above); hello is only first.
+                    Ok(_) => {}
                     Err(status) => {
                         tracing::info!(%worker_id, %status, "worker stream broke");
                         break;
                     }
                 }
             }
-            coordinator.disconnect_worker(&worker_id).await;
+            completing.join_all().await;
+            coordinator.disconnect_worker(&worker_id, connection).await;
         });
         let stream = UnboundedReceiverStream::new(receiver)
             .map(Ok)
-            .take_until(super::stopped(self.stop.clone()));
+            .take_until(super::stopped(self.stop.clone()))
+            // The coordinator let the worker go (silent too long): end the stream, so that a
+            // worker that is in fact alive notices and reconnects.
+            .take_until(closed);
         Ok(Response::new(Box::pin(stream)))
     }
 }

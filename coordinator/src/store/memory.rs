@@ -1,15 +1,19 @@
 //! The in-memory store: the embedded default for `baton dev` and for fast tests.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Mutex;
 
-use super::{Claim, Error, RunHeader, RunSummary, Store, StoredRun, TransitionWrite};
+use super::{
+    Claim, DueTask, Error, RunHeader, RunSummary, Store, StoredRun, TaskSwap, TransitionWrite,
+};
 
 /// Runs in a map behind one lock. Every call holds the lock for its whole write, which is what
 /// makes a transition atomic here.
 #[derive(Debug, Default)]
 pub struct MemoryStore {
     runs: Mutex<BTreeMap<String, Entry>>,
+    /// Only changed while `runs` is locked, so tasks and their timers change together.
+    timers: Mutex<Timers>,
     /// Idempotency key -> (run id, request digest, expiry).
     keys: Mutex<BTreeMap<String, (String, String, std::time::Instant)>>,
 }
@@ -26,8 +30,70 @@ impl MemoryStore {
     }
 }
 
+/// Each agent's timers, ordered by due time, and where each task's timer is.
+#[derive(Debug, Default)]
+struct Timers {
+    by_agent: HashMap<String, BTreeSet<(i64, String)>>,
+    of_task: HashMap<String, (String, i64)>,
+}
+
+impl Timers {
+    /// Puts the timer of `member` where `bytes` (the task about to be stored, or none) says.
+    fn follow(&mut self, member: &str, bytes: Option<&[u8]>) {
+        if let Some((agent, due)) = self.of_task.remove(member)
+            && let Some(set) = self.by_agent.get_mut(&agent)
+        {
+            set.remove(&(due, member.to_owned()));
+        }
+        if let Some((agent, due)) = bytes.and_then(timer_of) {
+            self.by_agent
+                .entry(agent.clone())
+                .or_default()
+                .insert((due, member.to_owned()));
+            self.of_task.insert(member.to_owned(), (agent, due));
+        }
+    }
+}
+
+/// The agent and due time of a task, if it has a timer (the store contract's rule).
+fn timer_of(bytes: &[u8]) -> Option<(String, i64)> {
+    let task: serde_json::Value = serde_json::from_slice(bytes).ok()?;
+    let agent = task.get("agent")?.as_str()?.to_owned();
+    Some((agent, integer(task.get("due_ms")?)?))
+}
+
+/// A JSON number with no fraction (`2000.0` and `2e3` included, as Redis's Lua sees them).
+fn integer(value: &serde_json::Value) -> Option<i64> {
+    value.as_i64().or_else(|| {
+        value
+            .as_f64()
+            .filter(|f| f.fract() == 0.0 && f.abs() < 2f64.powi(63))
+            .map(|f| f as i64)
+    })
+}
+
+fn attempt_of(bytes: &[u8]) -> Option<String> {
+    let task: serde_json::Value = serde_json::from_slice(bytes).ok()?;
+    integer(task.get("attempt")?).map(|n| n.to_string())
+}
+
+fn member(run_id: &str, task_key: &str) -> String {
+    format!("{run_id}/{task_key}")
+}
+
 /// Checks a write against the run without changing it, so a refused write leaves no trace.
 fn check(run: &StoredRun, write: &TransitionWrite) -> Result<(), Error> {
+    for (key, attempt) in &write.fences {
+        let current = run.tasks.get(key).and_then(|bytes| attempt_of(bytes));
+        if current.as_deref() != Some(attempt.to_string().as_str()) {
+            return Err(Error::Fenced {
+                run_id: run.header.run_id.clone(),
+                task_key: key.clone(),
+                attempt: *attempt,
+                current: current.unwrap_or_else(|| "none".into()),
+            });
+        }
+    }
     for (key, bytes) in &write.results {
         if let Some(existing) = run.results.get(key)
             && existing != bytes
@@ -41,7 +107,7 @@ fn check(run: &StoredRun, write: &TransitionWrite) -> Result<(), Error> {
     Ok(())
 }
 
-fn apply(entry: &mut Entry, write: TransitionWrite) {
+fn apply(entry: &mut Entry, timers: &mut Timers, write: TransitionWrite) {
     for (key, bytes) in write.decisions {
         // First write wins, like HSETNX: a retried write may carry a recomputed embedding.
         entry.decisions.entry(key).or_insert(bytes);
@@ -56,8 +122,12 @@ fn apply(entry: &mut Entry, write: TransitionWrite) {
     run.steps.extend(write.steps);
     for key in &write.tasks_removed {
         run.tasks.remove(key);
+        timers.follow(&member(&run.header.run_id, key), None);
     }
-    run.tasks.extend(write.tasks_set);
+    for (key, bytes) in write.tasks_set {
+        timers.follow(&member(&run.header.run_id, &key), Some(&bytes));
+        run.tasks.insert(key, bytes);
+    }
     run.status = write.status;
     run.error = write.error;
     run.state_sha256 = write.state_sha256;
@@ -88,7 +158,11 @@ impl Store for MemoryStore {
             run,
             decisions: BTreeMap::new(),
         };
-        apply(&mut entry, first);
+        apply(
+            &mut entry,
+            &mut self.timers.lock().expect("timers lock"),
+            first,
+        );
         runs.insert(entry.run.header.run_id.clone(), entry);
         Ok(())
     }
@@ -111,7 +185,7 @@ impl Store for MemoryStore {
             });
         }
         check(&entry.run, &write)?;
-        apply(entry, write);
+        apply(entry, &mut self.timers.lock().expect("timers lock"), write);
         Ok(entry.run.version)
     }
 
@@ -124,18 +198,66 @@ impl Store for MemoryStore {
             .map(|entry| entry.run.clone()))
     }
 
-    async fn set_task(&self, run_id: &str, task_key: &str, task: Vec<u8>) -> Result<bool, Error> {
+    async fn swap_tasks(&self, swaps: Vec<TaskSwap>) -> Result<Vec<bool>, Error> {
         let mut runs = self.runs.lock().expect("store lock");
-        let Some(entry) = runs.get_mut(run_id) else {
-            return Ok(false);
+        let mut timers = self.timers.lock().expect("timers lock");
+        Ok(swaps
+            .into_iter()
+            .map(|swap| {
+                let Some(tasks) = runs.get_mut(&swap.run_id).map(|entry| &mut entry.run.tasks)
+                else {
+                    return false;
+                };
+                if tasks.get(&swap.task_key) != Some(&swap.expected) {
+                    return false;
+                }
+                timers.follow(&member(&swap.run_id, &swap.task_key), swap.new.as_deref());
+                match swap.new {
+                    Some(bytes) => tasks.insert(swap.task_key, bytes),
+                    None => tasks.remove(&swap.task_key),
+                };
+                true
+            })
+            .collect())
+    }
+
+    async fn due_tasks(
+        &self,
+        agent: &str,
+        now_ms: i64,
+        limit: usize,
+    ) -> Result<Vec<DueTask>, Error> {
+        let runs = self.runs.lock().expect("store lock");
+        let timers = self.timers.lock().expect("timers lock");
+        let Some(set) = timers.by_agent.get(agent) else {
+            return Ok(Vec::new());
         };
-        match entry.run.tasks.get_mut(task_key) {
-            Some(existing) => {
-                *existing = task;
-                Ok(true)
-            }
-            None => Ok(false),
-        }
+        Ok(set
+            .iter()
+            .take_while(|(due, _)| *due <= now_ms)
+            .filter_map(|(_, member)| {
+                let (run_id, task_key) = member.split_once('/')?;
+                let task = runs.get(run_id)?.run.tasks.get(task_key)?;
+                Some(DueTask {
+                    run_id: run_id.to_owned(),
+                    task_key: task_key.to_owned(),
+                    task: task.clone(),
+                })
+            })
+            .take(limit)
+            .collect())
+    }
+
+    async fn task(&self, run_id: &str, task_key: &str) -> Result<Option<Vec<u8>>, Error> {
+        let runs = self.runs.lock().expect("store lock");
+        Ok(runs
+            .get(run_id)
+            .and_then(|entry| entry.run.tasks.get(task_key).cloned()))
+    }
+
+    async fn version(&self, run_id: &str) -> Result<Option<u64>, Error> {
+        let runs = self.runs.lock().expect("store lock");
+        Ok(runs.get(run_id).map(|entry| entry.run.version))
     }
 
     async fn list_runs(&self, limit: usize) -> Result<Vec<RunSummary>, Error> {

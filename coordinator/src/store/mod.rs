@@ -12,8 +12,10 @@
 //! - a version, the number of transitions applied;
 //! - an event log: what happened, in order, each event once (agent data by reference);
 //! - results: each agent or transform result, once, under `"<step>#<visit>"`;
-//! - step states and tasks (queued or running, and which worker holds them): the scheduling
-//!   view, overwritten as it changes;
+//! - step states and tasks (queued, running or waiting to be retried; the attempt, the
+//!   coordinator that holds it and until when): the scheduling view, overwritten as it changes;
+//! - a timer per task, in its agent's timer set, so that due work is found without looking at
+//!   every run;
 //! - the state chain: one link per settled step visit, appended in order
 //!   ([`baton_core::integrity`]), whose last state is the run's `state_sha256`;
 //! - the decisions agents reported, by key, each with its embedding;
@@ -38,6 +40,15 @@ pub enum Error {
         run_id: String,
         expected: u64,
         actual: u64,
+    },
+    /// A fenced transition's task is gone, or at another attempt: the answer is late.
+    #[error("run {run_id}: task {task_key} is at attempt {current}, not {attempt}")]
+    Fenced {
+        run_id: String,
+        task_key: String,
+        attempt: u32,
+        /// `none` when the task is gone.
+        current: String,
     },
     #[error("store unavailable: {0}")]
     Unavailable(String),
@@ -78,6 +89,29 @@ pub struct TransitionWrite {
     pub error: Option<String>,
     pub state_sha256: String,
     pub updated_ms: i64,
+    /// Tasks that must be at these attempts for the write to apply, task key -> attempt: the
+    /// answer of one attempt is recorded only while that attempt is current.
+    pub fences: Vec<(String, u32)>,
+}
+
+/// A compare-and-swap of one task ([`Store::swap_tasks`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TaskSwap {
+    pub run_id: String,
+    pub task_key: String,
+    /// The bytes the task must hold now.
+    pub expected: Vec<u8>,
+    /// What it holds after; `None` removes it.
+    pub new: Option<Vec<u8>>,
+}
+
+/// A task whose timer is due ([`Store::due_tasks`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DueTask {
+    pub run_id: String,
+    pub task_key: String,
+    /// The task as stored.
+    pub task: Vec<u8>,
 }
 
 /// Everything stored about a run.
@@ -129,8 +163,17 @@ pub enum Claim {
 /// - A failed call changes nothing.
 /// - Results are never overwritten: writing an existing result key with different bytes is
 ///   `Corrupt`; with the same bytes it is a no-op (so a retried write is harmless).
-/// - `set_task` changes a task only if it exists (a late lease update for a finished task is
-///   dropped) and reports whether it did; it does not change the version.
+/// - Tasks are JSON objects. A task with a string `agent` and an integer `due_ms` has a timer in
+///   that agent's timer set at `due_ms`; every write of the task (a transition's `tasks_set` or
+///   `tasks_removed`, a swap) moves or removes its timer in the same atomic step.
+/// - A transition with `fences` applies only if each fenced task exists and its `attempt` is the
+///   one given; otherwise it is refused with `Fenced` and nothing is written.
+/// - `swap_tasks` replaces (or removes) each task only if it holds exactly the expected bytes,
+///   each swap on its own, and says which happened; it never creates a task and never changes
+///   the version (no engine state changes with it).
+/// - `due_tasks` returns up to `limit` tasks of `agent` whose timers are at or before `now_ms`,
+///   earliest first, reading only those: its cost follows the due work, not the number of runs.
+/// - `task` reads one task; `version` a run's version (`None` for an unknown run).
 /// - `list_runs` is newest first; `active_runs` lists runs whose status is `running`.
 /// - Chain links are appended, never rewritten; `load_run` returns them in order.
 /// - `claim_idempotency_key` atomically sets the key to `(run_id, request_sha256)` for `ttl_s`
@@ -156,12 +199,25 @@ pub trait Store: Send + Sync + 'static {
         run_id: &str,
     ) -> impl Future<Output = Result<Option<StoredRun>, Error>> + Send;
 
-    fn set_task(
+    fn swap_tasks(
+        &self,
+        swaps: Vec<TaskSwap>,
+    ) -> impl Future<Output = Result<Vec<bool>, Error>> + Send;
+
+    fn due_tasks(
+        &self,
+        agent: &str,
+        now_ms: i64,
+        limit: usize,
+    ) -> impl Future<Output = Result<Vec<DueTask>, Error>> + Send;
+
+    fn task(
         &self,
         run_id: &str,
         task_key: &str,
-        task: Vec<u8>,
-    ) -> impl Future<Output = Result<bool, Error>> + Send;
+    ) -> impl Future<Output = Result<Option<Vec<u8>>, Error>> + Send;
+
+    fn version(&self, run_id: &str) -> impl Future<Output = Result<Option<u64>, Error>> + Send;
 
     fn list_runs(
         &self,
@@ -216,13 +272,32 @@ impl<S: Store> Store for std::sync::Arc<S> {
         S::load_run(self, run_id)
     }
 
-    fn set_task(
+    fn swap_tasks(
+        &self,
+        swaps: Vec<TaskSwap>,
+    ) -> impl Future<Output = Result<Vec<bool>, Error>> + Send {
+        S::swap_tasks(self, swaps)
+    }
+
+    fn due_tasks(
+        &self,
+        agent: &str,
+        now_ms: i64,
+        limit: usize,
+    ) -> impl Future<Output = Result<Vec<DueTask>, Error>> + Send {
+        S::due_tasks(self, agent, now_ms, limit)
+    }
+
+    fn task(
         &self,
         run_id: &str,
         task_key: &str,
-        task: Vec<u8>,
-    ) -> impl Future<Output = Result<bool, Error>> + Send {
-        S::set_task(self, run_id, task_key, task)
+    ) -> impl Future<Output = Result<Option<Vec<u8>>, Error>> + Send {
+        S::task(self, run_id, task_key)
+    }
+
+    fn version(&self, run_id: &str) -> impl Future<Output = Result<Option<u64>, Error>> + Send {
+        S::version(self, run_id)
     }
 
     fn list_runs(

@@ -28,8 +28,9 @@
 //!   mapped to [`Error`] here.
 //! - `load_run` reads the run's keys but `decisions` in one `MULTI`/`EXEC`, so it sees a run between two
 //!   transitions, never in the middle of one.
-//! - `set_task` is a small script (`HEXISTS` then `HSET`) so it never recreates a task that a
-//!   transition removed in between.
+//! - `swap_tasks` is one script for a batch of compare-and-swaps (`lua/swap_tasks.lua`), so a
+//!   coordinator renews all the leases it holds in one round trip; `due_tasks`
+//!   (`lua/due_tasks.lua`) reads an agent's due timers and their tasks in one.
 //! - Values are bytes and travel as bytes; only keys (run ids, result keys, step ids, task keys)
 //!   and the header's text fields must be UTF-8 when read back.
 //!
@@ -52,7 +53,13 @@
 //! - `P:workflow:<workflow id>:runs`, a sorted set like `P:runs` per workflow id, for
 //!   `runs_of_workflow` (decision queries over all runs of a workflow);
 //! - `P:idempotency:<key>`, a string `<run id> <request sha256>` that expires, for SubmitRun's
-//!   idempotency keys (`SET NX EX`: the first submitter claims it).
+//!   idempotency keys (`SET NX EX`: the first submitter claims it);
+//! - `P:timers:<agent>`, a sorted set per agent (member `<run id>/<task key>`, score the task's
+//!   `due_ms`): lease deadlines and retry times, which the coordinators' sweeps read.
+//!
+//! The timer sets are the exception to the rule below: the run scripts write them together
+//! with the task they time (a task without its timer would never be swept), which is atomic on
+//! one server. On a Redis Cluster they would have to be split per hash slot.
 //!
 //! They live on other slots than the runs in a Cluster, so the run scripts cannot touch them;
 //! they are updated with separate commands after a script succeeded. They are an index, not the
@@ -67,7 +74,9 @@ use std::sync::LazyLock;
 use ::redis::aio::ConnectionManager;
 use ::redis::{AsyncCommands, Client, ErrorKind, RedisError, Script, ScriptInvocation, Value};
 
-use super::{Claim, Error, RunHeader, RunSummary, Store, StoredRun, TransitionWrite};
+use super::{
+    Claim, DueTask, Error, RunHeader, RunSummary, Store, StoredRun, TaskSwap, TransitionWrite,
+};
 
 /// The key prefix of [`RedisStore::connect`].
 pub const DEFAULT_PREFIX: &str = "baton";
@@ -89,7 +98,15 @@ static APPLY_TRANSITION: LazyLock<Script> = LazyLock::new(|| {
     ))
 });
 
-static SET_TASK: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("lua/set_task.lua")));
+static SWAP_TASKS: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("lua/transition.lua"),
+        include_str!("lua/swap_tasks.lua")
+    ))
+});
+
+static DUE_TASKS: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("lua/due_tasks.lua")));
 
 /// Runs in Redis, laid out as the [module docs](self) describe. Cheap to clone: clones share
 /// one multiplexed connection that reconnects by itself.
@@ -171,6 +188,11 @@ impl RedisStore {
             decisions: format!("{run}:decisions"),
             run,
         }
+    }
+
+    /// The prefix of the agents' timer sets: `P:timers:<agent>`.
+    fn timer_prefix(&self) -> String {
+        format!("{}:timers:", self.prefix)
     }
 
     fn runs_key(&self) -> String {
@@ -295,7 +317,12 @@ impl RedisStore {
 }
 
 /// Appends a transition in the encoding `lua/transition.lua` reads.
-fn add_transition(invocation: &mut ScriptInvocation<'_>, write: &TransitionWrite) {
+fn add_transition(
+    invocation: &mut ScriptInvocation<'_>,
+    write: &TransitionWrite,
+    timer_prefix: &str,
+    run_id: &str,
+) {
     match &write.event {
         Some(event) => invocation.arg("1").arg(event.as_slice()),
         None => invocation.arg("0").arg(""),
@@ -325,7 +352,36 @@ fn add_transition(invocation: &mut ScriptInvocation<'_>, write: &TransitionWrite
     };
     invocation
         .arg(write.state_sha256.as_str())
-        .arg(write.updated_ms);
+        .arg(write.updated_ms)
+        .arg(timer_prefix)
+        .arg(run_id)
+        .arg(write.fences.len());
+    for (key, attempt) in &write.fences {
+        invocation.arg(key.as_str()).arg(attempt.to_string());
+    }
+}
+
+/// A `Fenced` refusal with the attempt the write asked for (the script names only the task and
+/// its current attempt).
+fn with_fence_attempt(error: Error, write: &TransitionWrite) -> Error {
+    match error {
+        Error::Fenced {
+            run_id,
+            task_key,
+            current,
+            ..
+        } => Error::Fenced {
+            attempt: write
+                .fences
+                .iter()
+                .find(|(key, _)| *key == task_key)
+                .map_or(0, |(_, attempt)| *attempt),
+            run_id,
+            task_key,
+            current,
+        },
+        other => other,
+    }
 }
 
 /// A failure to reach Redis, or any error that says nothing about the run's data.
@@ -364,6 +420,15 @@ fn script_error(err: RedisError, run_id: &str, expected: u64) -> Error {
             Err(_) => Error::Corrupt(format!("run {run_id} has a bad version: {detail:?}")),
         },
         "CORRUPT" => Error::Corrupt(format!("run {run_id}: {detail}")),
+        "FENCED" => {
+            let (task_key, current) = detail.trim().rsplit_once(' ').unwrap_or((detail, "none"));
+            Error::Fenced {
+                run_id: run_id.to_owned(),
+                task_key: task_key.to_owned(),
+                attempt: 0,
+                current: current.to_owned(),
+            }
+        }
         "WRONGTYPE" => Error::Corrupt(format!("run {run_id}: {err}")),
         _ => unavailable(err),
     }
@@ -454,6 +519,26 @@ fn glob_escape(text: &str) -> String {
     escaped
 }
 
+impl RedisStore {
+    /// Runs a read once more after a short pause if Redis was unreachable: the connection
+    /// manager reconnects by itself, but fails the first command after the connection dropped
+    /// (Redis restarted, a proxy cut it). Reads are safe to repeat; writes are not retried here,
+    /// their callers know whether repeating them is safe.
+    async fn read_retrying<T, F, Fut>(&self, read: F) -> Result<T, Error>
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = Result<T, Error>>,
+    {
+        match read().await {
+            Err(Error::Unavailable(_)) => {
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                read().await
+            }
+            other => other,
+        }
+    }
+}
+
 impl Store for RedisStore {
     async fn create_run(&self, header: RunHeader, first: TransitionWrite) -> Result<(), Error> {
         let run_id = header.run_id.as_str();
@@ -465,12 +550,12 @@ impl Store for RedisStore {
             .arg(header.workflow_id.as_str())
             .arg(header.input.as_slice())
             .arg(header.created_ms);
-        add_transition(&mut invocation, &first);
+        add_transition(&mut invocation, &first, &self.timer_prefix(), run_id);
         let mut con = self.con.clone();
         let _version: u64 = invocation
             .invoke_async(&mut con)
             .await
-            .map_err(|err| script_error(err, run_id, 0))?;
+            .map_err(|err| with_fence_attempt(script_error(err, run_id, 0), &first))?;
 
         // The run exists now: a failure to index it must not turn into an error the caller would
         // retry (the retry would find the run). `rebuild_indexes` repairs what is left behind.
@@ -502,12 +587,12 @@ impl Store for RedisStore {
         let mut invocation = APPLY_TRANSITION.prepare_invoke();
         keys.add_to(&mut invocation);
         invocation.arg(expected_version);
-        add_transition(&mut invocation, &write);
+        add_transition(&mut invocation, &write, &self.timer_prefix(), run_id);
         let mut con = self.con.clone();
-        let (version, before): (u64, String) = invocation
-            .invoke_async(&mut con)
-            .await
-            .map_err(|err| script_error(err, run_id, expected_version))?;
+        let (version, before): (u64, String) =
+            invocation.invoke_async(&mut con).await.map_err(|err| {
+                with_fence_attempt(script_error(err, run_id, expected_version), &write)
+            })?;
 
         // Most transitions leave a running run running: its index entry is already there, and
         // skipping the update keeps a transition at one round trip.
@@ -520,151 +605,236 @@ impl Store for RedisStore {
     }
 
     async fn load_run(&self, run_id: &str) -> Result<Option<StoredRun>, Error> {
-        let keys = self.run_keys(run_id);
-        let mut con = self.con.clone();
-        type Reply = (Value, Value, Value, Value, Value, Value);
-        let (run, events, results, steps, tasks, chain): Reply = ::redis::pipe()
-            .atomic()
-            .cmd("HGETALL")
-            .arg(&keys.run)
-            .cmd("LRANGE")
-            .arg(&keys.events)
-            .arg(0)
-            .arg(-1)
-            .cmd("HGETALL")
-            .arg(&keys.results)
-            .cmd("HGETALL")
-            .arg(&keys.steps)
-            .cmd("HGETALL")
-            .arg(&keys.tasks)
-            .cmd("LRANGE")
-            .arg(&keys.chain)
-            .arg(0)
-            .arg(-1)
-            .query_async(&mut con)
-            .await
-            .map_err(|err| script_error(err, run_id, 0))?;
+        self.read_retrying(|| async {
+            let keys = self.run_keys(run_id);
+            let mut con = self.con.clone();
+            type Reply = (Value, Value, Value, Value, Value, Value);
+            let (run, events, results, steps, tasks, chain): Reply = ::redis::pipe()
+                .atomic()
+                .cmd("HGETALL")
+                .arg(&keys.run)
+                .cmd("LRANGE")
+                .arg(&keys.events)
+                .arg(0)
+                .arg(-1)
+                .cmd("HGETALL")
+                .arg(&keys.results)
+                .cmd("HGETALL")
+                .arg(&keys.steps)
+                .cmd("HGETALL")
+                .arg(&keys.tasks)
+                .cmd("LRANGE")
+                .arg(&keys.chain)
+                .arg(0)
+                .arg(-1)
+                .query_async(&mut con)
+                .await
+                .map_err(|err| script_error(err, run_id, 0))?;
 
-        let mut hash: HashMap<String, Vec<u8>> = fields(run_id, "header", run)?;
-        if hash.is_empty() {
-            return Ok(None);
-        }
-        let header = RunHeader {
-            run_id: run_id.to_owned(),
-            workflow_id: take_text(run_id, &mut hash, "workflow_id")?,
-            workflow: take_text(run_id, &mut hash, "workflow")?,
-            input: take(run_id, &mut hash, "input")?,
-            created_ms: take_number(run_id, &mut hash, "created_ms")?,
-        };
-        let error = match hash.remove("error") {
-            Some(error) => Some(
-                String::from_utf8(error).map_err(|_| corrupt(run_id, "its error is not UTF-8"))?,
-            ),
-            None => None,
-        };
-        let events = list(run_id, "events", events)?;
-        let links = list(run_id, "chain", chain)?;
-        Ok(Some(StoredRun {
-            version: take_number(run_id, &mut hash, "version")?,
-            status: take_text(run_id, &mut hash, "status")?,
-            error,
-            state_sha256: take_text(run_id, &mut hash, "state_sha256")?,
-            updated_ms: take_number(run_id, &mut hash, "updated_ms")?,
-            events,
-            results: fields(run_id, "results", results)?,
-            steps: fields::<BTreeMap<_, _>>(run_id, "steps", steps)?,
-            tasks: fields::<BTreeMap<_, _>>(run_id, "tasks", tasks)?,
-            links,
-            header,
-        }))
+            let mut hash: HashMap<String, Vec<u8>> = fields(run_id, "header", run)?;
+            if hash.is_empty() {
+                return Ok(None);
+            }
+            let header = RunHeader {
+                run_id: run_id.to_owned(),
+                workflow_id: take_text(run_id, &mut hash, "workflow_id")?,
+                workflow: take_text(run_id, &mut hash, "workflow")?,
+                input: take(run_id, &mut hash, "input")?,
+                created_ms: take_number(run_id, &mut hash, "created_ms")?,
+            };
+            let error = match hash.remove("error") {
+                Some(error) => Some(
+                    String::from_utf8(error)
+                        .map_err(|_| corrupt(run_id, "its error is not UTF-8"))?,
+                ),
+                None => None,
+            };
+            let events = list(run_id, "events", events)?;
+            let links = list(run_id, "chain", chain)?;
+            Ok(Some(StoredRun {
+                version: take_number(run_id, &mut hash, "version")?,
+                status: take_text(run_id, &mut hash, "status")?,
+                error,
+                state_sha256: take_text(run_id, &mut hash, "state_sha256")?,
+                updated_ms: take_number(run_id, &mut hash, "updated_ms")?,
+                events,
+                results: fields(run_id, "results", results)?,
+                steps: fields::<BTreeMap<_, _>>(run_id, "steps", steps)?,
+                tasks: fields::<BTreeMap<_, _>>(run_id, "tasks", tasks)?,
+                links,
+                header,
+            }))
+        })
+        .await
     }
 
-    async fn set_task(&self, run_id: &str, task_key: &str, task: Vec<u8>) -> Result<bool, Error> {
-        let keys = self.run_keys(run_id);
+    async fn swap_tasks(&self, swaps: Vec<TaskSwap>) -> Result<Vec<bool>, Error> {
+        if swaps.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut invocation = SWAP_TASKS.prepare_invoke();
+        invocation.arg(self.timer_prefix());
+        for swap in &swaps {
+            invocation
+                .key(self.run_keys(&swap.run_id).tasks)
+                .arg(format!("{}/{}", swap.run_id, swap.task_key))
+                .arg(swap.task_key.as_str())
+                .arg(swap.expected.as_slice());
+            match &swap.new {
+                Some(bytes) => invocation.arg("1").arg(bytes.as_slice()),
+                None => invocation.arg("0").arg(""),
+            };
+        }
         let mut con = self.con.clone();
-        let set: i64 = SET_TASK
-            .key(&keys.tasks)
-            .arg(task_key)
-            .arg(task)
+        let swapped: Vec<i64> = invocation
             .invoke_async(&mut con)
             .await
-            .map_err(|err| script_error(err, run_id, 0))?;
-        Ok(set == 1)
+            .map_err(|err| script_error(err, &swaps[0].run_id, 0))?;
+        Ok(swapped.into_iter().map(|s| s == 1).collect())
+    }
+
+    async fn due_tasks(
+        &self,
+        agent: &str,
+        now_ms: i64,
+        limit: usize,
+    ) -> Result<Vec<DueTask>, Error> {
+        self.read_retrying(|| async {
+            if limit == 0 {
+                return Ok(Vec::new());
+            }
+            let mut con = self.con.clone();
+            let reply: Vec<Vec<u8>> = DUE_TASKS
+                .key(format!("{}{agent}", self.timer_prefix()))
+                .arg(now_ms)
+                .arg(limit.min(i64::MAX as usize))
+                .arg(format!("{}:run:", self.prefix))
+                .invoke_async(&mut con)
+                .await
+                .map_err(unavailable)?;
+            let mut due = Vec::with_capacity(reply.len() / 2);
+            let mut items = reply.into_iter();
+            while let (Some(member), Some(task)) = (items.next(), items.next()) {
+                let member = String::from_utf8(member).map_err(|_| {
+                    Error::Corrupt(format!("a timer of agent {agent} is not UTF-8"))
+                })?;
+                let Some((run_id, task_key)) = member.split_once('/') else {
+                    continue;
+                };
+                due.push(DueTask {
+                    run_id: run_id.to_owned(),
+                    task_key: task_key.to_owned(),
+                    task,
+                });
+            }
+            Ok(due)
+        })
+        .await
+    }
+
+    async fn task(&self, run_id: &str, task_key: &str) -> Result<Option<Vec<u8>>, Error> {
+        self.read_retrying(|| async {
+            let mut con = self.con.clone();
+            con.hget(self.run_keys(run_id).tasks, task_key)
+                .await
+                .map_err(|err| script_error(err, run_id, 0))
+        })
+        .await
+    }
+
+    async fn version(&self, run_id: &str) -> Result<Option<u64>, Error> {
+        self.read_retrying(|| async {
+            let mut con = self.con.clone();
+            con.hget(self.run_keys(run_id).run, "version")
+                .await
+                .map_err(|err| script_error(err, run_id, 0))
+        })
+        .await
     }
 
     async fn list_runs(&self, limit: usize) -> Result<Vec<RunSummary>, Error> {
-        if limit == 0 {
-            return Ok(Vec::new());
-        }
-        let mut con = self.con.clone();
-        // Equal scores come back in reverse member order: (created_ms, run_id) descending, the
-        // memory store's order.
-        let stop = isize::try_from(limit - 1).unwrap_or(isize::MAX);
-        let ids: Vec<String> = con
-            .zrevrange(self.runs_key(), 0, stop)
-            .await
-            .map_err(unavailable)?;
-        if ids.is_empty() {
-            return Ok(Vec::new());
-        }
-        let mut pipe = ::redis::pipe();
-        for run_id in &ids {
-            pipe.cmd("HMGET")
-                .arg(self.run_keys(run_id).run)
-                .arg("workflow_id")
-                .arg("status")
-                .arg("created_ms")
-                .arg("updated_ms");
-        }
-        type Fields = (Option<String>, Option<String>, Option<i64>, Option<i64>);
-        let rows: Vec<Fields> = pipe.query_async(&mut con).await.map_err(unavailable)?;
-        Ok(ids
-            .into_iter()
-            .zip(rows)
-            .filter_map(|(run_id, row)| match row {
-                (Some(workflow_id), Some(status), Some(created_ms), Some(updated_ms)) => {
-                    Some(RunSummary {
-                        run_id,
-                        workflow_id,
-                        status,
-                        created_ms,
-                        updated_ms,
-                    })
-                }
-                // Indexed but gone: the index is behind the runs.
-                _ => None,
-            })
-            .collect())
+        self.read_retrying(|| async {
+            if limit == 0 {
+                return Ok(Vec::new());
+            }
+            let mut con = self.con.clone();
+            // Equal scores come back in reverse member order: (created_ms, run_id) descending, the
+            // memory store's order.
+            let stop = isize::try_from(limit - 1).unwrap_or(isize::MAX);
+            let ids: Vec<String> = con
+                .zrevrange(self.runs_key(), 0, stop)
+                .await
+                .map_err(unavailable)?;
+            if ids.is_empty() {
+                return Ok(Vec::new());
+            }
+            let mut pipe = ::redis::pipe();
+            for run_id in &ids {
+                pipe.cmd("HMGET")
+                    .arg(self.run_keys(run_id).run)
+                    .arg("workflow_id")
+                    .arg("status")
+                    .arg("created_ms")
+                    .arg("updated_ms");
+            }
+            type Fields = (Option<String>, Option<String>, Option<i64>, Option<i64>);
+            let rows: Vec<Fields> = pipe.query_async(&mut con).await.map_err(unavailable)?;
+            Ok(ids
+                .into_iter()
+                .zip(rows)
+                .filter_map(|(run_id, row)| match row {
+                    (Some(workflow_id), Some(status), Some(created_ms), Some(updated_ms)) => {
+                        Some(RunSummary {
+                            run_id,
+                            workflow_id,
+                            status,
+                            created_ms,
+                            updated_ms,
+                        })
+                    }
+                    // Indexed but gone: the index is behind the runs.
+                    _ => None,
+                })
+                .collect())
+        })
+        .await
     }
 
     async fn active_runs(&self) -> Result<Vec<String>, Error> {
-        let mut con = self.con.clone();
-        let mut ids: Vec<String> = con.smembers(self.active_key()).await.map_err(unavailable)?;
-        if ids.is_empty() {
-            return Ok(ids);
-        }
-        let mut pipe = ::redis::pipe();
-        for run_id in &ids {
-            pipe.cmd("HGET")
-                .arg(self.run_keys(run_id).run)
-                .arg("status");
-        }
-        let statuses: Vec<Option<Vec<u8>>> =
-            pipe.query_async(&mut con).await.map_err(unavailable)?;
-        let mut statuses = statuses.into_iter();
-        ids.retain(|_| statuses.next().flatten().as_deref() == Some(RUNNING.as_bytes()));
-        ids.sort();
-        Ok(ids)
+        self.read_retrying(|| async {
+            let mut con = self.con.clone();
+            let mut ids: Vec<String> =
+                con.smembers(self.active_key()).await.map_err(unavailable)?;
+            if ids.is_empty() {
+                return Ok(ids);
+            }
+            let mut pipe = ::redis::pipe();
+            for run_id in &ids {
+                pipe.cmd("HGET")
+                    .arg(self.run_keys(run_id).run)
+                    .arg("status");
+            }
+            let statuses: Vec<Option<Vec<u8>>> =
+                pipe.query_async(&mut con).await.map_err(unavailable)?;
+            let mut statuses = statuses.into_iter();
+            ids.retain(|_| statuses.next().flatten().as_deref() == Some(RUNNING.as_bytes()));
+            ids.sort();
+            Ok(ids)
+        })
+        .await
     }
 
     async fn decisions(&self, run_id: &str) -> Result<BTreeMap<String, Vec<u8>>, Error> {
-        let mut con = self.con.clone();
-        let reply: Value = ::redis::cmd("HGETALL")
-            .arg(self.run_keys(run_id).decisions)
-            .query_async(&mut con)
-            .await
-            .map_err(|err| script_error(err, run_id, 0))?;
-        fields(run_id, "decisions", reply)
+        self.read_retrying(|| async {
+            let mut con = self.con.clone();
+            let reply: Value = ::redis::cmd("HGETALL")
+                .arg(self.run_keys(run_id).decisions)
+                .query_async(&mut con)
+                .await
+                .map_err(|err| script_error(err, run_id, 0))?;
+            fields(run_id, "decisions", reply)
+        })
+        .await
     }
 
     async fn claim_idempotency_key(

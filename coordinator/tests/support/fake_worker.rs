@@ -19,6 +19,8 @@ pub fn json_bytes(value: &Value) -> Json {
 
 pub struct FakeWorker {
     pub id: String,
+    /// Its connection's number, for `Coordinator::disconnect_worker`.
+    pub connection: u64,
     pub stream: mpsc::UnboundedReceiver<CoordinatorMessage>,
 }
 
@@ -29,14 +31,51 @@ impl FakeWorker {
         id: &str,
         agents: &[&str],
     ) -> Self {
+        Self::reconnect(coordinator, id, agents, Vec::new()).await
+    }
+
+    /// Connects a worker that still runs the tasks `held` (task ids) from an earlier stream.
+    pub async fn reconnect<S: Store>(
+        coordinator: &Coordinator<S>,
+        id: &str,
+        agents: &[&str],
+        held: Vec<String>,
+    ) -> Self {
         let (tx, rx) = mpsc::unbounded_channel();
-        coordinator
-            .connect_worker(id, agents.iter().map(|a| a.to_string()).collect(), 8, 0, tx)
+        let (connection, _closed) = coordinator
+            .connect_worker(
+                id,
+                agents.iter().map(|a| a.to_string()).collect(),
+                8,
+                0,
+                held,
+                tx,
+            )
             .await
             .unwrap();
         FakeWorker {
             id: id.into(),
+            connection,
             stream: rx,
+        }
+    }
+
+    /// The next message, waiting for it up to 10 s: what only a timer sends (a lease that runs
+    /// out, a retry's backoff) comes a little later.
+    pub async fn wait_message(&mut self) -> CoordinatorMessage {
+        tokio::time::timeout(std::time::Duration::from_secs(10), self.stream.recv())
+            .await
+            .unwrap_or_else(|_| panic!("{} got nothing for 10 s", self.id))
+            .expect("stream open")
+    }
+
+    /// The next task, waiting for it up to 10 s.
+    pub async fn wait_task(&mut self) -> Task {
+        match self.wait_message().await {
+            CoordinatorMessage {
+                message: Some(coordinator_message::Message::Task(task)),
+            } => task,
+            other => panic!("{} expected a task, got {other:?}", self.id),
         }
     }
 
@@ -71,6 +110,30 @@ impl FakeWorker {
                     task_id: task.task_id.clone(),
                     outcome: Some(task_result::Outcome::Data(json_bytes(data))),
                     notes: notes.map(json_bytes),
+                    non_retryable: false,
+                },
+            )
+            .await
+    }
+}
+
+impl FakeWorker {
+    /// Answers `task` with an error; `non_retryable` says retrying cannot help.
+    pub async fn fail<S: Store>(
+        &self,
+        coordinator: &Coordinator<S>,
+        task: &Task,
+        error: &str,
+        non_retryable: bool,
+    ) -> Result<(), Error> {
+        coordinator
+            .complete(
+                &self.id,
+                TaskResult {
+                    task_id: task.task_id.clone(),
+                    outcome: Some(task_result::Outcome::Error(error.to_owned())),
+                    notes: None,
+                    non_retryable,
                 },
             )
             .await

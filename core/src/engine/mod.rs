@@ -81,6 +81,8 @@ pub enum Event {
     AgentFailed { task: TaskId, error: String },
     /// A person decided an approval step.
     ApprovalDecided { step_id: String, decision: Decision },
+    /// Nobody decided visit `visit` of an approval step within its `timeout_ms`: the step fails.
+    ApprovalTimedOut { step_id: String, visit: u32 },
     /// The run is to stop now.
     Cancel { reason: String },
     /// The run is to fail now: its stored data cannot be trusted (an integrity failure).
@@ -92,11 +94,13 @@ pub enum Event {
 pub enum Action {
     /// Send an agent step to a worker that serves `agent`.
     Dispatch(AgentTask),
-    /// Wait until someone decides the approval step.
+    /// Wait until someone decides the approval step (or, with a `timeout_ms`, until it times
+    /// out: then send [`Event::ApprovalTimedOut`]).
     AwaitApproval {
         step_id: Arc<str>,
         visit: u32,
         message: String,
+        timeout_ms: Option<u64>,
     },
     /// A task in flight no longer matters (the run was cancelled or failed).
     Abandon(TaskId),
@@ -424,45 +428,55 @@ impl Run {
     pub fn pending_tasks(&self) -> Vec<AgentTask> {
         self.pending
             .iter()
-            .filter_map(|(&index, pending)| {
-                let Pending::Agent {
-                    visit,
-                    error,
-                    handoff,
-                } = pending
-                else {
-                    return None;
-                };
-                let step = self.workflow.step(index);
-                let crate::workflow::StepKind::Agent { agent } = &step.kind else {
-                    return None;
-                };
-                // The context and the messages have not changed since the dispatch: top-level
-                // steps settle one at a time, and a parallel step's branches all started from the
-                // context as it is now (their messages merge when the last branch settles).
-                let reference = step.input.as_ref().and_then(|key| {
-                    self.context
-                        .data(key)
-                        .map(|data| (key.clone(), data.clone()))
-                });
-                Some(AgentTask {
-                    task: TaskId {
-                        step_id: step.id.clone(),
-                        visit: *visit,
-                    },
-                    agent: agent.clone(),
-                    payload: AgentPayload {
-                        context: self.context.clone(),
-                        reference,
-                        error: error.clone(),
-                        messages: self.messages.json.clone(),
-                        handoff: handoff.clone(),
-                    },
-                    retry: step.retry.clone(),
-                    timeout_ms: step.timeout_ms,
-                })
-            })
+            .filter_map(|(&index, pending)| self.pending_agent_task(index, pending))
             .collect()
+    }
+
+    /// One agent task in flight, rebuilt as it was dispatched, if the run waits for it: what a
+    /// coordinator delivers again, without building every other pending task's payload.
+    pub fn pending_task(&self, task: &TaskId) -> Option<AgentTask> {
+        let index = self.workflow.index_of(&task.step_id)?;
+        let rebuilt = self.pending_agent_task(index, self.pending.get(&index)?)?;
+        (rebuilt.task == *task).then_some(rebuilt)
+    }
+
+    fn pending_agent_task(&self, index: StepIndex, pending: &Pending) -> Option<AgentTask> {
+        let Pending::Agent {
+            visit,
+            error,
+            handoff,
+        } = pending
+        else {
+            return None;
+        };
+        let step = self.workflow.step(index);
+        let crate::workflow::StepKind::Agent { agent } = &step.kind else {
+            return None;
+        };
+        // The context and the messages have not changed since the dispatch: top-level steps
+        // settle one at a time, and a parallel step's branches all started from the context as
+        // it is now (their messages merge when the last branch settles).
+        let reference = step.input.as_ref().and_then(|key| {
+            self.context
+                .data(key)
+                .map(|data| (key.clone(), data.clone()))
+        });
+        Some(AgentTask {
+            task: TaskId {
+                step_id: step.id.clone(),
+                visit: *visit,
+            },
+            agent: agent.clone(),
+            payload: AgentPayload {
+                context: self.context.clone(),
+                reference,
+                error: error.clone(),
+                messages: self.messages.json.clone(),
+                handoff: handoff.clone(),
+            },
+            retry: step.retry.clone(),
+            timeout_ms: step.timeout_ms,
+        })
     }
 
     /// Agent tasks in flight and approvals awaited, in workflow order.

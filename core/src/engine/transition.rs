@@ -77,8 +77,19 @@ pub(super) fn apply(run: &Run, event: Event, at_ms: i64) -> Result<Transition, E
             builder.settle((index, visit, Outcome::Failed(error.into())));
         }
         Event::ApprovalDecided { step_id, decision } => {
-            let (index, visit) = builder.take_approval(&step_id)?;
+            let (index, visit) = builder.take_approval(&step_id, None)?;
             builder.settle((index, visit, Outcome::Approval(decision)));
+        }
+        Event::ApprovalTimedOut { step_id, visit } => {
+            let (index, visit) = builder.take_approval(&step_id, Some(visit))?;
+            let timeout = builder
+                .run
+                .workflow
+                .step(index)
+                .timeout_ms
+                .unwrap_or_default();
+            let error = format!("approval timed out after {timeout} ms");
+            builder.settle((index, visit, Outcome::Failed(error.into())));
         }
         Event::Cancel { reason } => builder.end(RunStatus::Cancelled, Some(reason)),
         Event::Halt { error } => builder.end(RunStatus::Failed, Some(error)),
@@ -283,7 +294,13 @@ impl Builder {
         self.run.sources = Arc::new(entries.into_iter().map(|(source, _)| source).collect());
     }
 
-    fn take_approval(&mut self, step_id: &str) -> Result<(StepIndex, u32), EngineError> {
+    /// Takes the approval `step_id` is waiting for (only visit `only_visit`, if given: a
+    /// timeout of an earlier visit is stale).
+    fn take_approval(
+        &mut self,
+        step_id: &str,
+        only_visit: Option<u32>,
+    ) -> Result<(StepIndex, u32), EngineError> {
         let not_waiting = || EngineError::NotAwaitingApproval(step_id.to_owned());
         let index = self
             .run
@@ -291,7 +308,7 @@ impl Builder {
             .index_of(step_id)
             .ok_or_else(not_waiting)?;
         match self.run.pending.get(&index) {
-            Some(Pending::Approval { visit }) => {
+            Some(Pending::Approval { visit }) if only_visit.is_none_or(|v| v == *visit) => {
                 let visit = *visit;
                 self.run.pending.remove(&index);
                 Ok((index, visit))
@@ -416,6 +433,7 @@ impl Builder {
                     step_id: step.id.clone(),
                     visit,
                     message: message.clone(),
+                    timeout_ms: step.timeout_ms,
                 });
                 None
             }

@@ -126,12 +126,47 @@ impl StepType {
 }
 
 /// Retry policy of a step, as Temporal spells it.
+///
+/// A step without `retry` is tried once: an agent's error goes straight to `on_error` (or
+/// fails the run). A `retry` block's defaults are 3 attempts, 1 s, coefficient 2 and a ceiling
+/// of 100 times the initial interval (Temporal's). Attempts lost with a worker do not count:
+/// only the agent's errors and timeouts do.
 #[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct RetryPolicy {
     pub max_attempts: u32,
     pub initial_interval_ms: u64,
     pub backoff_coefficient: f64,
     pub max_interval_ms: Option<u64>,
+}
+
+/// How far a backoff is moved at random either way: ±20 %, so that tasks that failed together
+/// (a flaky dependency) do not all come back together.
+pub const RETRY_JITTER: f64 = 0.2;
+
+impl RetryPolicy {
+    /// Whether a step that has failed `failures` times gets another attempt.
+    pub fn retries_after(&self, failures: u32) -> bool {
+        failures < self.max_attempts
+    }
+
+    /// The ceiling of a backoff: `max_interval_ms`, or 100 times the initial interval.
+    pub fn max_interval(&self) -> u64 {
+        self.max_interval_ms
+            .unwrap_or(self.initial_interval_ms.saturating_mul(100))
+    }
+
+    /// The wait before the attempt after the `failures`-th failure (from 1):
+    /// `initial * coefficient^(failures - 1)`, at most [`RetryPolicy::max_interval`], then moved
+    /// by up to [`RETRY_JITTER`] either way by `unit` (a random number in `[0, 1)`; 0.5 moves
+    /// it not at all). Pure, so the caller picks the randomness.
+    pub fn backoff_ms(&self, failures: u32, unit: f64) -> u64 {
+        // Past the ceiling the power may be infinite; `min` takes the ceiling then.
+        let exponent = i32::try_from(failures.saturating_sub(1)).unwrap_or(i32::MAX);
+        let base = self.initial_interval_ms as f64 * self.backoff_coefficient.powi(exponent);
+        let capped = base.min(self.max_interval() as f64);
+        let factor = 1.0 + RETRY_JITTER * (2.0 * unit.clamp(0.0, 1.0) - 1.0);
+        (capped * factor).round().max(1.0) as u64
+    }
 }
 
 impl Default for RetryPolicy {

@@ -1,6 +1,6 @@
 //! The `command` agent kind: a process that reads the payload on stdin and answers on stdout.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::convert::Infallible;
 use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
@@ -31,8 +31,9 @@ const QUOTE_CHARS: usize = 200;
 ///
 /// Protocol: the payload is written to stdin as JSON and stdin is closed; exit status 0 means
 /// success, and stdout must then hold one JSON value (surrounding whitespace allowed), the
-/// step's data. A non-zero exit fails the step with the end of stderr. Stdout and stderr are
-/// read concurrently, so neither can fill up and block the process.
+/// step's data. A non-zero exit fails the step with the end of stderr; an exit code among the
+/// agent's `non_retryable_exit_codes` fails it for good (no retry). Stdout and stderr are read
+/// concurrently, so neither can fill up and block the process.
 ///
 /// Environment: the worker's own, then the agent's `env`, then what the runtime passes
 /// (`BATON_RUN_ID`...), later ones winning.
@@ -51,6 +52,8 @@ pub struct CommandAgent {
     stdout_limit: usize,
     /// `output = "envelope"`: stdout is `{"data", "messages", "decisions"}`, not the data.
     envelope: bool,
+    /// Exit codes by which the process says that running it again cannot help.
+    non_retryable_exit_codes: BTreeSet<i32>,
 }
 
 impl CommandAgent {
@@ -71,6 +74,30 @@ impl CommandAgent {
             env,
             stdout_limit: STDOUT_LIMIT,
             envelope: false,
+            non_retryable_exit_codes: BTreeSet::new(),
+        }
+    }
+
+    /// Exit codes that fail the step at once, whatever its retry policy
+    /// (`non_retryable_exit_codes`).
+    pub fn with_non_retryable_exit_codes(mut self, codes: impl IntoIterator<Item = i32>) -> Self {
+        self.non_retryable_exit_codes = codes.into_iter().collect();
+        self
+    }
+
+    pub fn non_retryable_exit_codes(&self) -> &BTreeSet<i32> {
+        &self.non_retryable_exit_codes
+    }
+
+    /// Whether `error`, from this agent's [`Self::run`], may go away on another attempt: all
+    /// do but an exit with one of the agent's `non_retryable_exit_codes`.
+    pub fn is_retryable(&self, error: &AgentError) -> bool {
+        match error {
+            AgentError::Failed {
+                exit_code: Some(code),
+                ..
+            } => !self.non_retryable_exit_codes.contains(code),
+            _ => true,
         }
     }
 
@@ -541,6 +568,32 @@ mod tests {
             err.to_string(),
             "agent \"a\" exited with code 3: something broke"
         );
+    }
+
+    #[tokio::test]
+    async fn only_the_listed_exit_codes_are_not_retried() {
+        let (dir, file) = script_agent(
+            "cat > /dev/null; exit \"$(cat code)\"",
+            "non_retryable_exit_codes = [2, 64]",
+        );
+        let agent = file.get("a").unwrap();
+        for (code, retryable) in [(64, false), (2, false), (1, true), (3, true)] {
+            std::fs::write(dir.path().join("code"), code.to_string()).unwrap();
+            let err = run(&file, &json!({})).await.unwrap_err();
+            let message = err.to_string();
+            let failure = agent.failure(err);
+            assert_eq!(failure.is_retryable(), retryable, "exit {code}");
+            assert_eq!(
+                failure.message(),
+                message,
+                "the message is the agent error's"
+            );
+        }
+        // Anything else (bad output here, or a timeout) may go another way next time.
+        let (_dir, file) =
+            script_agent("echo 'not json'; exit 0", "non_retryable_exit_codes = [1]");
+        let err = run(&file, &json!({})).await.unwrap_err();
+        assert!(file.get("a").unwrap().failure(err).is_retryable());
     }
 
     #[tokio::test]

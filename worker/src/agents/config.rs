@@ -13,7 +13,14 @@ use super::command::CommandAgent;
 use super::template::{Template, TemplateAgent};
 
 /// Fields each kind accepts.
-const COMMAND_FIELDS: &[&str] = &["kind", "command", "timeout_ms", "env", "output"];
+const COMMAND_FIELDS: &[&str] = &[
+    "kind",
+    "command",
+    "timeout_ms",
+    "env",
+    "output",
+    "non_retryable_exit_codes",
+];
 const TEMPLATE_FIELDS: &[&str] = &["kind", "template", "template_file"];
 
 /// An agents file that cannot be used. Every message starts with the file (and line, when
@@ -347,6 +354,11 @@ impl Checker<'_> {
             },
         };
 
+        let non_retryable_exit_codes = match fields.remove("non_retryable_exit_codes") {
+            None => Vec::new(),
+            Some(value) => self.exit_codes("non_retryable_exit_codes", &value)?,
+        };
+
         let program = resolve_program(&argv[0], self.base_dir);
         Ok(CommandAgent::new(
             self.agent,
@@ -356,7 +368,40 @@ impl Checker<'_> {
             timeout,
             env,
         )
-        .with_envelope(envelope))
+        .with_envelope(envelope)
+        .with_non_retryable_exit_codes(non_retryable_exit_codes))
+    }
+
+    /// An array of exit codes a process can report as failure: 1 to 255 (0 is success).
+    fn exit_codes(&self, field: &str, value: &Spanned<Value>) -> Result<Vec<i32>, ConfigError> {
+        let expected = "an array of exit codes from 1 to 255, e.g. [2, 64]";
+        let Value::Array(items) = value.get_ref() else {
+            return Err(self.invalid(field, value, expected));
+        };
+        let mut codes = Vec::with_capacity(items.len());
+        for item in items {
+            match item {
+                Value::Integer(code) if (1..=255).contains(code) => codes.push(*code as i32),
+                Value::Integer(code) => {
+                    return Err(self.error(
+                        field,
+                        Some(value.span()),
+                        Problem::Invalid(format!("must be {expected}; {code} is not one")),
+                    ));
+                }
+                other => {
+                    return Err(self.error(
+                        field,
+                        Some(value.span()),
+                        Problem::Invalid(format!(
+                            "must be {expected}; found {} in it",
+                            other.type_str()
+                        )),
+                    ));
+                }
+            }
+        }
+        Ok(codes)
     }
 
     fn template(&self, mut fields: Fields) -> Result<TemplateAgent, ConfigError> {
@@ -483,6 +528,41 @@ mod tests {
             matches!(problem, Problem::WrongKind { .. }),
             "output belongs to command agents: {problem:?}"
         );
+    }
+
+    #[test]
+    fn non_retryable_exit_codes_are_exit_codes() {
+        let file = parse(
+            "[agents.a]\nkind = \"command\"\ncommand = [\"x\"]\nnon_retryable_exit_codes = [2, 64]\n",
+        )
+        .unwrap();
+        let Agent::Command(agent) = file.get("a").unwrap() else {
+            panic!("a command agent");
+        };
+        assert_eq!(
+            agent.non_retryable_exit_codes().iter().collect::<Vec<_>>(),
+            [&2, &64]
+        );
+        for (value, needle) in [
+            ("[0]", "0 is not one"),
+            ("[2, 256]", "256 is not one"),
+            ("[\"2\"]", "found string in it"),
+            ("2", "found integer"),
+        ] {
+            let text = format!(
+                "[agents.a]\nkind = \"command\"\ncommand = [\"x\"]\nnon_retryable_exit_codes = {value}\n"
+            );
+            let (problem, message) = agent_error(&text, "a", "non_retryable_exit_codes", 4);
+            assert!(matches!(problem, Problem::Invalid(_)), "{problem:?}");
+            assert!(message.contains(needle), "{value}: {message}");
+        }
+        let (problem, _) = agent_error(
+            "[agents.t]\nkind = \"template\"\ntemplate = \"1\"\nnon_retryable_exit_codes = [2]\n",
+            "t",
+            "non_retryable_exit_codes",
+            4,
+        );
+        assert!(matches!(problem, Problem::WrongKind { .. }), "{problem:?}");
     }
 
     #[test]

@@ -6,6 +6,7 @@
 //! command = ["python3", "planner.py"]   # argv, no shell
 //! timeout_ms = 30000                    # optional
 //! env = { MODEL = "small" }             # optional, added to the inherited environment
+//! non_retryable_exit_codes = [2, 64]    # optional: these exits fail the step without a retry
 //!
 //! [agents.coder]
 //! kind = "template"
@@ -25,6 +26,10 @@
 //! - `template` ([`TemplateAgent`]): a Handlebars template rendered against the payload, in
 //!   strict mode without HTML escaping; `{{json value}}` embeds a value as JSON (see
 //!   [`template`] for the rules, including how strict mode treats `{{#if}}`).
+//!
+//! A failure is retried by the step's retry policy unless retrying cannot help: a template
+//! renders the same payload the same way every time, and a command says so by exiting with one
+//! of its `non_retryable_exit_codes` (see [`Agent::failure`]).
 //!
 //! Layout: [`config`] reads the file, [`command`] and [`template`] run the two kinds,
 //! [`AgentError`] is what a failed run returns.
@@ -134,6 +139,21 @@ impl Agent {
         match self {
             Agent::Command(agent) => agent.run(payload.bytes(), env).await,
             Agent::Template(agent) => agent.run(payload.value()).map(crate::Output::new),
+        }
+    }
+
+    /// `error`, from this agent's [`Agent::run`], as the runtime reports it: with its message,
+    /// and retryable unless another attempt would fail the same way (every template error; a
+    /// command's exit with one of its `non_retryable_exit_codes`).
+    pub fn failure(&self, error: AgentError) -> crate::Failure {
+        let retryable = match self {
+            Agent::Command(agent) => agent.is_retryable(&error),
+            Agent::Template(_) => false,
+        };
+        if retryable {
+            crate::Failure::retryable(error.to_string())
+        } else {
+            crate::Failure::non_retryable(error.to_string())
         }
     }
 }

@@ -413,6 +413,27 @@ mod tests {
     }
 
     #[test]
+    fn template_agent_errors_are_not_retried() {
+        use futures::FutureExt as _;
+        // The same payload renders the same way: another attempt would fail the same.
+        let agent = super::super::Agent::Template(
+            TemplateAgent::new("coder", "{{json context.plan}}").unwrap(),
+        );
+        let payload = crate::Payload::from_value(json!({"context": {}}));
+        let err = agent
+            .run(&payload, &[])
+            .now_or_never()
+            .unwrap()
+            .unwrap_err();
+        let failure = agent.failure(err);
+        assert!(!failure.is_retryable());
+        assert!(
+            failure.message().starts_with("agent \"coder\""),
+            "{failure}"
+        );
+    }
+
+    #[test]
     fn long_output_is_quoted_short() {
         let quoted = quote_start(&"x".repeat(1000), 10);
         assert_eq!(quoted, "\"xxxxxxxxxx…\"");

@@ -2,7 +2,7 @@
 -- KEYS: see transition.lua.
 -- ARGV: 1 expected version (decimal), 2.. the transition.
 -- Replies: {new version, status before the transition}, or an error NOTFOUND /
--- CONFLICT <actual version> / CORRUPT <why>.
+-- CONFLICT <actual version> / FENCED <task key> <current attempt or none> / CORRUPT <why>.
 
 local version = redis.call('HGET', KEYS[1], 'version')
 if not version then
@@ -17,7 +17,7 @@ if err then
   return err
 end
 local t = read_transition(2)
-err = check_results(t)
+err = check_fences(t) or check_results(t) or check_timer_types(t)
 if err then
   return err
 end

@@ -1,7 +1,7 @@
 -- create_run: writes a run's header and its first transition (version 1), or nothing.
 -- KEYS: see transition.lua.
 -- ARGV: 1 workflow, 2 workflow_id, 3 input, 4 created_ms, 5.. the first transition.
--- Replies: 1 (the version), or an error EXISTS ... / CORRUPT <why>. (An error needs words after
+-- Replies: 1 (the version), or an error EXISTS ... / FENCED ... / CORRUPT <why>. (An error needs words after
 -- its code: redis-rs reads a lone word as a plain ERR.)
 
 if redis.call('EXISTS', KEYS[1]) == 1 then
@@ -15,7 +15,7 @@ for k = 2, 7 do
 end
 
 local t = read_transition(5)
-local err = check_results(t)
+local err = check_fences(t) or check_results(t) or check_timer_types(t)
 if err then
   return err
 end

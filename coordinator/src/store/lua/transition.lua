@@ -12,7 +12,14 @@
 --   n_tasks_removed, then n_tasks_removed task keys,
 --   n_links, then n_links state chain links,
 --   n_decisions, then n_decisions pairs of (decision key, bytes),
---   status, has_error ("1" or "0"), error (empty when has_error is "0"), state_sha256, updated_ms.
+--   status, has_error ("1" or "0"), error (empty when has_error is "0"), state_sha256, updated_ms,
+--   timer prefix (`P:timers:`), run id,
+--   n_fences, then n_fences pairs of (task key, attempt).
+--
+-- Tasks are JSON objects. Each one with an `agent` and a `due_ms` has a timer: its member
+-- `<run id>/<task key>` in the sorted set `<timer prefix><agent>`, scored `due_ms`. Setting a
+-- task moves its timer, removing it removes the timer, so the two never disagree. A fence
+-- `(key, attempt)` makes the transition apply only while that task exists at that attempt.
 --
 -- Redis does not roll a script back when it fails half-way, so every check runs before the first
 -- write, and a script that returns an error has written nothing.
@@ -51,7 +58,83 @@ local function read_transition(i)
   t.error = ARGV[i + 2]
   t.state_sha256 = ARGV[i + 3]
   t.updated_ms = ARGV[i + 4]
+  t.timer_prefix = ARGV[i + 5]
+  t.run_id = ARGV[i + 6]
+  t.fences, i = read_pairs(i + 7)
   return t
+end
+
+local function decode_task(bytes)
+  if not bytes then
+    return nil
+  end
+  local ok, task = pcall(cjson.decode, bytes)
+  if ok and type(task) == 'table' then
+    return task
+  end
+  return nil
+end
+
+-- Removes the timer of a task as stored (`bytes`, or nothing).
+local function unset_timer(prefix, member, bytes)
+  local task = decode_task(bytes)
+  if task and type(task.agent) == 'string' then
+    redis.call('ZREM', prefix .. task.agent, member)
+  end
+end
+
+-- Sets the timer of a task about to be stored as `bytes`.
+local function set_timer(prefix, member, bytes)
+  local task = decode_task(bytes)
+  if task and type(task.agent) == 'string' and type(task.due_ms) == 'number'
+      and task.due_ms == math.floor(task.due_ms) then
+    redis.call('ZADD', prefix .. task.agent, string.format('%d', task.due_ms), member)
+  end
+end
+
+-- A timer set of another type would make a write fail half-way: refuse it before writing.
+local function check_timer_key(prefix, bytes)
+  local task = decode_task(bytes)
+  if task and type(task.agent) == 'string' then
+    local kind = redis.call('TYPE', prefix .. task.agent)['ok']
+    if kind ~= 'none' and kind ~= 'zset' then
+      return redis.error_reply('CORRUPT key ' .. prefix .. task.agent .. ' is a ' .. kind .. ', not a zset')
+    end
+  end
+  return nil
+end
+
+local function check_timer_types(t)
+  for _, key in ipairs(t.tasks_removed) do
+    local err = check_timer_key(t.timer_prefix, redis.call('HGET', KEYS[5], key))
+    if err then
+      return err
+    end
+  end
+  for _, pair in ipairs(t.tasks_set) do
+    local err = check_timer_key(t.timer_prefix, redis.call('HGET', KEYS[5], pair[1]))
+      or check_timer_key(t.timer_prefix, pair[2])
+    if err then
+      return err
+    end
+  end
+  return nil
+end
+
+-- A fenced transition is the answer to one attempt of a task: it applies only while that attempt
+-- is the task's current one.
+local function check_fences(t)
+  for _, pair in ipairs(t.fences) do
+    local task = decode_task(redis.call('HGET', KEYS[5], pair[1]))
+    local current = 'none'
+    if task and type(task.attempt) == 'number' then
+      current = string.format('%d', task.attempt)
+    end
+    if current ~= pair[2] then
+      return redis.error_reply('FENCED ' .. pair[1] .. ' ' .. current)
+    end
+  end
+  return nil
 end
 
 -- Keys of another type would make a write fail half-way: refuse them before writing anything.
@@ -91,10 +174,14 @@ local function write_transition(t)
     redis.call('HSET', KEYS[4], pair[1], pair[2])
   end
   for _, key in ipairs(t.tasks_removed) do
+    unset_timer(t.timer_prefix, t.run_id .. '/' .. key, redis.call('HGET', KEYS[5], key))
     redis.call('HDEL', KEYS[5], key)
   end
   for _, pair in ipairs(t.tasks_set) do
+    local member = t.run_id .. '/' .. pair[1]
+    unset_timer(t.timer_prefix, member, redis.call('HGET', KEYS[5], pair[1]))
     redis.call('HSET', KEYS[5], pair[1], pair[2])
+    set_timer(t.timer_prefix, member, pair[2])
   end
   for _, link in ipairs(t.links) do
     redis.call('RPUSH', KEYS[6], link)

@@ -3,7 +3,11 @@
 //! Every change to a run follows one path: lock the run, let the engine compute the transition,
 //! write it to the store in one atomic call, and only then act on it (hand tasks to workers,
 //! tell watchers). A crash before the write loses nothing that was acknowledged; a crash after
-//! it is repaired by [`Coordinator::recover`], which replays the stored events.
+//! it is repaired by the leases: every task in flight has a timer in the store, and when its
+//! holder stops renewing it any coordinator claims it and delivers it again
+//! ([`leases`](self::leases)).
+
+mod leases;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -26,6 +30,7 @@ use crate::decisions::{self, Embedded, StoredDecision};
 use crate::embed::{Embedder, HashedNgrams};
 use crate::error::Error;
 use crate::hub::{Assignment, Hub, ReadyTask};
+use crate::lease;
 use crate::model::{
     LoggedEvent, StepState, StoredEvent, TaskEntry, parse_task_id, task_id, task_key,
 };
@@ -62,6 +67,19 @@ pub struct Config {
     /// How many runs a workflow-wide decision query reads, newest first.
     pub max_query_runs: usize,
     pub limits: Limits,
+    /// This coordinator's name in task leases; unique among the coordinators of one store.
+    pub coordinator_id: String,
+    /// How long a lease lasts without renewal: how long the tasks of a coordinator that died
+    /// wait before another one delivers them again. Renewed every third of it.
+    pub lease_ms: u64,
+    /// How often due timers (expired leases, retries whose backoff is over) are swept, and
+    /// timeouts and silent workers checked.
+    pub sweep_interval_ms: u64,
+    /// A worker that says nothing (not even a heartbeat) for this long is taken for dead: its
+    /// stream is closed and its tasks delivered again.
+    pub worker_silence_ms: u64,
+    /// How many times a task may be lost with its worker or coordinator before its step fails.
+    pub max_lost_deliveries: u32,
 }
 
 impl Default for Config {
@@ -81,8 +99,26 @@ impl Default for Config {
             max_query_runs: 1_000,
             max_idempotency_key_bytes: 256,
             limits: Limits::default(),
+            coordinator_id: default_coordinator_id(),
+            lease_ms: 10_000,
+            sweep_interval_ms: 200,
+            worker_silence_ms: 5_000,
+            max_lost_deliveries: 10,
         }
     }
+}
+
+/// `<host>-<pid>-<random>`: unique even when a restarted pod gets the same host name and pid.
+fn default_coordinator_id() -> String {
+    let host = std::fs::read_to_string("/etc/hostname")
+        .map(|h| h.trim().to_owned())
+        .unwrap_or_else(|_| "coordinator".into());
+    let random = uuid::Uuid::now_v7().simple().to_string();
+    format!(
+        "{host}-{}-{}",
+        std::process::id(),
+        &random[random.len() - 8..]
+    )
 }
 
 /// How long an idempotency key names its run: a client retrying within a day gets the same run.
@@ -128,8 +164,8 @@ struct Inner<S> {
     watchers: std::sync::Mutex<HashMap<String, broadcast::Sender<v1::RunEvent>>>,
     /// Transitions written to the store since start.
     transitions: AtomicU64,
-    /// Stored data that did not match the state chain when read back, each counted once.
-    integrity_failures: AtomicU64,
+    /// Counters and histograms for `/metrics` (and `GetStats`).
+    metrics: crate::metrics::Metrics,
     /// What has been counted: `<run id> <problem>`, so that reading the same broken run again
     /// (a finished run is read back for every GetRun) does not count it again.
     integrity_seen: std::sync::Mutex<std::collections::HashSet<String>>,
@@ -137,6 +173,14 @@ struct Inner<S> {
     resends: AtomicU64,
     /// Where transitions spend their time, for `baton bench`'s profile.
     profile: Profile,
+    /// The tasks this coordinator holds the lease of, as last written to the store: what the
+    /// renewals compare against.
+    held: std::sync::Mutex<HashMap<(String, String), TaskEntry>>,
+    /// Shutting down: no more claims.
+    stopping: std::sync::atomic::AtomicBool,
+    /// Held while a lease is read and written (renewals, claims, retries, takeovers), so that
+    /// two of this coordinator's own lease writes never race each other's compare-and-swap.
+    lease_writes: AsyncMutex<()>,
 }
 
 /// Microseconds spent in each phase of a transition, summed.
@@ -188,8 +232,10 @@ impl<S: Store> Coordinator<S> {
         Self::with_embedder(store, config, Arc::new(HashedNgrams::default()))
     }
 
+    /// Inside a Tokio runtime this also starts the coordinator's timers (lease renewals, the
+    /// sweep of due tasks, timeouts), which stop when the last handle is dropped.
     pub fn with_embedder(store: S, config: Config, embedder: Arc<dyn Embedder>) -> Self {
-        Self {
+        let coordinator = Self {
             inner: Arc::new(Inner {
                 store,
                 hub: Hub::default(),
@@ -198,12 +244,24 @@ impl<S: Store> Coordinator<S> {
                 runs: Default::default(),
                 watchers: Default::default(),
                 transitions: AtomicU64::new(0),
-                integrity_failures: AtomicU64::new(0),
+                metrics: crate::metrics::Metrics::default(),
                 integrity_seen: Default::default(),
                 resends: AtomicU64::new(0),
                 profile: Profile::default(),
+                held: Default::default(),
+                stopping: Default::default(),
+                lease_writes: AsyncMutex::new(()),
             }),
+        };
+        if tokio::runtime::Handle::try_current().is_ok() {
+            tokio::spawn(leases::run_timers(Arc::downgrade(&coordinator.inner)));
         }
+        coordinator
+    }
+
+    /// This coordinator's id in task leases.
+    pub fn id(&self) -> &str {
+        &self.inner.config.coordinator_id
     }
 
     pub fn store(&self) -> &S {
@@ -318,13 +376,24 @@ impl<S: Store> Coordinator<S> {
             finished_as: None,
             parts: PartEncoder::default(),
         };
-        let planned = plan(&loaded, None, None, &transition, 0, now, None);
-        match self
+        let planned = plan(
+            &loaded,
+            None,
+            None,
+            &transition,
+            0,
+            now,
+            None,
+            &self.holder(),
+        );
+        let writing = std::time::Instant::now();
+        let created = self
             .inner
             .store
             .create_run(header, planned.write.clone())
-            .await
-        {
+            .await;
+        self.inner.metrics.store_round_trip(writing.elapsed());
+        match created {
             Ok(()) => {}
             // Another submission with the same idempotency key created it first.
             Err(store::Error::AlreadyExists(_)) if idempotency_key.is_some() => {
@@ -335,6 +404,7 @@ impl<S: Store> Coordinator<S> {
             }
             Err(error) => return Err(error.into()),
         }
+        let held = self.held_change(&planned);
         loaded.adopt(transition.run.clone(), 1, planned);
         let slot = Arc::new(AsyncMutex::new(None));
         let mut guard = slot.lock().await;
@@ -344,6 +414,8 @@ impl<S: Store> Coordinator<S> {
             .expect("runs lock")
             .insert(run_id.clone(), slot.clone());
         let assignments = self.act(&run_id, &mut loaded, &transition, 0);
+        self.note_held(&run_id, held);
+        self.inner.metrics.run_started();
         let finished = loaded.run.status().is_terminal();
         *guard = Some(loaded);
         drop(guard);
@@ -402,19 +474,26 @@ impl<S: Store> Coordinator<S> {
         Ok(record.expect("asked for"))
     }
 
-    /// A worker's result for a task it holds.
+    /// A worker's result for a task it holds, at the attempt it holds. An error goes through
+    /// the step's retry policy; data settles the step, fenced by the attempt.
     pub async fn complete(&self, worker_id: &str, result: v1::TaskResult) -> Result<(), Error> {
-        let (run_id, task) = parse_task_id(&result.task_id)
+        let (run_id, task, attempt) = parse_task_id(&result.task_id)
             .ok_or_else(|| Error::MalformedTaskId(result.task_id.clone()))?;
         let key = task_key(&task);
-        if !self.inner.hub.holds(worker_id, run_id, &key) {
+        if !self.inner.hub.holds(worker_id, run_id, &key, attempt) {
+            // Counted as fenced: most often the answer of an attempt that was given to another
+            // worker after this one was taken for lost.
+            self.inner.metrics.fenced.inc();
             return Err(Error::TaskNotHeld {
                 worker_id: worker_id.to_owned(),
                 task_id: result.task_id.clone(),
             });
         }
+        if let Some((agent, sent)) = self.inner.hub.sent_at(worker_id, run_id, &key) {
+            self.inner.metrics.task_answered(&agent, sent.elapsed());
+        }
         // A result that cannot be taken as data still settles its task: the step fails with
-        // the reason, instead of waiting for an answer that will never come again.
+        // the reason (or is retried), instead of waiting for an answer that will never come.
         let (outcome, refusal) = match self.read_outcome(result.outcome, result.notes) {
             Ok(outcome) => (outcome, None),
             Err(refused) => (
@@ -422,53 +501,41 @@ impl<S: Store> Coordinator<S> {
                 Some(refused),
             ),
         };
-        let embedded = match &outcome {
-            Ok((_, notes)) => self.embed_decisions(notes).await,
-            Err(_) => None,
-        };
-        let (event, stored) = match outcome {
-            Ok((data, notes)) => (
-                Event::AgentSucceeded {
+        let applied = match outcome {
+            Ok((data, notes)) => {
+                let embedded = self.embed_decisions(&notes).await;
+                let event = Event::AgentSucceeded {
                     task: task.clone(),
                     data,
                     notes: notes.clone(),
-                },
-                StoredEvent::AgentSucceeded {
+                };
+                let stored = StoredEvent::AgentSucceeded {
                     task: task.clone(),
                     result: key.clone(),
                     worker_id: worker_id.to_owned(),
                     notes,
-                },
-            ),
-            Err(error) => (
-                Event::AgentFailed {
-                    task: task.clone(),
-                    error: error.clone(),
-                },
-                StoredEvent::AgentFailed {
-                    task: task.clone(),
-                    error,
-                    worker_id: worker_id.to_owned(),
-                },
-            ),
+                };
+                self.apply_patiently(
+                    run_id,
+                    event,
+                    stored,
+                    Some((worker_id, &task, attempt)),
+                    embedded.as_ref(),
+                )
+                .await
+            }
+            Err(error) => {
+                let retryable = !result.non_retryable;
+                self.fail_attempt(run_id, &task, attempt, worker_id, error, retryable)
+                    .await
+            }
         };
-        let applied = self
-            .apply(
-                run_id,
-                event,
-                stored,
-                Some((worker_id, &task)),
-                false,
-                embedded.as_ref(),
-            )
-            .await;
         let assignments = match &applied {
             // Not recorded: the task goes back to the queue rather than being lost.
-            Err(Error::Store(_) | Error::Corrupt { .. }) => {
+            Err(Error::Store(store::Error::Unavailable(_))) => {
                 self.inner.hub.requeue(worker_id, run_id, &key)
             }
-            // Recorded, or refused by the engine (a stale answer to an older visit): either
-            // way this worker is done with it.
+            // Recorded, or refused (a stale answer): either way this worker is done with it.
             _ => self
                 .inner
                 .hub
@@ -479,8 +546,60 @@ impl<S: Store> Coordinator<S> {
         match (applied, refusal) {
             (Err(Error::RunFinished { .. }), _) => Ok(()),
             (Err(error), _) => Err(error),
-            (Ok(_), Some(refused)) => Err(refused),
-            (Ok(_), None) => Ok(()),
+            (Ok(()), Some(refused)) => Err(refused),
+            (Ok(()), None) => Ok(()),
+        }
+    }
+
+    /// [`Coordinator::apply`] for a worker's answer: a store that is briefly unreachable (Redis
+    /// restarting) is waited out for a while rather than losing the answer, which is safe since
+    /// the write is fenced by the run's version and the task's attempt. A superseded attempt is
+    /// counted and refused.
+    async fn apply_patiently(
+        &self,
+        run_id: &str,
+        event: Event,
+        stored: StoredEvent,
+        from_worker: Option<(&str, &TaskId, u32)>,
+        embedded: Option<&Embedded>,
+    ) -> Result<(), Error> {
+        let mut wait = std::time::Duration::from_millis(50);
+        let give_up = std::time::Instant::now() + leases::STORE_PATIENCE;
+        loop {
+            let applied = self
+                .apply(
+                    run_id,
+                    event.clone(),
+                    stored.clone(),
+                    from_worker,
+                    false,
+                    embedded,
+                )
+                .await;
+            match applied {
+                Err(Error::Store(store::Error::Unavailable(reason)))
+                    if std::time::Instant::now() < give_up =>
+                {
+                    tracing::warn!(run_id, %reason, "store unavailable; the answer waits");
+                    tokio::time::sleep(wait).await;
+                    wait = (wait * 2).min(std::time::Duration::from_secs(1));
+                }
+                Err(Error::Store(store::Error::Fenced {
+                    task_key,
+                    attempt,
+                    current,
+                    ..
+                })) => {
+                    self.inner.metrics.fenced.inc();
+                    self.forget_held(run_id, &task_key);
+                    return Err(Error::Superseded {
+                        task_id: format!("{run_id}/{task_key}@{attempt}"),
+                        attempt,
+                        current,
+                    });
+                }
+                other => return other.map(|_| ()),
+            }
         }
     }
 
@@ -588,7 +707,7 @@ impl<S: Store> Coordinator<S> {
     /// A worker could not rebuild a task's payload: the task goes to it again whole, or, after
     /// [`crate::hub::MAX_RESENDS`] tries, its step fails with the reason (it is logged either way).
     pub async fn resend(&self, worker_id: &str, request: v1::ResendTask) -> Result<(), Error> {
-        let (run_id, task) = parse_task_id(&request.task_id)
+        let (run_id, task, _) = parse_task_id(&request.task_id)
             .ok_or_else(|| Error::MalformedTaskId(request.task_id.clone()))?;
         let reason = request.reason;
         let resent = self.inner.hub.resend(worker_id, run_id, &task_key(&task));
@@ -608,6 +727,7 @@ impl<S: Store> Coordinator<S> {
                         "{exhausted}: {reason}"
                     ))),
                     notes: None,
+                    non_retryable: false,
                 };
                 self.complete(worker_id, failure).await
             }
@@ -618,49 +738,50 @@ impl<S: Store> Coordinator<S> {
         }
     }
 
-    /// A worker said hello: it gets queued tasks for its agents at once.
+    /// A worker said hello: it takes over the tasks it still runs from an earlier stream
+    /// (`held`, where their attempts are still current; the others are stopped) and gets
+    /// queued tasks for its agents at once. Returns the connection's number, for
+    /// [`Coordinator::disconnect_worker`], and a receiver that completes when the coordinator
+    /// lets the worker go (it fell silent): the stream must end then.
     pub async fn connect_worker(
         &self,
         worker_id: &str,
         agents: Vec<String>,
         capacity: usize,
         cache_bytes: u64,
+        held: Vec<String>,
         stream: tokio::sync::mpsc::UnboundedSender<v1::CoordinatorMessage>,
-    ) -> Result<(), Error> {
-        let assignments = self
+    ) -> Result<(u64, tokio::sync::oneshot::Receiver<()>), Error> {
+        // A coordinator on its way out takes nobody: the worker goes to its next address.
+        if self.inner.stopping.load(Ordering::SeqCst) {
+            return Err(Error::ShuttingDown);
+        }
+        let (connection, closed) = self
             .inner
             .hub
             .connect(worker_id, agents, capacity, cache_bytes, stream)
             .map_err(|e| Error::DuplicateWorker(e.to_string()))?;
-        tracing::info!(worker_id, capacity, "worker connected");
+        tracing::info!(worker_id, capacity, held = held.len(), "worker connected");
+        // The tasks it still runs take their slots first.
+        for task_id in held {
+            self.adopt_running(worker_id, &task_id).await;
+            self.inner.hub.seen(worker_id);
+        }
+        let assignments = self.inner.hub.fill_worker(worker_id);
         self.assigned(assignments).await;
-        Ok(())
+        // What is due for its agents goes to it now rather than at the next sweep.
+        self.sweep().await;
+        Ok((connection, closed))
     }
 
-    /// A worker's stream ended: its tasks go to other workers or back to the queue.
-    pub async fn disconnect_worker(&self, worker_id: &str) {
-        let (assignments, requeued) = self.inner.hub.disconnect(worker_id);
-        tracing::info!(worker_id, requeued = requeued.len(), "worker disconnected");
-        // Redis holds these tasks as queued already (the holder is kept in memory only).
-        for (run_id, key) in requeued {
-            let Some(slot) = self.cached_slot(&run_id) else {
-                continue;
-            };
-            let mut guard = slot.lock().await;
-            let Some(loaded) = guard.as_mut() else {
-                continue;
-            };
-            if let Some(entry) = loaded.tasks.get_mut(&key) {
-                entry.state = "queued".into();
-                entry.worker_id.clear();
-            }
-            if let Some((step_id, _)) = key.rsplit_once('#')
-                && let Some(step) = loaded.steps.get_mut(step_id)
-            {
-                step.status = "queued".into();
-            }
+    /// A worker's stream ended (or fell silent): the tasks it held are delivered again, each as
+    /// a new attempt, so that its answers, should it come back, are refused.
+    pub async fn disconnect_worker(&self, worker_id: &str, connection: u64) {
+        let returned = self.inner.hub.disconnect(worker_id, connection);
+        tracing::info!(worker_id, returned = returned.len(), "worker disconnected");
+        for task in returned {
+            self.redeliver_lost(task).await;
         }
-        self.assigned(assignments).await;
     }
 
     /// Counters since this coordinator started.
@@ -675,14 +796,29 @@ impl<S: Store> Coordinator<S> {
             plan_us: self.inner.profile.plan_us.load(Ordering::Relaxed),
             store_us: self.inner.profile.store_us.load(Ordering::Relaxed),
             act_us: self.inner.profile.act_us.load(Ordering::Relaxed),
-            integrity_failures: self.inner.integrity_failures.load(Ordering::Relaxed),
+            integrity_failures: self.inner.metrics.integrity_failures.get(),
             resends: self.inner.resends.load(Ordering::Relaxed),
+            fenced_results: self.inner.metrics.fenced.get(),
+            retries: self.inner.metrics.retries.get(),
+            redeliveries: self.inner.metrics.redeliveries.get(),
+            timeouts: self.inner.metrics.timeouts.get(),
         }
     }
 
-    /// The run record of `run_id`.
+    /// The Prometheus text exposition of this coordinator's metrics (`/metrics`).
+    pub fn metrics_text(&self) -> String {
+        let (workers, free_slots) = self.inner.hub.capacity();
+        self.inner.metrics.render(crate::metrics::HubGauges {
+            workers,
+            free_slots,
+            queues: self.inner.hub.queue_stats(),
+        })
+    }
+
+    /// The run record of `run_id`, as the store has it now (another coordinator may have moved
+    /// the run on since this one last touched it).
     pub async fn record(&self, run_id: &str) -> Result<v1::RunRecord, Error> {
-        let slot = self.slot(run_id).await?;
+        let slot = self.fresh_slot(run_id).await?;
         let guard = slot.lock().await;
         let loaded = guard
             .as_ref()
@@ -710,19 +846,49 @@ impl<S: Store> Coordinator<S> {
         &self,
         run_id: &str,
     ) -> Result<(Vec<v1::RunEvent>, Option<broadcast::Receiver<v1::RunEvent>>), Error> {
-        let slot = self.slot(run_id).await?;
+        let slot = self.fresh_slot(run_id).await?;
         // Holding the run's lock while subscribing: no event can slip between the two.
         let guard = slot.lock().await;
         let loaded = guard
             .as_ref()
             .ok_or_else(|| Error::RunNotFound(run_id.to_owned()))?;
-        let mut events: Vec<v1::RunEvent> =
-            loaded.run.history().iter().map(step_finished).collect();
-        for (key, entry) in &loaded.tasks {
-            if entry.state == "running"
-                && let Some((step_id, visit)) = key.rsplit_once('#')
-            {
-                events.push(started(step_id, visit.parse().unwrap_or(0), entry));
+        let events = self.run_events(loaded, 0, true);
+        if loaded.run.status().is_terminal() {
+            return Ok((events, None));
+        }
+        let receiver = self.watchers(run_id).subscribe();
+        Ok((events, Some(receiver)))
+    }
+
+    /// What a watcher has not been told of a run that another coordinator may have moved on,
+    /// read from the store: the step visits settled after the first `settled`, the approvals
+    /// awaited, and the end.
+    pub async fn catch_up(&self, run_id: &str, settled: usize) -> Result<Vec<v1::RunEvent>, Error> {
+        let slot = self.fresh_slot(run_id).await?;
+        let guard = slot.lock().await;
+        let loaded = guard
+            .as_ref()
+            .ok_or_else(|| Error::RunNotFound(run_id.to_owned()))?;
+        Ok(self.run_events(loaded, settled, false))
+    }
+
+    /// A run's state as watch events: the step visits settled after the first `settled`, the
+    /// steps running now (if `running`), the approvals awaited, and the end if it is over.
+    fn run_events(&self, loaded: &Loaded, settled: usize, running: bool) -> Vec<v1::RunEvent> {
+        let mut events: Vec<v1::RunEvent> = loaded
+            .run
+            .history()
+            .iter()
+            .skip(settled)
+            .map(step_finished)
+            .collect();
+        if running {
+            for (key, entry) in &loaded.tasks {
+                if entry.state == "running"
+                    && let Some((step_id, visit)) = key.rsplit_once('#')
+                {
+                    events.push(started(step_id, visit.parse().unwrap_or(0), entry));
+                }
             }
         }
         for waiting in loaded.run.waiting() {
@@ -736,24 +902,8 @@ impl<S: Store> Coordinator<S> {
         }
         if loaded.run.status().is_terminal() {
             events.push(finished(self.record_of(loaded)));
-            return Ok((events, None));
         }
-        let receiver = self.watchers(run_id).subscribe();
-        Ok((events, Some(receiver)))
-    }
-
-    /// After a restart: reload every running run, which queues its tasks again. A run that
-    /// cannot be loaded is logged and skipped, so that one bad run does not stop the others.
-    pub async fn recover(&self) -> Result<usize, Error> {
-        let active = self.inner.store.active_runs().await?;
-        let mut recovered = 0;
-        for run_id in &active {
-            match self.slot(run_id).await {
-                Ok(_) => recovered += 1,
-                Err(error) => tracing::error!(%run_id, %error, "cannot recover run"),
-            }
-        }
-        Ok(recovered)
+        events
     }
 
     /// Recomputes a run's state chain from the store (not from this coordinator's memory).
@@ -874,9 +1024,7 @@ impl<S: Store> Coordinator<S> {
             .expect("integrity lock")
             .insert(format!("{run_id} {mismatch}"));
         if new {
-            self.inner
-                .integrity_failures
-                .fetch_add(1, Ordering::Relaxed);
+            self.inner.metrics.integrity_failures.inc();
         }
         new
     }
@@ -1002,12 +1150,12 @@ impl<S: Store> Coordinator<S> {
         &self,
         request: v1::WorkerQueryDecisionsRequest,
     ) -> Result<v1::QueryDecisionsResponse, Error> {
-        let (run_id, task) = parse_task_id(&request.task_id)
+        let (run_id, task, attempt) = parse_task_id(&request.task_id)
             .ok_or_else(|| Error::MalformedTaskId(request.task_id.clone()))?;
         if !self
             .inner
             .hub
-            .holds(&request.worker_id, run_id, &task_key(&task))
+            .holds(&request.worker_id, run_id, &task_key(&task), attempt)
         {
             return Err(Error::TaskNotHeld {
                 worker_id: request.worker_id.clone(),
@@ -1073,9 +1221,9 @@ impl<S: Store> Coordinator<S> {
             .cloned()
     }
 
-    /// The run's slot, loading it from the store the first time. A run loaded from the store
-    /// gets its pending tasks queued again unless the hub already has them (after a restart,
-    /// or after another coordinator moved it on), and a finished one is not kept in memory.
+    /// The run's slot, loading it from the store the first time; a finished run is not kept in
+    /// memory. Loading a run sends nothing: its tasks have leases, and a task whose holder is
+    /// gone is delivered again when its timer comes due ([`leases`](self::leases)).
     async fn slot(&self, run_id: &str) -> Result<Arc<AsyncMutex<Option<Loaded>>>, Error> {
         let slot = self
             .inner
@@ -1098,30 +1246,7 @@ impl<S: Store> Coordinator<S> {
             }
             Err(error) => return Err(error.into()),
         };
-        let mut loaded = self.rebuild(stored).await?;
-        let mut assignments = Vec::new();
-        for task in loaded.run.pending_tasks() {
-            let key = task_key(&task.task);
-            if self.inner.hub.knows(run_id, &key) {
-                continue;
-            }
-            loaded.tasks.insert(
-                key,
-                TaskEntry {
-                    agent: task.agent.clone(),
-                    state: "queued".into(),
-                    worker_id: String::new(),
-                },
-            );
-            assignments.extend(
-                self.inner
-                    .hub
-                    .submit(ready_task(run_id, &task, &mut loaded.parts)),
-            );
-        }
-        for assignment in &assignments {
-            self.mark_assigned(&mut loaded, assignment);
-        }
+        let loaded = self.rebuild(stored).await?;
         let finished = loaded.run.status().is_terminal();
         *guard = Some(loaded);
         drop(guard);
@@ -1138,7 +1263,7 @@ impl<S: Store> Coordinator<S> {
         run_id: &str,
         event: Event,
         stored: StoredEvent,
-        from_worker: Option<(&str, &TaskId)>,
+        from_worker: Option<(&str, &TaskId, u32)>,
         want_record: bool,
         embedded: Option<&Embedded>,
     ) -> Result<Option<v1::RunRecord>, Error> {
@@ -1166,8 +1291,10 @@ impl<S: Store> Coordinator<S> {
                         step_id,
                     },
                     EngineError::UnknownTask(task) => Error::TaskNotHeld {
-                        worker_id: from_worker.map(|(w, _)| w.to_owned()).unwrap_or_default(),
-                        task_id: task_id(run_id, &task),
+                        worker_id: from_worker
+                            .map(|(w, _, _)| w.to_owned())
+                            .unwrap_or_default(),
+                        task_id: task_id(run_id, &task, from_worker.map_or(0, |(_, _, a)| a)),
                     },
                 })?;
             let started = add_elapsed(&profile.engine_us, started);
@@ -1184,6 +1311,7 @@ impl<S: Store> Coordinator<S> {
                 before,
                 now,
                 embedded,
+                &self.holder(),
             );
             let started = add_elapsed(&profile.plan_us, started);
             let written = self
@@ -1191,11 +1319,14 @@ impl<S: Store> Coordinator<S> {
                 .store
                 .apply_transition(run_id, loaded.version, planned.write.clone())
                 .await;
+            self.inner.metrics.store_round_trip(started.elapsed());
             let started = add_elapsed(&profile.store_us, started);
-            match written {
+            let held = match written {
                 Ok(version) => {
                     self.inner.transitions.fetch_add(1, Ordering::Relaxed);
+                    let held = self.held_change(&planned);
                     loaded.adopt(transition.run.clone(), version, planned);
+                    held
                 }
                 Err(store::Error::Conflict { .. }) if conflicts < 3 => {
                     conflicts += 1;
@@ -1203,8 +1334,9 @@ impl<S: Store> Coordinator<S> {
                     continue;
                 }
                 Err(other) => return Err(other.into()),
-            }
+            };
             let assignments = self.act(run_id, loaded, &transition, before);
+            self.note_held(run_id, held);
             add_elapsed(&profile.act_us, started);
             let record = want_record.then(|| self.record_of(loaded));
             let finished = loaded.run.status().is_terminal();
@@ -1232,16 +1364,27 @@ impl<S: Store> Coordinator<S> {
         history_before: usize,
     ) -> Vec<Assignment> {
         for record in loaded.run.history().iter().skip(history_before) {
+            self.inner
+                .metrics
+                .step_settled(record.step_type.as_str(), record.status.as_str());
             self.notify(run_id, step_finished(record));
         }
         let mut assignments = Vec::new();
         for action in &transition.actions {
             match action {
                 Action::Dispatch(task) => {
+                    // A task nobody here can run was left unowned in the store, due now: a
+                    // coordinator with a worker for its agent claims it.
+                    let entry = loaded.tasks.get(&task_key(&task.task));
+                    let Some(entry) = entry.filter(|e| e.owner == self.inner.config.coordinator_id)
+                    else {
+                        continue;
+                    };
+                    let attempt = entry.attempt;
                     if let Some(assignment) =
                         self.inner
                             .hub
-                            .submit(ready_task(run_id, task, &mut loaded.parts))
+                            .submit(ready_task(run_id, task, attempt, &mut loaded.parts))
                     {
                         assignments.push(assignment);
                     }
@@ -1250,12 +1393,18 @@ impl<S: Store> Coordinator<S> {
                     step_id,
                     visit,
                     message,
+                    ..
                 } => self.notify(run_id, approval_requested(step_id, *visit, message)),
                 Action::Abandon(task) => {
-                    assignments.extend(self.inner.hub.forget(run_id, &task_key(task)));
+                    assignments.extend(self.inner.hub.forget(
+                        run_id,
+                        &task_key(task),
+                        "its run no longer needs it",
+                    ));
                 }
                 Action::Finished { status, .. } => {
                     tracing::info!(run_id, status = %status, "run finished");
+                    self.inner.metrics.run_finished(status.as_str());
                     self.notify(run_id, finished(self.record_of(loaded)));
                     self.inner
                         .watchers
@@ -1271,6 +1420,9 @@ impl<S: Store> Coordinator<S> {
     /// Records which worker took each task, and tells watchers the step started.
     async fn assigned(&self, assignments: Vec<Assignment>) {
         for assignment in assignments {
+            self.inner
+                .metrics
+                .task_sent(&assignment.agent, assignment.waited);
             // Only runs in memory: a run that is not has finished, or will queue its tasks
             // again when it is loaded.
             let Some(slot) = self.cached_slot(&assignment.run_id) else {
@@ -1283,9 +1435,9 @@ impl<S: Store> Coordinator<S> {
         }
     }
 
-    /// Notes which worker took a task. Which worker holds a task is kept in memory only:
-    /// writing it would cost a Redis round trip per step, and after a restart every task is
-    /// queued again anyway; the result's transition records the worker for good.
+    /// Notes which worker took a task. The store learns it with the next lease renewal (a write
+    /// per dispatch would cost a round trip per step); the result's transition records the
+    /// worker for good.
     fn mark_assigned(&self, loaded: &mut Loaded, assignment: &Assignment) {
         let Some(entry) = loaded.tasks.get_mut(&assignment.task_key) else {
             return;
@@ -1299,7 +1451,7 @@ impl<S: Store> Coordinator<S> {
         if let Some(step) = loaded.steps.get_mut(step_id) {
             step.status = "running".into();
             step.worker_id = assignment.worker_id.clone();
-            step.attempts += 1;
+            step.attempts = entry.attempt;
         }
         self.notify(
             &assignment.run_id,
@@ -1351,14 +1503,16 @@ struct Planned {
 
 /// Turns a transition into the store write that records it. Pure: nothing changes until the
 /// write is acknowledged.
+#[allow(clippy::too_many_arguments)]
 fn plan(
     loaded: &Loaded,
     event: Option<&LoggedEvent>,
-    from_worker: Option<(&str, &TaskId)>,
+    from_worker: Option<(&str, &TaskId, u32)>,
     transition: &Transition,
     history_before: usize,
     now: i64,
     embedded: Option<&Embedded>,
+    holder: &Holder<'_>,
 ) -> Planned {
     let run = &transition.run;
     // Only what changes is copied: a transition costs the size of its change, not of the run
@@ -1370,12 +1524,16 @@ fn plan(
     };
     let mut tasks_set = Vec::new();
     let mut head = loaded.state_sha256.clone();
-    if let Some((worker_id, task)) = from_worker {
+    if let Some((worker_id, task, attempt)) = from_worker {
         write.tasks_removed.push(task_key(task));
+        // Recorded only while this attempt is the task's current one.
+        write.fences.push((task_key(task), attempt));
         let state = changed(&mut steps, loaded, &task.step_id);
-        state.worker_id = worker_id.to_owned();
-        // The answer can overtake the bookkeeping of its own delivery: it was delivered once.
-        state.attempts = state.attempts.max(1);
+        if !worker_id.is_empty() {
+            state.worker_id = worker_id.to_owned();
+        }
+        // The answer can overtake the bookkeeping of its own delivery.
+        state.attempts = state.attempts.max(attempt);
     }
     for record in run.history().iter().skip(history_before) {
         // Agent and transform data is stored once here; parallel data is rebuilt from its
@@ -1393,29 +1551,42 @@ fn plan(
         state.status = record.status.as_str().to_owned();
         state.visits = run.visits(&record.step_id);
         state.error = record.error.as_deref().unwrap_or_default().to_owned();
+        // A decided (or timed out) approval's timer goes with it.
+        let key = format!("{}#{}", record.step_id, record.visit);
+        if record.step_type == StepType::Approval && loaded.tasks.contains_key(&key) {
+            write.tasks_removed.push(key);
+        }
     }
     for action in &transition.actions {
         match action {
             Action::Dispatch(task) => {
                 let key = task_key(&task.task);
-                let entry = TaskEntry {
-                    agent: task.agent.clone(),
-                    state: "queued".into(),
-                    worker_id: String::new(),
-                };
-                write.tasks_set.push((key.clone(), json(&entry)));
+                let owner = (holder.serves)(&task.agent).then_some(holder.id);
+                let entry = lease::dispatched(&task.agent, owner, now, holder.lease_ms);
+                write.tasks_set.push((key.clone(), entry.encode()));
                 tasks_set.push((key, entry));
                 let state = changed(&mut steps, loaded, &task.task.step_id);
                 state.status = "queued".into();
                 state.visits = run.visits(&task.task.step_id);
                 state.error.clear();
-                // Attempts count deliveries of this visit; each assignment adds one.
+                // The attempt that reaches a worker is written here when it does.
                 state.attempts = 0;
             }
-            Action::AwaitApproval { step_id, .. } => {
+            Action::AwaitApproval {
+                step_id,
+                visit,
+                timeout_ms,
+                ..
+            } => {
                 let state = changed(&mut steps, loaded, step_id);
                 state.status = "waiting".into();
                 state.visits = run.visits(step_id);
+                if let Some(timeout_ms) = timeout_ms {
+                    let key = format!("{step_id}#{visit}");
+                    let entry = lease::approval_timer(now, *timeout_ms);
+                    write.tasks_set.push((key.clone(), entry.encode()));
+                    tasks_set.push((key, entry));
+                }
             }
             Action::Abandon(task) => {
                 write.tasks_removed.push(task_key(task));
@@ -1440,6 +1611,14 @@ fn plan(
         write
             .decisions
             .push((decision.key.clone(), stored.encode()));
+    }
+    // A finished run keeps no task or timer (a cancelled run's approval timer, say).
+    if run.status().is_terminal() {
+        for key in loaded.tasks.keys() {
+            if !write.tasks_removed.contains(key) {
+                write.tasks_removed.push(key.clone());
+            }
+        }
     }
     write.status = run.status().as_str().into();
     write.error = run.error().map(str::to_owned);
@@ -1563,14 +1742,20 @@ fn json_depth(value: &Value) -> usize {
     deepest
 }
 
-fn ready_task(run_id: &str, task: &baton_core::AgentTask, encoder: &mut PartEncoder) -> ReadyTask {
+fn ready_task(
+    run_id: &str,
+    task: &baton_core::AgentTask,
+    attempt: u32,
+    encoder: &mut PartEncoder,
+) -> ReadyTask {
     let payload = encoder.payload(&task.payload);
     ReadyTask {
         run_id: run_id.to_owned(),
         task_key: task_key(&task.task),
         agent: task.agent.clone(),
         message: v1::Task {
-            task_id: task_id(run_id, &task.task),
+            task_id: task_id(run_id, &task.task, attempt),
+            attempt,
             run_id: run_id.to_owned(),
             step_id: task.task.step_id.to_string(),
             visit: task.task.visit,
@@ -1581,7 +1766,17 @@ fn ready_task(run_id: &str, task: &baton_core::AgentTask, encoder: &mut PartEnco
         },
         parts: payload.parts,
         resends: 0,
+        started: None,
+        ready_at: std::time::Instant::now(),
     }
+}
+
+/// Who takes the tasks a transition dispatches: this coordinator, for a lease, if one of its
+/// workers serves the agent.
+struct Holder<'a> {
+    id: &'a str,
+    lease_ms: u64,
+    serves: Box<dyn Fn(&str) -> bool + 'a>,
 }
 
 fn step_finished(record: &StepRecord) -> v1::RunEvent {

@@ -1,0 +1,381 @@
+//! Leases: who holds a task until when, and what happens when that runs out. Pure functions of a
+//! stored [`TaskEntry`]; the coordinator writes their answers with a compare-and-swap
+//! ([`crate::store::Store::swap_tasks`]), so of two coordinators deciding about the same task only
+//! one succeeds.
+//!
+//! The life of a task's entry:
+//!
+//! ```text
+//!  dispatched ──▶ queued (owner C, due = now + lease) ──▶ running on a worker of C
+//!       │              ▲  C renews `due` while it holds the task      │
+//!       │              │                                              │ agent error/timeout,
+//!       ▼              │ due passes (C died): claimed by any          │ retry policy allows
+//!  unowned, due now ───┘ coordinator, attempt + 1                     ▼
+//!  (C serves no worker                                  retrying (unowned, due = backoff)
+//!   for the agent)                                                    │ due passes: claimed,
+//!                                                                     ▼ attempt + 1
+//! ```
+//!
+//! Every new delivery raises `attempt`, the fencing token: only the current attempt's answer is
+//! recorded.
+
+use baton_core::workflow::RetryPolicy;
+
+use crate::model::TaskEntry;
+
+/// States of a task entry.
+pub const QUEUED: &str = "queued";
+pub const RUNNING: &str = "running";
+pub const RETRYING: &str = "retrying";
+/// An approval step's timer, waiting for a decision.
+pub const WAITING: &str = "waiting";
+/// An approval whose timer came due, claimed by a coordinator that is failing the step.
+pub const TIMING_OUT: &str = "timing_out";
+
+/// The timer set of approval steps' timeouts. Agent names are never blank, so it is no agent's.
+pub const APPROVAL_TIMERS: &str = "";
+
+/// The timer of an approval step with a `timeout_ms`: due when nobody decided in time. Nobody
+/// holds it; whichever coordinator sweeps it first fails the step.
+pub fn approval_timer(now_ms: i64, timeout_ms: u64) -> TaskEntry {
+    TaskEntry {
+        agent: APPROVAL_TIMERS.to_owned(),
+        state: WAITING.into(),
+        attempt: 1,
+        due_ms: now_ms.saturating_add(timeout_ms.min(i64::MAX as u64) as i64),
+        ..TaskEntry::default()
+    }
+}
+
+/// An approval timer claimed by a coordinator about to fail the step: if it dies first, the
+/// timer is due again after a lease and another coordinator does it.
+pub fn timing_out(entry: &TaskEntry, now_ms: i64, lease_ms: u64) -> Option<TaskEntry> {
+    (entry.due_ms <= now_ms).then(|| TaskEntry {
+        state: TIMING_OUT.into(),
+        due_ms: now_ms + lease_ms as i64,
+        ..entry.clone()
+    })
+}
+
+/// A new task of a transition: held by `owner` for a lease, or by nobody and due at once when
+/// the dispatching coordinator has no worker for its agent (another one with such a worker
+/// sweeps it up).
+pub fn dispatched(agent: &str, owner: Option<&str>, now_ms: i64, lease_ms: u64) -> TaskEntry {
+    TaskEntry {
+        agent: agent.to_owned(),
+        state: QUEUED.into(),
+        attempt: 1,
+        owner: owner.unwrap_or_default().to_owned(),
+        due_ms: match owner {
+            Some(_) => now_ms + lease_ms as i64,
+            None => now_ms,
+        },
+        ..TaskEntry::default()
+    }
+}
+
+/// Where the holder has the task now.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Holding {
+    /// On this worker's stream.
+    Worker(String),
+    /// In the hub's queue, with a worker connected that serves the agent.
+    Queued,
+    /// Nowhere useful: no worker for its agent is connected any more.
+    Nowhere,
+}
+
+/// The entry after its holder renews it: the lease pushed out (and the worker written down,
+/// so that every coordinator's view shows it), or given up so that a coordinator with a worker
+/// for the agent takes it at once.
+pub fn renewed(entry: &TaskEntry, holding: &Holding, now_ms: i64, lease_ms: u64) -> TaskEntry {
+    let until = now_ms + lease_ms as i64;
+    match holding {
+        Holding::Worker(worker_id) => TaskEntry {
+            state: RUNNING.into(),
+            worker_id: worker_id.clone(),
+            due_ms: until,
+            ..entry.clone()
+        },
+        Holding::Queued => TaskEntry {
+            state: QUEUED.into(),
+            worker_id: String::new(),
+            due_ms: until,
+            ..entry.clone()
+        },
+        Holding::Nowhere => released(entry, now_ms),
+    }
+}
+
+/// Given up by its holder (no worker for it, or the coordinator is shutting down): due now, so
+/// any coordinator may claim it. The attempt stays: nothing was lost.
+pub fn released(entry: &TaskEntry, now_ms: i64) -> TaskEntry {
+    TaskEntry {
+        state: QUEUED.into(),
+        worker_id: String::new(),
+        owner: String::new(),
+        due_ms: now_ms,
+        ..entry.clone()
+    }
+}
+
+/// What a coordinator does with a task whose timer came due.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Due {
+    /// Someone pushed the timer out since it was read: leave it.
+    NotYet,
+    /// Claim it with this entry and send it to a worker.
+    Deliver(TaskEntry),
+    /// Claim it with this entry, then fail the step with this error: the task was lost too many
+    /// times (a task that kills every worker it lands on must not go round for ever).
+    GiveUp(TaskEntry, String),
+}
+
+/// The claim of a due task by `me`: a retry whose backoff is over, a task nobody holds, or one
+/// whose holder stopped renewing it (a lost delivery). Each is a new attempt.
+pub fn on_due(entry: &TaskEntry, me: &str, now_ms: i64, lease_ms: u64, max_lost: u32) -> Due {
+    if entry.due_ms > now_ms {
+        return Due::NotYet;
+    }
+    // Held by someone (queued there or on a worker) and not renewed: that delivery was lost.
+    let lost = entry.state != RETRYING && !entry.owner.is_empty();
+    let claimed = TaskEntry {
+        state: QUEUED.into(),
+        worker_id: String::new(),
+        attempt: entry.attempt + 1,
+        owner: me.to_owned(),
+        due_ms: now_ms + lease_ms as i64,
+        lost: entry.lost + u32::from(lost),
+        ..entry.clone()
+    };
+    if claimed.lost > max_lost {
+        let error = lost_too_often(&claimed);
+        return Due::GiveUp(claimed, error);
+    }
+    Due::Deliver(claimed)
+}
+
+/// The holder saw the worker go (its stream ended or fell silent): deliver again, as a new
+/// attempt, or give up after too many losses.
+pub fn lost(entry: &TaskEntry, now_ms: i64, lease_ms: u64, max_lost: u32) -> Due {
+    let again = TaskEntry {
+        state: QUEUED.into(),
+        worker_id: String::new(),
+        attempt: entry.attempt + 1,
+        due_ms: now_ms + lease_ms as i64,
+        lost: entry.lost + 1,
+        ..entry.clone()
+    };
+    if again.lost > max_lost {
+        let error = lost_too_often(&again);
+        return Due::GiveUp(again, error);
+    }
+    Due::Deliver(again)
+}
+
+fn lost_too_often(entry: &TaskEntry) -> String {
+    format!(
+        "the task was lost {} times (its worker or coordinator went away each time); giving up",
+        entry.lost
+    )
+}
+
+/// What happens after an attempt failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AfterFailure {
+    /// Try again: store this entry (unowned, due when the backoff is over).
+    Retry { entry: TaskEntry, backoff_ms: u64 },
+    /// The step fails with this error.
+    Fail(String),
+}
+
+/// Applies the step's retry policy to a failed attempt. `unit` is a random number in `[0, 1)`
+/// for the jitter. Without a policy a step is tried once; an error the agent marked as not
+/// retryable fails at once.
+pub fn after_failure(
+    entry: &TaskEntry,
+    policy: Option<&RetryPolicy>,
+    error: &str,
+    retryable: bool,
+    now_ms: i64,
+    unit: f64,
+) -> AfterFailure {
+    let failures = entry.failures + 1;
+    let Some(policy) = policy else {
+        return AfterFailure::Fail(error.to_owned());
+    };
+    if !retryable {
+        return AfterFailure::Fail(format!("{error} (not retryable)"));
+    }
+    if !policy.retries_after(failures) {
+        return AfterFailure::Fail(format!(
+            "{error} (failed {failures} of {} attempts)",
+            policy.max_attempts
+        ));
+    }
+    let backoff_ms = policy.backoff_ms(failures, unit);
+    AfterFailure::Retry {
+        entry: TaskEntry {
+            state: RETRYING.into(),
+            worker_id: String::new(),
+            owner: String::new(),
+            due_ms: now_ms + backoff_ms as i64,
+            failures,
+            error: error.to_owned(),
+            ..entry.clone()
+        },
+        backoff_ms,
+    }
+}
+
+/// A worker that reconnected (to `me`) still runs `attempt` of the task: `me` takes over its
+/// lease if that attempt is still the current one. `None`: the attempt was superseded, or the
+/// task is waiting to be retried, and the worker must drop it.
+pub fn adopted(
+    entry: &TaskEntry,
+    attempt: u32,
+    me: &str,
+    worker_id: &str,
+    now_ms: i64,
+    lease_ms: u64,
+) -> Option<TaskEntry> {
+    (entry.attempt == attempt && entry.state != RETRYING).then(|| TaskEntry {
+        state: RUNNING.into(),
+        worker_id: worker_id.to_owned(),
+        owner: me.to_owned(),
+        due_ms: now_ms + lease_ms as i64,
+        ..entry.clone()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LEASE: u64 = 10_000;
+
+    fn held_by(owner: &str) -> TaskEntry {
+        dispatched("coder", Some(owner), 1_000, LEASE)
+    }
+
+    #[test]
+    fn a_dispatched_task_is_leased_to_its_coordinator_or_due_at_once() {
+        let held = held_by("c1");
+        assert_eq!((held.attempt, held.owner.as_str()), (1, "c1"));
+        assert_eq!(held.due_ms, 11_000);
+        let unowned = dispatched("coder", None, 1_000, LEASE);
+        assert_eq!((unowned.owner.as_str(), unowned.due_ms), ("", 1_000));
+    }
+
+    #[test]
+    fn renewing_pushes_the_lease_out_and_names_the_worker() {
+        let entry = renewed(&held_by("c1"), &Holding::Worker("w1".into()), 5_000, LEASE);
+        assert_eq!(entry.due_ms, 15_000);
+        assert_eq!(
+            (entry.state.as_str(), entry.worker_id.as_str()),
+            (RUNNING, "w1")
+        );
+        assert_eq!(entry.attempt, 1, "renewing is not a new delivery");
+        let given_up = renewed(&entry, &Holding::Nowhere, 6_000, LEASE);
+        assert_eq!((given_up.owner.as_str(), given_up.due_ms), ("", 6_000));
+        assert_eq!(given_up.attempt, 1);
+    }
+
+    #[test]
+    fn an_expired_lease_is_a_lost_delivery_and_a_new_attempt() {
+        let entry = renewed(&held_by("c1"), &Holding::Worker("w1".into()), 1_000, LEASE);
+        assert_eq!(on_due(&entry, "c2", 10_999, LEASE, 10), Due::NotYet);
+        let Due::Deliver(claimed) = on_due(&entry, "c2", 11_000, LEASE, 10) else {
+            panic!("due");
+        };
+        assert_eq!((claimed.attempt, claimed.lost, claimed.failures), (2, 1, 0));
+        assert_eq!(claimed.owner, "c2");
+        assert_eq!(claimed.due_ms, 21_000);
+        assert!(claimed.worker_id.is_empty());
+    }
+
+    #[test]
+    fn an_unowned_task_is_claimed_without_counting_a_loss() {
+        let entry = dispatched("coder", None, 1_000, LEASE);
+        let Due::Deliver(claimed) = on_due(&entry, "c2", 1_000, LEASE, 10) else {
+            panic!("due");
+        };
+        assert_eq!((claimed.attempt, claimed.lost), (2, 0));
+    }
+
+    #[test]
+    fn a_task_lost_too_often_gives_up() {
+        let mut entry = held_by("c1");
+        entry.lost = 2;
+        let Due::GiveUp(claimed, error) = lost(&entry, 2_000, LEASE, 2) else {
+            panic!("should give up");
+        };
+        assert_eq!(claimed.attempt, 2);
+        assert!(error.contains("lost 3 times"), "{error}");
+        assert!(
+            matches!(lost(&held_by("c1"), 2_000, LEASE, 2), Due::Deliver(e) if e.attempt == 2 && e.lost == 1)
+        );
+    }
+
+    fn policy(max_attempts: u32) -> RetryPolicy {
+        RetryPolicy {
+            max_attempts,
+            initial_interval_ms: 100,
+            backoff_coefficient: 2.0,
+            max_interval_ms: None,
+        }
+    }
+
+    #[test]
+    fn failures_retry_with_backoff_until_the_policy_runs_out() {
+        let entry = held_by("c1");
+        let AfterFailure::Retry { entry, backoff_ms } =
+            after_failure(&entry, Some(&policy(3)), "boom", true, 5_000, 0.5)
+        else {
+            panic!("retry");
+        };
+        assert_eq!(backoff_ms, 100);
+        assert_eq!((entry.state.as_str(), entry.failures), (RETRYING, 1));
+        assert_eq!((entry.owner.as_str(), entry.due_ms), ("", 5_100));
+        assert_eq!(entry.attempt, 1, "the claim after the backoff raises it");
+        let AfterFailure::Retry { entry, backoff_ms } =
+            after_failure(&entry, Some(&policy(3)), "boom", true, 6_000, 0.5)
+        else {
+            panic!("retry");
+        };
+        assert_eq!((backoff_ms, entry.failures), (200, 2));
+        assert_eq!(
+            after_failure(&entry, Some(&policy(3)), "boom", true, 7_000, 0.5),
+            AfterFailure::Fail("boom (failed 3 of 3 attempts)".into())
+        );
+    }
+
+    #[test]
+    fn without_a_policy_or_when_not_retryable_the_step_fails_at_once() {
+        let entry = held_by("c1");
+        assert_eq!(
+            after_failure(&entry, None, "boom", true, 0, 0.5),
+            AfterFailure::Fail("boom".into())
+        );
+        assert_eq!(
+            after_failure(&entry, Some(&policy(5)), "bad input", false, 0, 0.5),
+            AfterFailure::Fail("bad input (not retryable)".into())
+        );
+    }
+
+    #[test]
+    fn a_reconnecting_worker_keeps_only_a_current_attempt() {
+        let entry = renewed(&held_by("c1"), &Holding::Worker("w1".into()), 1_000, LEASE);
+        let taken = adopted(&entry, 1, "c2", "w1", 2_000, LEASE).expect("current");
+        assert_eq!(
+            (taken.owner.as_str(), taken.worker_id.as_str()),
+            ("c2", "w1")
+        );
+        assert_eq!(taken.attempt, 1);
+        assert_eq!(adopted(&entry, 0, "c2", "w1", 2_000, LEASE), None);
+        let Due::Deliver(moved_on) = on_due(&entry, "c3", 20_000, LEASE, 10) else {
+            panic!("due");
+        };
+        assert_eq!(adopted(&moved_on, 1, "c2", "w1", 20_000, LEASE), None);
+    }
+}

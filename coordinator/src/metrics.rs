@@ -1,0 +1,253 @@
+//! The coordinator's metrics, in the Prometheus text format on `/metrics`.
+//!
+//! Counters and histograms are updated where things happen; gauges that describe the hub (queue
+//! depth, oldest queued task, workers, free slots) are read from it when scraped. The queue depth
+//! and the age of the oldest queued task, per agent, are the signals to scale workers on.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+type Labels = Vec<(String, String)>;
+
+fn labels(pairs: &[(&str, &str)]) -> Labels {
+    pairs
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect()
+}
+
+/// Seconds, from 1 ms to about 9 hours (an approval or a long agent).
+fn seconds_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.001, 4.0, 13))
+}
+
+/// What the coordinator counts and measures.
+pub struct Metrics {
+    registry: Registry,
+    runs_started: Counter,
+    runs_finished: Family<Labels, Counter>,
+    steps: Family<Labels, Counter>,
+    task_duration: Family<Labels, Histogram, fn() -> Histogram>,
+    queue_wait: Family<Labels, Histogram, fn() -> Histogram>,
+    store_latency: Histogram,
+    queue_depth: Family<Labels, Gauge>,
+    queue_oldest: Family<Labels, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    workers: Gauge,
+    free_slots: Family<Labels, Gauge>,
+    pub(crate) redeliveries: Counter,
+    pub(crate) retries: Counter,
+    pub(crate) timeouts: Counter,
+    pub(crate) fenced: Counter,
+    pub(crate) integrity_failures: Counter,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        let mut registry = Registry::with_prefix("baton");
+        let metrics = Metrics {
+            runs_started: Counter::default(),
+            runs_finished: Family::default(),
+            steps: Family::default(),
+            task_duration: Family::new_with_constructor(seconds_histogram),
+            queue_wait: Family::new_with_constructor(seconds_histogram),
+            store_latency: Histogram::new(exponential_buckets(0.000_05, 2.0, 16)),
+            queue_depth: Family::default(),
+            queue_oldest: Family::default(),
+            workers: Gauge::default(),
+            free_slots: Family::default(),
+            redeliveries: Counter::default(),
+            retries: Counter::default(),
+            timeouts: Counter::default(),
+            fenced: Counter::default(),
+            integrity_failures: Counter::default(),
+            registry: Registry::default(),
+        };
+        registry.register(
+            "runs_started",
+            "Runs submitted to this coordinator",
+            metrics.runs_started.clone(),
+        );
+        registry.register(
+            "runs_finished",
+            "Runs this coordinator saw finish, by status",
+            metrics.runs_finished.clone(),
+        );
+        registry.register(
+            "steps",
+            "Step visits settled by this coordinator, by step type and outcome",
+            metrics.steps.clone(),
+        );
+        registry.register(
+            "task_duration_seconds",
+            "Agent tasks from the moment a worker got them to their answer, by agent",
+            metrics.task_duration.clone(),
+        );
+        registry.register(
+            "task_queue_wait_seconds",
+            "Agent tasks from ready to sent to a worker, by agent",
+            metrics.queue_wait.clone(),
+        );
+        registry.register(
+            "store_transition_seconds",
+            "Round trips of the transition writes to the store",
+            metrics.store_latency.clone(),
+        );
+        registry.register(
+            "queue_depth",
+            "Tasks ready and waiting for a worker in this coordinator, by agent: scale workers on it",
+            metrics.queue_depth.clone(),
+        );
+        registry.register(
+            "queue_oldest_age_seconds",
+            "How long the oldest waiting task of each agent has waited",
+            metrics.queue_oldest.clone(),
+        );
+        registry.register(
+            "workers_connected",
+            "Workers connected to this coordinator",
+            metrics.workers.clone(),
+        );
+        registry.register(
+            "worker_free_slots",
+            "Free slots of the connected workers, by agent",
+            metrics.free_slots.clone(),
+        );
+        registry.register(
+            "lease_expiries",
+            "Tasks delivered again because their worker or coordinator was lost",
+            metrics.redeliveries.clone(),
+        );
+        registry.register(
+            "retries",
+            "Failed attempts scheduled again by a retry policy",
+            metrics.retries.clone(),
+        );
+        registry.register(
+            "timeouts",
+            "Attempts that ran past their step's timeout_ms",
+            metrics.timeouts.clone(),
+        );
+        registry.register(
+            "fenced_results",
+            "Answers refused because their attempt was no longer current",
+            metrics.fenced.clone(),
+        );
+        registry.register(
+            "integrity_failures",
+            "Stored data that did not match the run's state chain",
+            metrics.integrity_failures.clone(),
+        );
+        Metrics {
+            registry,
+            ..metrics
+        }
+    }
+}
+
+/// The hub's state when scraped.
+pub struct HubGauges {
+    pub workers: usize,
+    /// Per agent: free slots.
+    pub free_slots: Vec<(String, usize)>,
+    /// Per agent: tasks waiting, and how long the oldest has waited.
+    pub queues: Vec<(String, usize, Duration)>,
+}
+
+impl Metrics {
+    pub fn run_started(&self) {
+        self.runs_started.inc();
+    }
+
+    pub fn run_finished(&self, status: &str) {
+        self.runs_finished
+            .get_or_create(&labels(&[("status", status)]))
+            .inc();
+    }
+
+    pub fn step_settled(&self, step_type: &str, outcome: &str) {
+        self.steps
+            .get_or_create(&labels(&[("type", step_type), ("outcome", outcome)]))
+            .inc();
+    }
+
+    pub fn task_answered(&self, agent: &str, took: Duration) {
+        self.task_duration
+            .get_or_create(&labels(&[("agent", agent)]))
+            .observe(took.as_secs_f64());
+    }
+
+    pub fn task_sent(&self, agent: &str, waited: Duration) {
+        self.queue_wait
+            .get_or_create(&labels(&[("agent", agent)]))
+            .observe(waited.as_secs_f64());
+    }
+
+    pub fn store_round_trip(&self, took: Duration) {
+        self.store_latency.observe(took.as_secs_f64());
+    }
+
+    /// The text exposition, with the hub's gauges as they are now.
+    pub fn render(&self, hub: HubGauges) -> String {
+        self.workers.set(hub.workers as i64);
+        // Agents no longer seen read 0 rather than their last value.
+        self.queue_depth.clear();
+        self.queue_oldest.clear();
+        self.free_slots.clear();
+        for (agent, slots) in hub.free_slots {
+            self.free_slots
+                .get_or_create(&labels(&[("agent", &agent)]))
+                .set(slots as i64);
+        }
+        for (agent, depth, oldest) in hub.queues {
+            let agent = labels(&[("agent", &agent)]);
+            self.queue_depth.get_or_create(&agent).set(depth as i64);
+            self.queue_oldest
+                .get_or_create(&agent)
+                .set(oldest.as_secs_f64());
+        }
+        let mut text = String::new();
+        encode(&mut text, &self.registry).expect("writing to a String cannot fail");
+        text
+    }
+}
+
+/// Serves `GET /metrics` on `listener` until `shutdown` completes, with the text `render`
+/// produces.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    render: impl Fn() -> String + Clone + Send + Sync + 'static,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let app = axum::Router::new().route(
+        "/metrics",
+        axum::routing::get(move || {
+            let render = render.clone();
+            async move {
+                (
+                    [(
+                        axum::http::header::CONTENT_TYPE,
+                        "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                    )],
+                    render(),
+                )
+            }
+        }),
+    );
+    axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown)
+        .await
+}
+
+/// Binds the metrics listener, saying where it listens (port 0 picks a free one).
+pub async fn bind(address: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
+    let listener = tokio::net::TcpListener::bind(address).await?;
+    tracing::info!(address = %listener.local_addr()?, "metrics listening on /metrics");
+    Ok(listener)
+}

@@ -1,0 +1,180 @@
+//! The coordinator's `/metrics`, scraped from a real `baton coordinator` process while real
+//! workers run real runs, and parsed as Prometheus text.
+
+#[path = "support/executions.rs"]
+mod executions;
+#[path = "support/fleet.rs"]
+mod fleet;
+#[path = "support/cluster.rs"]
+mod harness;
+#[path = "support/spec.rs"]
+mod spec;
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::time::{Duration, Instant};
+
+use baton_proto::Json;
+use baton_proto::v1::{GetRunRequest, SubmitRunRequest};
+use fleet::{Fleet, Timing};
+use harness::Records;
+use serde_json::json;
+
+/// `GET /metrics`, by hand: the samples, `name{labels}` -> value.
+fn scrape(url: &str) -> BTreeMap<String, f64> {
+    let address = url
+        .trim_start_matches("http://")
+        .split('/')
+        .next()
+        .expect("host:port");
+    let mut stream = std::net::TcpStream::connect(address).expect("connect to /metrics");
+    write!(
+        stream,
+        "GET /metrics HTTP/1.0\r\nHost: {address}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    let (head, body) = response.split_once("\r\n\r\n").expect("an HTTP response");
+    assert!(
+        head.starts_with("HTTP/1.0 200") || head.starts_with("HTTP/1.1 200"),
+        "{head}"
+    );
+    parse(body)
+}
+
+/// Prometheus text: every line not a comment is `name{labels} value`.
+fn parse(text: &str) -> BTreeMap<String, f64> {
+    text.lines()
+        .filter(|line| !line.starts_with('#') && !line.trim().is_empty())
+        .map(|line| {
+            let (name, value) = line.rsplit_once(' ').expect("a sample line");
+            let value: f64 = value
+                .parse()
+                .unwrap_or_else(|_| panic!("a number in {line:?}"));
+            (name.to_owned(), value)
+        })
+        .collect()
+}
+
+fn sample(samples: &BTreeMap<String, f64>, name: &str) -> f64 {
+    *samples
+        .get(name)
+        .unwrap_or_else(|| panic!("no sample {name}; have: {:#?}", samples.keys()))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_count_runs_steps_and_the_queue_workers_scale_on() {
+    let mut fleet = Fleet::start(
+        1,
+        Timing {
+            lease_ms: 2_000,
+            worker_silence_ms: 3_000,
+        },
+    )
+    .await;
+    let records = Records::new(fleet.dir().join("records"));
+    // One slot: of three runs, one runs and two wait in the queue.
+    fleet.start_logged_worker(&records, "w1", "1", 1);
+    fleet.wait_for_workers(1).await;
+    let workflow = json!({"steps": [{"id": "work", "type": "agent", "agent": "slow"}]})
+        .to_string()
+        .into_bytes();
+    let mut client = fleet.client(0).await.unwrap();
+    let mut runs = Vec::new();
+    for n in 0..3 {
+        let run = client
+            .submit_run(SubmitRunRequest {
+                workflow: workflow.clone(),
+                input: Some(Json::new(serde_json::to_vec(&json!(n)).unwrap())),
+                idempotency_key: String::new(),
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .run_id;
+        runs.push(run);
+    }
+
+    let during = scrape(&fleet.metrics_url(0));
+    assert_eq!(sample(&during, "baton_runs_started_total"), 3.0);
+    assert_eq!(sample(&during, r#"baton_queue_depth{agent="slow"}"#), 2.0);
+    assert!(sample(&during, r#"baton_queue_oldest_age_seconds{agent="slow"}"#) > 0.0);
+    assert_eq!(sample(&during, "baton_workers_connected"), 1.0);
+    assert_eq!(
+        sample(&during, r#"baton_worker_free_slots{agent="slow"}"#),
+        0.0
+    );
+
+    let deadline = Instant::now() + harness::DEADLINE;
+    for run_id in &runs {
+        loop {
+            let record = client
+                .get_run(GetRunRequest {
+                    run_id: run_id.clone(),
+                })
+                .await
+                .unwrap()
+                .into_inner();
+            if record.status != "running" {
+                assert_eq!(record.status, "succeeded", "{}", record.error);
+                break;
+            }
+            assert!(Instant::now() < deadline, "{run_id} did not finish");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    let after = scrape(&fleet.metrics_url(0));
+    assert_eq!(
+        sample(&after, r#"baton_runs_finished_total{status="succeeded"}"#),
+        3.0
+    );
+    assert_eq!(
+        sample(
+            &after,
+            r#"baton_steps_total{type="agent",outcome="succeeded"}"#
+        ),
+        3.0
+    );
+    assert_eq!(
+        sample(&after, r#"baton_task_duration_seconds_count{agent="slow"}"#),
+        3.0
+    );
+    // Each took about the agent's one second.
+    assert!(sample(&after, r#"baton_task_duration_seconds_sum{agent="slow"}"#) >= 3.0);
+    assert_eq!(
+        sample(
+            &after,
+            r#"baton_task_queue_wait_seconds_count{agent="slow"}"#
+        ),
+        3.0
+    );
+    assert!(
+        !after.keys().any(|k| k.starts_with("baton_queue_depth")),
+        "no queue left"
+    );
+    assert!(sample(&after, "baton_store_transition_seconds_count") >= 6.0);
+    assert_eq!(sample(&after, "baton_retries_total"), 0.0);
+    assert_eq!(executions::read(records.root()).len(), 3);
+
+    // The worker's own.
+    let worker = scrape(&fleet.worker_metrics_url("w1"));
+    assert_eq!(
+        sample(
+            &worker,
+            r#"baton_worker_tasks_total{agent="slow",outcome="succeeded"}"#
+        ),
+        3.0
+    );
+    assert_eq!(
+        sample(
+            &worker,
+            r#"baton_worker_task_duration_seconds_count{agent="slow"}"#
+        ),
+        3.0
+    );
+    assert_eq!(sample(&worker, "baton_worker_running_tasks"), 0.0);
+    assert_eq!(sample(&worker, "baton_worker_slots"), 1.0);
+    assert_eq!(sample(&worker, "baton_worker_sessions_total"), 1.0);
+}

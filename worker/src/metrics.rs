@@ -1,0 +1,167 @@
+//! The worker's metrics, in the Prometheus text format (`baton worker` serves them on
+//! `/metrics`): tasks by agent and outcome, how long they took, how many run now.
+
+use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
+use std::time::{Duration, Instant};
+
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+type Labels = Vec<(String, String)>;
+
+/// Seconds, from 1 ms to about 9 hours.
+fn seconds_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.001, 4.0, 13))
+}
+
+/// What a worker counts.
+pub struct WorkerMetrics {
+    registry: Registry,
+    tasks: Family<Labels, Counter>,
+    duration: Family<Labels, Histogram, fn() -> Histogram>,
+    running: Gauge,
+    sessions: Counter<u64, AtomicU64>,
+}
+
+impl WorkerMetrics {
+    pub(crate) fn new(concurrency: usize) -> Arc<Self> {
+        let mut registry = Registry::with_prefix("baton_worker");
+        let tasks = Family::<Labels, Counter>::default();
+        let duration: Family<Labels, Histogram, fn() -> Histogram> =
+            Family::new_with_constructor(seconds_histogram);
+        let running = Gauge::default();
+        let slots: Gauge = Gauge::default();
+        slots.set(concurrency as i64);
+        let sessions = Counter::default();
+        registry.register(
+            "tasks",
+            "Tasks run, by agent and outcome (succeeded, failed, cancelled)",
+            tasks.clone(),
+        );
+        registry.register(
+            "task_duration_seconds",
+            "How long agents took, by agent",
+            duration.clone(),
+        );
+        registry.register("running_tasks", "Tasks running now", running.clone());
+        registry.register("slots", "Tasks this worker runs at once", slots);
+        registry.register(
+            "sessions",
+            "Streams opened to a coordinator (more than one: it reconnected)",
+            sessions.clone(),
+        );
+        Arc::new(WorkerMetrics {
+            registry,
+            tasks,
+            duration,
+            running,
+            sessions,
+        })
+    }
+
+    pub(crate) fn session_opened(&self) {
+        self.sessions.inc();
+    }
+
+    /// A task starts: counted as running until [`RunningTask::finished`], or as cancelled if
+    /// dropped first (its run was cancelled, or it was superseded).
+    pub(crate) fn task_started(self: &Arc<Self>, agent: &str) -> RunningTask {
+        self.running.inc();
+        RunningTask {
+            metrics: self.clone(),
+            agent: agent.to_owned(),
+            started: Instant::now(),
+            done: false,
+        }
+    }
+
+    fn count(&self, agent: &str, outcome: &str, took: Duration) {
+        let labels = vec![
+            ("agent".to_owned(), agent.to_owned()),
+            ("outcome".to_owned(), outcome.to_owned()),
+        ];
+        self.tasks.get_or_create(&labels).inc();
+        self.duration
+            .get_or_create(&vec![("agent".to_owned(), agent.to_owned())])
+            .observe(took.as_secs_f64());
+    }
+
+    /// The text exposition.
+    pub fn render(&self) -> String {
+        let mut text = String::new();
+        encode(&mut text, &self.registry).expect("writing to a String cannot fail");
+        text
+    }
+}
+
+/// A task being run, for the metrics.
+pub(crate) struct RunningTask {
+    metrics: Arc<WorkerMetrics>,
+    agent: String,
+    started: Instant,
+    done: bool,
+}
+
+impl RunningTask {
+    pub(crate) fn finished(mut self, succeeded: bool) {
+        self.done = true;
+        let outcome = if succeeded { "succeeded" } else { "failed" };
+        self.metrics
+            .count(&self.agent, outcome, self.started.elapsed());
+    }
+}
+
+impl Drop for RunningTask {
+    fn drop(&mut self) {
+        self.metrics.running.dec();
+        if !self.done {
+            self.metrics
+                .count(&self.agent, "cancelled", self.started.elapsed());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn line<'a>(text: &'a str, name: &str) -> Option<&'a str> {
+        text.lines().find(|l| l.starts_with(name))
+    }
+
+    #[test]
+    fn tasks_are_counted_by_outcome_and_a_dropped_one_as_cancelled() {
+        let metrics = WorkerMetrics::new(2);
+        metrics.task_started("coder").finished(true);
+        metrics.task_started("coder").finished(false);
+        let running = metrics.task_started("coder");
+        let text = metrics.render();
+        assert_eq!(
+            line(&text, "baton_worker_running_tasks "),
+            Some("baton_worker_running_tasks 1")
+        );
+        drop(running);
+        let text = metrics.render();
+        for outcome in ["succeeded", "failed", "cancelled"] {
+            let name = format!("baton_worker_tasks_total{{agent=\"coder\",outcome=\"{outcome}\"}}");
+            assert_eq!(
+                line(&text, &name),
+                Some(format!("{name} 1").as_str()),
+                "{text}"
+            );
+        }
+        assert_eq!(
+            line(&text, "baton_worker_running_tasks "),
+            Some("baton_worker_running_tasks 0")
+        );
+        assert_eq!(
+            line(&text, "baton_worker_slots "),
+            Some("baton_worker_slots 2")
+        );
+    }
+}
