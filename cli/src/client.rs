@@ -83,16 +83,21 @@ pub async fn submit(args: SubmitArgs) -> anyhow::Result<ExitCode> {
         .with_context(|| format!("cannot read {}", args.workflow.display()))?;
     let input = crate::input::parse(&args.input);
     let mut client = connect(&args.target.coordinator).await?;
-    let run_id = client
-        .submit_run(SubmitRunRequest {
-            workflow,
-            input: Some(Json::new(serde_json::to_vec(&input)?)),
-            idempotency_key: args.idempotency_key.clone().unwrap_or_default(),
-        })
-        .await
-        .map_err(failed)?
-        .into_inner()
-        .run_id;
+    let mut request = tonic::Request::new(SubmitRunRequest {
+        workflow,
+        input: Some(Json::new(serde_json::to_vec(&input)?)),
+        idempotency_key: args.idempotency_key.clone().unwrap_or_default(),
+    });
+    let span = crate::telemetry::ClientSpan::start("baton submit").await?;
+    if let Some(traceparent) = span.traceparent()
+        && let Ok(value) = traceparent.parse()
+    {
+        request.metadata_mut().insert("traceparent", value);
+    }
+    let submitted = client.submit_run(request).await;
+    span.end(submitted.as_ref().err().map(|status| status.message()))
+        .await;
+    let run_id = submitted.map_err(failed)?.into_inner().run_id;
     if args.json {
         let record = follow(&mut client, &run_id, false).await?;
         println!(
@@ -225,6 +230,9 @@ pub async fn runs(args: RunsArgs) -> anyhow::Result<ExitCode> {
                     )?;
                 }
                 writeln!(stdout, "  state sha256 {}", record.state_sha256)?;
+                if !record.trace_id.is_empty() {
+                    writeln!(stdout, "  trace {}", record.trace_id)?;
+                }
             }
         }
         RunsCommand::Watch { run_id } => {

@@ -13,6 +13,7 @@ mod dev;
 mod input;
 mod progress;
 mod server;
+mod telemetry;
 mod validate;
 
 use std::process::ExitCode;

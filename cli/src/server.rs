@@ -103,6 +103,14 @@ impl EmbeddingArgs {
 
 pub async fn coordinator(args: CoordinatorArgs) -> anyhow::Result<ExitCode> {
     crate::init_logging();
+    let telemetry = crate::telemetry::init("baton-coordinator")?;
+    let served = serve_coordinator(args, telemetry.enabled()).await;
+    // After the last transition: its spans go out before the process does.
+    telemetry.shutdown().await;
+    served
+}
+
+async fn serve_coordinator(args: CoordinatorArgs, traces: bool) -> anyhow::Result<ExitCode> {
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("cannot listen on {}", args.listen))?;
@@ -118,7 +126,10 @@ pub async fn coordinator(args: CoordinatorArgs) -> anyhow::Result<ExitCode> {
         model = embedder.model(),
         "decisions are embedded with this model"
     );
-    let config = args.leases.config();
+    let config = Config {
+        traces,
+        ..args.leases.config()
+    };
     if args.memory {
         let coordinator = Coordinator::with_embedder(MemoryStore::new(), config, embedder);
         coordinator.hub().corrupt_next_parts(corrupt_parts);
@@ -212,7 +223,15 @@ pub struct WorkerArgs {
 
 pub async fn worker(args: WorkerArgs) -> anyhow::Result<ExitCode> {
     crate::init_logging();
+    let telemetry = crate::telemetry::init("baton-worker")?;
+    let served = serve_worker(args, telemetry.enabled()).await;
+    telemetry.shutdown().await;
+    served
+}
+
+async fn serve_worker(args: WorkerArgs, traces: bool) -> anyhow::Result<ExitCode> {
     let mut builder = Worker::builder()
+        .traces(traces)
         .coordinator(args.coordinator)
         .concurrency(args.concurrency)
         .part_cache_bytes(args.part_cache_mb << 20)

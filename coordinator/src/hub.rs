@@ -41,6 +41,16 @@ impl ReadyTask {
     }
 }
 
+/// A task a worker holds, as [`Hub::sent`] tells it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Sent {
+    pub agent: String,
+    /// When it became ready (queued, or delivered again).
+    pub ready_at: Instant,
+    /// When it went to the worker.
+    pub started: Instant,
+}
+
 /// Where a task is in the hub ([`Hub::locate`]).
 pub use crate::lease::Holding;
 
@@ -476,20 +486,19 @@ impl Hub {
         }
     }
 
-    /// The agent of a task `worker_id` holds and when it was sent to it.
-    pub fn sent_at(
-        &self,
-        worker_id: &str,
-        run_id: &str,
-        task_key: &str,
-    ) -> Option<(String, Instant)> {
+    /// A task `worker_id` holds: its agent, and when it became ready and was sent.
+    pub fn sent(&self, worker_id: &str, run_id: &str, task_key: &str) -> Option<Sent> {
         let state = self.state.lock().expect("hub lock");
         let task = state
             .workers
             .get(worker_id)?
             .holding
             .get(&(run_id.to_owned(), task_key.to_owned()))?;
-        Some((task.agent.clone(), task.started?))
+        Some(Sent {
+            agent: task.agent.clone(),
+            ready_at: task.ready_at,
+            started: task.started?,
+        })
     }
 
     /// Per agent with tasks waiting: how many, and how long the oldest has waited.

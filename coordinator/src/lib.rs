@@ -6,6 +6,7 @@
 //! - [`lease`]: what happens to a task's lease, as pure functions.
 //! - [`hub`]: connected workers and the tasks waiting for them.
 //! - [`metrics`]: counters, histograms and hub gauges on a Prometheus `/metrics` endpoint.
+//! - [`traces`]: OpenTelemetry spans of runs, one trace per run across processes.
 //! - [`parts`]: agent payloads by reference, each part encoded and hashed once per run.
 //! - [`store`]: the store trait, its contract, and the memory and Redis stores.
 //! - [`model`]: stored events, step states and tasks.
@@ -29,6 +30,7 @@ pub mod parts;
 pub mod record;
 pub mod service;
 pub mod store;
+pub mod traces;
 
 pub use error::Error;
 pub use service::{Config, Coordinator};

@@ -121,6 +121,14 @@ pub struct StepState {
     pub worker_id: String,
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub error: String,
+    /// When its current visit started waiting: queued for a worker, waiting for a decision, or
+    /// (a parallel step) its first branch queued; 0 when unknown. Its span starts there.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub since_ms: i64,
+}
+
+fn is_zero(n: &i64) -> bool {
+    *n == 0
 }
 
 /// An agent task that is queued, running or waiting to be retried, with its lease.

@@ -137,5 +137,6 @@ pub fn record_to_json(record: &v1::RunRecord) -> Value {
         "handoffs": memory["handoffs"],
         "created_ms": record.created_ms,
         "updated_ms": record.updated_ms,
+        "trace_id": (!record.trace_id.is_empty()).then_some(&record.trace_id),
     })
 }

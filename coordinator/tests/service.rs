@@ -418,6 +418,7 @@ async fn one_unreadable_run_does_not_stop_the_others_being_picked_up() {
                 workflow: "{ this is not a workflow".into(),
                 input: b"null".to_vec(),
                 created_ms: 0,
+                traceparent: String::new(),
             },
             TransitionWrite {
                 status: "running".into(),

@@ -99,6 +99,7 @@ fn header(run_id: &str, created_ms: i64) -> RunHeader {
         workflow: "name: review\nsteps:\n  - id: plan # résumé ✓ {braces}\n".to_owned(),
         input: binary(),
         created_ms,
+        traceparent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".to_owned(),
     }
 }
 
@@ -252,6 +253,7 @@ async fn create_then_load<S: Store>(store: Arc<S>) {
         workflow: String::new(),
         input: Vec::new(),
         created_ms: -5,
+        traceparent: String::new(),
     };
     let first = TransitionWrite {
         event: Some(binary()),
@@ -1638,6 +1640,7 @@ mod redis_layout {
                 "input",
                 "state_sha256",
                 "status",
+                "traceparent",
                 "updated_ms",
                 "version",
                 "workflow",

@@ -3,10 +3,13 @@
 //! - [`v1`]: messages, clients and servers.
 //! - [`FILE_DESCRIPTOR_SET`]: for gRPC server reflection.
 //! - [`Json`] helpers: wrap bytes with their SHA-256 and check it on arrival.
+//! - [`trace_context`]: W3C `traceparent`, as requests and tasks carry it.
 
 pub mod v1 {
     tonic::include_proto!("baton.v1");
 }
+
+pub mod trace_context;
 
 pub use v1::Json;
 

@@ -52,6 +52,10 @@ pub fn baton() -> Command {
     command
         .env_remove("BATON_COORDINATOR")
         .env_remove("BATON_REDIS")
+        // Nor export its spans anywhere, or put its runs in the caller's trace.
+        .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
+        .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+        .env_remove("TRACEPARENT")
         .env("NO_COLOR", "1")
         .env("RUST_LOG", "info");
     command
@@ -398,7 +402,6 @@ async fn answers(url: &str) -> bool {
     };
     client.list_runs(ListRunsRequest { limit: 1 }).await.is_ok()
 }
-
 
 /// Logs without terminal colour codes (in case a logger ignores `NO_COLOR`).
 fn strip_ansi(text: &str) -> String {

@@ -94,12 +94,27 @@ pub struct Fleet {
     worker_metrics_ports: std::collections::BTreeMap<String, u16>,
     coordinators: Vec<Node>,
     workers: Vec<Node>,
+    /// Set in the environment of every process the fleet starts.
+    env: Vec<(String, String)>,
 }
 
 impl Fleet {
     /// A durable Redis and `coordinators` coordinators on it, each answering.
     pub async fn start(coordinators: usize, timing: Timing) -> Fleet {
+        Self::start_with_env(coordinators, timing, &[]).await
+    }
+
+    /// [`Fleet::start`], with `env` set for every process it starts (coordinators and workers).
+    pub async fn start_with_env(
+        coordinators: usize,
+        timing: Timing,
+        env: &[(&str, &str)],
+    ) -> Fleet {
         let mut fleet = Fleet {
+            env: env
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
             dir: tempfile::tempdir().expect("create the fleet's folder"),
             redis: RedisServer::start_durable(),
             timing,
@@ -170,7 +185,8 @@ impl Fleet {
             .arg("--worker-silence-ms")
             .arg(self.timing.worker_silence_ms.to_string())
             .arg("--metrics-listen")
-            .arg(format!("127.0.0.1:{}", self.metrics_ports[n]));
+            .arg(format!("127.0.0.1:{}", self.metrics_ports[n]))
+            .envs(self.env.iter().map(|(k, v)| (k, v)));
         let dir = self.dir.path().to_owned();
         self.coordinators[n].spawn(&dir, command);
         let deadline = Instant::now() + DEADLINE;
@@ -229,7 +245,8 @@ impl Fleet {
             .arg("--id")
             .arg(id)
             .arg("--metrics-listen")
-            .arg(format!("127.0.0.1:{}", self.worker_metrics_port(id)));
+            .arg(format!("127.0.0.1:{}", self.worker_metrics_port(id)))
+            .envs(self.env.iter().map(|(k, v)| (k, v)));
         let mut node = Node {
             name: id.to_owned(),
             child: None,

@@ -7,6 +7,7 @@
 //! - [`agents_into`]: serve an agents file's agents with the runtime.
 //! - [`agents`]: agents declared in an `agents.toml` file (`command` and `template` kinds).
 //! - [`metrics`]: tasks by agent and outcome, durations, running tasks, for `/metrics`.
+//! - `traces`: the span of an agent's execution, in its run's trace.
 
 pub mod agents;
 mod failure;
@@ -15,6 +16,7 @@ pub mod output;
 pub mod payload;
 pub mod runtime;
 mod serve_agents;
+mod traces;
 
 pub use failure::Failure;
 pub use output::Output;

@@ -42,8 +42,10 @@ pub use builder::WorkerBuilder;
 pub use task::Task;
 
 use crate::payload::Payload;
+use crate::traces::ExecutionSpan;
 use crate::{Failure, Output};
 use task::Origin;
+use tracing::Instrument as _;
 
 /// The agent's answer (its data, and any messages and decisions), or why it failed.
 pub type AgentResult = Result<Output, Failure>;
@@ -72,6 +74,8 @@ pub struct Worker {
     draining: std::sync::atomic::AtomicBool,
     /// How long a shutdown waits for running tasks.
     shutdown_grace: Duration,
+    /// Spans of agent executions ([`crate::traces`]).
+    traces: bool,
     metrics: Arc<crate::metrics::WorkerMetrics>,
 }
 
@@ -181,7 +185,15 @@ impl Worker {
     ) -> WorkerMessage {
         let task_id = task.task_id.clone();
         let running = self.metrics.task_started(&task.agent);
-        let answer = self.run_agent(task, payload, origin).await;
+        let span = ExecutionSpan::start(self.traces, &self.id, &task);
+        let (trace_id, span_id) = span.ids();
+        // Every log line of the execution names its trace, so a log leads to the trace.
+        let logs = tracing::info_span!("task", %task_id, %trace_id, %span_id);
+        let answer = self
+            .run_agent(task, payload, origin, span.traceparent.clone())
+            .instrument(logs)
+            .await;
+        span.finish(answer.as_ref().err().map(Failure::message));
         running.finished(answer.is_ok());
         let (outcome, notes, non_retryable) = match answer {
             Ok(output) => (
@@ -212,6 +224,7 @@ impl Worker {
         task: baton_proto::v1::Task,
         payload: Payload,
         origin: Origin,
+        traceparent: String,
     ) -> AgentResult {
         let handler = self.agents.get(&task.agent).ok_or_else(|| {
             Failure::retryable(format!(
@@ -219,7 +232,7 @@ impl Worker {
                 task.agent
             ))
         })?;
-        let task = Task::new(self.id.clone(), origin, task, payload);
+        let task = Task::new(self.id.clone(), origin, task, payload, traceparent);
         // The handler runs as its own task, so that a panic fails the step instead of leaving
         // it unanswered, and a step's timeout_ms stops it. Neither says anything about the
         // next attempt, so both are retryable.

@@ -10,20 +10,24 @@ use crate::runtime::WorkerBuilder;
 /// environment. The attempt counts deliveries of the step visit from 1: delivery is at least
 /// once, so an agent with side effects can use `run/step/visit` as an idempotency key. The
 /// coordinator is the address that sent the task (one address, even when the worker has
-/// several), the one that answers queries about its run.
+/// several), the one that answers queries about its run. `TRACEPARENT` (W3C, when the run is
+/// traced) makes the agent's own spans children of the worker's span of its execution.
 pub fn agents_into(mut builder: WorkerBuilder, file: AgentsFile) -> WorkerBuilder {
     for (name, agent) in file.agents {
         let agent = Arc::new(agent);
         builder = builder.agent(name, move |task| {
             let agent = agent.clone();
             async move {
-                let env = [
+                let mut env = vec![
                     ("BATON_RUN_ID".to_owned(), task.run_id.clone()),
                     ("BATON_STEP_ID".to_owned(), task.step_id.clone()),
                     ("BATON_VISIT".to_owned(), task.visit.to_string()),
                     ("BATON_ATTEMPT".to_owned(), task.attempt.to_string()),
                     ("BATON_COORDINATOR".to_owned(), task.coordinator.clone()),
                 ];
+                if !task.traceparent.is_empty() {
+                    env.push(("TRACEPARENT".to_owned(), task.traceparent.clone()));
+                }
                 agent
                     .run(&task.payload, &env)
                     .await

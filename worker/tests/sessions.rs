@@ -172,6 +172,7 @@ impl FakeCoordinator {
             parts: vec![input, messages],
             timeout_ms: 0,
             attempt,
+            traceparent: String::new(),
         }));
     }
 

@@ -36,6 +36,14 @@ impl<S: Store> RunService for Runs<S> {
         &self,
         request: Request<SubmitRunRequest>,
     ) -> Result<Response<SubmitRunResponse>, Status> {
+        // W3C trace context travels as gRPC metadata; a malformed one is ignored, as the
+        // standard asks, rather than refusing the run.
+        let traceparent = request
+            .metadata()
+            .get("traceparent")
+            .and_then(|value| value.to_str().ok())
+            .unwrap_or_default()
+            .to_owned();
         let request = request.into_inner();
         let input = request
             .input
@@ -43,7 +51,7 @@ impl<S: Store> RunService for Runs<S> {
         let key = (!request.idempotency_key.is_empty()).then_some(request.idempotency_key.as_str());
         let submitted = self
             .coordinator
-            .submit_once(&request.workflow, &input, key)
+            .submit_traced(&request.workflow, &input, key, &traceparent)
             .await?;
         Ok(Response::new(SubmitRunResponse {
             run_id: submitted.run_id,

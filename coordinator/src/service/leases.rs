@@ -229,8 +229,8 @@ impl<S: Store> Coordinator<S> {
     }
 
     /// An attempt failed (the agent's error, a refused result, a timeout): it is retried after
-    /// a backoff if the step's retry policy allows, and otherwise the step fails, fenced by the
-    /// attempt.
+    /// a backoff if the step's retry policy allows (the backoff is returned), and otherwise the
+    /// step fails, fenced by the attempt.
     pub(super) async fn fail_attempt(
         &self,
         run_id: &str,
@@ -239,7 +239,7 @@ impl<S: Store> Coordinator<S> {
         worker_id: &str,
         error: String,
         retryable: bool,
-    ) -> Result<(), Error> {
+    ) -> Result<Option<u64>, Error> {
         let key = task_key(task);
         let policy = self.retry_policy(run_id, &task.step_id).await?;
         // Lease writes are one at a time: a renewal between reading the entry and swapping it
@@ -291,7 +291,7 @@ impl<S: Store> Coordinator<S> {
                 self.inner.metrics.retries.inc();
                 tracing::warn!(run_id, task = %key, attempt, failures = next.failures, backoff_ms, %error, "attempt failed; retrying after the backoff");
                 self.show_task(run_id, &key, &next).await;
-                return Ok(());
+                return Ok(Some(backoff_ms));
             }
             Some((_, AfterFailure::Fail(error))) => error,
             None => error,
@@ -314,6 +314,7 @@ impl<S: Store> Coordinator<S> {
             None,
         )
         .await
+        .map(|()| None)
     }
 
     /// A task whose worker went away: delivered again as a new attempt (or, lost too often,
@@ -479,7 +480,8 @@ impl<S: Store> Coordinator<S> {
             ..TaskEntry::default()
         });
         Ok(Some(ready_task(
-            run_id,
+            &self.inner.traces,
+            &loaded.header,
             &pending,
             attempt,
             &mut loaded.parts,
@@ -549,11 +551,30 @@ impl<S: Store> Coordinator<S> {
                 ready.agent, ready.message.timeout_ms
             );
             tracing::warn!(run_id, task_id = %ready.message.task_id, %worker_id, "attempt timed out");
-            if let Err(error) = self
-                .fail_attempt(run_id, &task, attempt, &worker_id, error, true)
+            let traced = self.traced_step(run_id, &task.step_id).await;
+            let persisting = SystemTime::now();
+            match self
+                .fail_attempt(run_id, &task, attempt, &worker_id, error.clone(), true)
                 .await
             {
-                tracing::warn!(run_id, %error, "cannot fail a timed-out attempt");
+                Ok(retry_after_ms) => {
+                    if let (Some(traced), Some(started)) = (traced, ready.started) {
+                        let sent = Sent {
+                            agent: ready.agent.clone(),
+                            ready_at: ready.ready_at,
+                            started,
+                        };
+                        let answered = Answered {
+                            worker_id: &worker_id,
+                            sent: &sent,
+                            persisting,
+                            error: Some(&error),
+                            retry_after_ms,
+                        };
+                        self.trace_attempt(&traced, run_id, &task, attempt, &answered);
+                    }
+                }
+                Err(error) => tracing::warn!(run_id, %error, "cannot fail a timed-out attempt"),
             }
         }
         self.assigned(assignments).await;

@@ -22,13 +22,18 @@ use baton_core::{
 };
 use baton_proto::Json;
 use baton_proto::v1::{self, run_event};
+use opentelemetry::KeyValue;
+use opentelemetry::global::BoxedSpan;
+use opentelemetry::trace::{Span as _, Status as OtelStatus};
 use serde_json::Value;
 use tokio::sync::{Mutex as AsyncMutex, broadcast};
+use tracing::Instrument as _;
 
 use crate::chain::{self, Mismatch};
 use crate::decisions::{self, Embedded, StoredDecision};
 use crate::embed::{Embedder, HashedNgrams};
 use crate::error::Error;
+use crate::hub::Sent;
 use crate::hub::{Assignment, Hub, ReadyTask};
 use crate::lease;
 use crate::model::{
@@ -37,6 +42,7 @@ use crate::model::{
 use crate::parts::PartEncoder;
 use crate::record;
 use crate::store::{self, Claim, RunHeader, Store, StoredRun, TransitionWrite};
+use crate::traces::{self, AttemptSpan, RunSpan, SettledSpan, StepSpan, Traces};
 
 /// Sizes clients and workers control, and their ceilings.
 #[derive(Debug, Clone)]
@@ -80,6 +86,9 @@ pub struct Config {
     pub worker_silence_ms: u64,
     /// How many times a task may be lost with its worker or coordinator before its step fails.
     pub max_lost_deliveries: u32,
+    /// Build OpenTelemetry spans of runs, through the global tracer provider (which should use
+    /// [`crate::traces::SpanIds`]). Off, nothing is spent on them.
+    pub traces: bool,
 }
 
 impl Default for Config {
@@ -104,6 +113,7 @@ impl Default for Config {
             sweep_interval_ms: 200,
             worker_silence_ms: 5_000,
             max_lost_deliveries: 10,
+            traces: false,
         }
     }
 }
@@ -181,6 +191,8 @@ struct Inner<S> {
     /// Held while a lease is read and written (renewals, claims, retries, takeovers), so that
     /// two of this coordinator's own lease writes never race each other's compare-and-swap.
     lease_writes: AsyncMutex<()>,
+    /// Spans of runs (nothing when traces are off).
+    traces: Traces,
 }
 
 /// Microseconds spent in each phase of a transition, summed.
@@ -235,8 +247,14 @@ impl<S: Store> Coordinator<S> {
     /// Inside a Tokio runtime this also starts the coordinator's timers (lease renewals, the
     /// sweep of due tasks, timeouts), which stop when the last handle is dropped.
     pub fn with_embedder(store: S, config: Config, embedder: Arc<dyn Embedder>) -> Self {
+        let traces = if config.traces {
+            Traces::on(&config.coordinator_id)
+        } else {
+            Traces::off()
+        };
         let coordinator = Self {
             inner: Arc::new(Inner {
+                traces,
                 store,
                 hub: Hub::default(),
                 config,
@@ -287,6 +305,53 @@ impl<S: Store> Coordinator<S> {
         input: &Json,
         idempotency_key: Option<&str>,
     ) -> Result<Submitted, Error> {
+        self.submit_traced(workflow, input, idempotency_key, "")
+            .await
+    }
+
+    /// [`Coordinator::submit_once`] in the caller's trace: `traceparent` (W3C, may be empty)
+    /// is the parent of the run's `SubmitRun` span, whose context is stored with the run.
+    pub async fn submit_traced(
+        &self,
+        workflow: &[u8],
+        input: &Json,
+        idempotency_key: Option<&str>,
+        traceparent: &str,
+    ) -> Result<Submitted, Error> {
+        let mut span = self.inner.traces.submit(traceparent);
+        // Untraced here, a run still belongs to its caller's trace.
+        let run_traceparent = match &span {
+            Some(span) => traces::format_traceparent(span.span_context()),
+            None if traces::parse_traceparent(traceparent).is_some() => traceparent.to_owned(),
+            None => String::new(),
+        };
+        let submitted = self
+            .submit_in_trace(workflow, input, idempotency_key, run_traceparent, &mut span)
+            .await;
+        if let Some(mut span) = span {
+            match &submitted {
+                Ok(submitted) => {
+                    span.set_attribute(KeyValue::new(
+                        traces::attribute::RUN_ID,
+                        submitted.run_id.clone(),
+                    ));
+                    span.set_attribute(KeyValue::new("baton.run.existing", submitted.existing));
+                }
+                Err(error) => span.set_status(OtelStatus::error(error.to_string())),
+            }
+            span.end();
+        }
+        submitted
+    }
+
+    async fn submit_in_trace(
+        &self,
+        workflow: &[u8],
+        input: &Json,
+        idempotency_key: Option<&str>,
+        traceparent: String,
+        span: &mut Option<BoxedSpan>,
+    ) -> Result<Submitted, Error> {
         let config = &self.inner.config;
         if let Some(key) = idempotency_key
             && (key.is_empty() || key.len() > config.max_idempotency_key_bytes)
@@ -323,6 +388,9 @@ impl<S: Store> Coordinator<S> {
         let parsed = baton_core::parse_workflow_with(text, &config.limits)
             .map_err(|e| Error::InvalidWorkflow(e.diagnostics))?;
         let workflow = Arc::new(parsed.workflow);
+        if let (Some(span), Some(id)) = (span.as_mut(), &workflow.id) {
+            span.set_attribute(KeyValue::new(traces::attribute::WORKFLOW_ID, id.clone()));
+        }
         let mut run_id = uuid::Uuid::now_v7().to_string();
         if let Some(key) = idempotency_key {
             let request = workflow_bytes_digest_input(text, input_bytes);
@@ -363,6 +431,7 @@ impl<S: Store> Coordinator<S> {
             workflow: text.to_owned(),
             input: input_bytes.to_vec(),
             created_ms: now,
+            traceparent,
         };
         let transition = Run::start(workflow, input_value);
         let mut loaded = Loaded {
@@ -477,6 +546,19 @@ impl<S: Store> Coordinator<S> {
     /// A worker's result for a task it holds, at the attempt it holds. An error goes through
     /// the step's retry policy; data settles the step, fenced by the attempt.
     pub async fn complete(&self, worker_id: &str, result: v1::TaskResult) -> Result<(), Error> {
+        // Log lines about the answer name its trace and span, once known.
+        let logs = tracing::info_span!(
+            "task",
+            task_id = %result.task_id,
+            trace_id = tracing::field::Empty,
+            span_id = tracing::field::Empty,
+        );
+        self.complete_answer(worker_id, result)
+            .instrument(logs)
+            .await
+    }
+
+    async fn complete_answer(&self, worker_id: &str, result: v1::TaskResult) -> Result<(), Error> {
         let (run_id, task, attempt) = parse_task_id(&result.task_id)
             .ok_or_else(|| Error::MalformedTaskId(result.task_id.clone()))?;
         let key = task_key(&task);
@@ -489,9 +571,25 @@ impl<S: Store> Coordinator<S> {
                 task_id: result.task_id.clone(),
             });
         }
-        if let Some((agent, sent)) = self.inner.hub.sent_at(worker_id, run_id, &key) {
-            self.inner.metrics.task_answered(&agent, sent.elapsed());
+        let sent = self.inner.hub.sent(worker_id, run_id, &key);
+        if let Some(sent) = &sent {
+            self.inner
+                .metrics
+                .task_answered(&sent.agent, sent.started.elapsed());
         }
+        let traced = match &sent {
+            Some(_) => self.traced_step(run_id, &task.step_id).await,
+            None => None,
+        };
+        if let Some(traced) = &traced
+            && let Some((trace_id, span_id)) =
+                traces::attempt_ids(&traced.traceparent, &result.task_id)
+        {
+            let logs = tracing::Span::current();
+            logs.record("trace_id", trace_id);
+            logs.record("span_id", span_id);
+        }
+        let persisting = SystemTime::now();
         // A result that cannot be taken as data still settles its task: the step fails with
         // the reason (or is retried), instead of waiting for an answer that will never come.
         let (outcome, refusal) = match self.read_outcome(result.outcome, result.notes) {
@@ -523,13 +621,26 @@ impl<S: Store> Coordinator<S> {
                     embedded.as_ref(),
                 )
                 .await
+                .map(|()| (None, None))
             }
             Err(error) => {
                 let retryable = !result.non_retryable;
-                self.fail_attempt(run_id, &task, attempt, worker_id, error, retryable)
+                self.fail_attempt(run_id, &task, attempt, worker_id, error.clone(), retryable)
                     .await
+                    .map(|retry_after_ms| (Some(error), retry_after_ms))
             }
         };
+        if let (Some(traced), Some(sent), Ok((error, retry_after_ms))) = (traced, sent, &applied) {
+            let answered = Answered {
+                worker_id,
+                sent: &sent,
+                persisting,
+                error: error.as_deref(),
+                retry_after_ms: *retry_after_ms,
+            };
+            self.trace_attempt(&traced, run_id, &task, attempt, &answered);
+        }
+        let applied = applied.map(|_| ());
         let assignments = match &applied {
             // Not recorded: the task goes back to the queue rather than being lost.
             Err(Error::Store(store::Error::Unavailable(_))) => {
@@ -549,6 +660,49 @@ impl<S: Store> Coordinator<S> {
             (Ok(()), Some(refused)) => Err(refused),
             (Ok(()), None) => Ok(()),
         }
+    }
+
+    /// Writes the span of an attempt whose answer (or timeout) was just recorded.
+    fn trace_attempt(
+        &self,
+        traced: &TracedStep,
+        run_id: &str,
+        task: &TaskId,
+        attempt: u32,
+        answered: &Answered<'_>,
+    ) {
+        let span = AttemptSpan {
+            step: traced.step(task),
+            agent: &answered.sent.agent,
+            attempt,
+            worker_id: answered.worker_id,
+            ready_at: traces::wall_clock(answered.sent.ready_at),
+            dispatched_at: traces::wall_clock(answered.sent.started),
+            persisted: (answered.persisting, SystemTime::now()),
+            error: answered.error,
+            retry_after_ms: answered.retry_after_ms,
+        };
+        self.inner.traces.attempt(traced.run(run_id), &span);
+    }
+
+    /// What the spans of a step of `run_id` need to know about its run; `None` when traces are
+    /// off or the run cannot be read.
+    async fn traced_step(&self, run_id: &str, step_id: &str) -> Option<TracedStep> {
+        if !self.inner.traces.enabled() {
+            return None;
+        }
+        let slot = self.slot(run_id).await.ok()?;
+        let guard = slot.lock().await;
+        let loaded = guard.as_ref()?;
+        let run = &loaded.run;
+        let step_type = run.workflow().step_by_id(step_id)?.step_type();
+        Some(TracedStep {
+            traceparent: loaded.header.traceparent.clone(),
+            workflow_id: loaded.header.workflow_id.clone(),
+            step_type: step_type.as_str(),
+            parallel: parallel_of(run.workflow(), step_id)
+                .map(|parallel| (parallel.to_owned(), run.visits(parallel))),
+        })
     }
 
     /// [`Coordinator::apply`] for a worker's answer: a store that is briefly unreachable (Redis
@@ -1368,6 +1522,10 @@ impl<S: Store> Coordinator<S> {
                 .metrics
                 .step_settled(record.step_type.as_str(), record.status.as_str());
             self.notify(run_id, step_finished(record));
+            // An agent step's spans are its attempts', written as their answers come.
+            if self.inner.traces.enabled() && record.step_type != StepType::Agent {
+                self.trace_settled(loaded, record);
+            }
         }
         let mut assignments = Vec::new();
         for action in &transition.actions {
@@ -1381,11 +1539,14 @@ impl<S: Store> Coordinator<S> {
                         continue;
                     };
                     let attempt = entry.attempt;
-                    if let Some(assignment) =
-                        self.inner
-                            .hub
-                            .submit(ready_task(run_id, task, attempt, &mut loaded.parts))
-                    {
+                    let ready = ready_task(
+                        &self.inner.traces,
+                        &loaded.header,
+                        task,
+                        attempt,
+                        &mut loaded.parts,
+                    );
+                    if let Some(assignment) = self.inner.hub.submit(ready) {
                         assignments.push(assignment);
                     }
                 }
@@ -1403,7 +1564,8 @@ impl<S: Store> Coordinator<S> {
                     ));
                 }
                 Action::Finished { status, .. } => {
-                    tracing::info!(run_id, status = %status, "run finished");
+                    let trace_id = traces::trace_id_of(&loaded.header.traceparent);
+                    tracing::info!(run_id, status = %status, %trace_id, "run finished");
                     self.inner.metrics.run_finished(status.as_str());
                     self.notify(run_id, finished(self.record_of(loaded)));
                     self.inner
@@ -1415,6 +1577,38 @@ impl<S: Store> Coordinator<S> {
             }
         }
         assignments
+    }
+
+    /// Writes the span of a step that settled without an agent, from when its visit started
+    /// waiting (a transform or condition takes no time) to when it settled.
+    fn trace_settled(&self, loaded: &Loaded, record: &StepRecord) {
+        let since_ms = loaded
+            .steps
+            .get(&*record.step_id)
+            .map(|state| state.since_ms)
+            .filter(|&ms| ms > 0)
+            .unwrap_or(record.at_ms);
+        let parallel = record
+            .parent
+            .as_deref()
+            .map(|parallel| (parallel, loaded.run.visits(parallel)));
+        let span = SettledSpan {
+            step: StepSpan {
+                step_id: &record.step_id,
+                visit: record.visit,
+                step_type: record.step_type.as_str(),
+                parallel,
+            },
+            started: traces::from_ms(since_ms),
+            settled: traces::from_ms(record.at_ms),
+            error: record.error.as_deref(),
+        };
+        let run = RunSpan {
+            traceparent: &loaded.header.traceparent,
+            run_id: &loaded.header.run_id,
+            workflow_id: &loaded.header.workflow_id,
+        };
+        self.inner.traces.settled(run, &span);
     }
 
     /// Records which worker took each task, and tells watchers the step started.
@@ -1476,6 +1670,7 @@ impl<S: Store> Coordinator<S> {
             created_ms: loaded.header.created_ms,
             updated_ms: loaded.updated_ms,
             memory: Some(Json::new(json(&record::memory(&loaded.run)))),
+            trace_id: traces::trace_id_of(&loaded.header.traceparent),
         }
     }
 }
@@ -1491,6 +1686,46 @@ impl Loaded {
         self.tasks.extend(planned.tasks_set);
         self.updated_ms = planned.write.updated_ms;
         self.state_sha256 = planned.write.state_sha256;
+    }
+}
+
+/// How an attempt ended, for its span.
+struct Answered<'a> {
+    worker_id: &'a str,
+    sent: &'a Sent,
+    /// When the coordinator started recording the outcome.
+    persisting: SystemTime,
+    error: Option<&'a str>,
+    retry_after_ms: Option<u64>,
+}
+
+/// A step's run, as its spans name it ([`Coordinator::traced_step`]).
+struct TracedStep {
+    traceparent: String,
+    workflow_id: String,
+    step_type: &'static str,
+    parallel: Option<(String, u32)>,
+}
+
+impl TracedStep {
+    fn run<'a>(&'a self, run_id: &'a str) -> RunSpan<'a> {
+        RunSpan {
+            traceparent: &self.traceparent,
+            run_id,
+            workflow_id: &self.workflow_id,
+        }
+    }
+
+    fn step<'a>(&'a self, task: &'a TaskId) -> StepSpan<'a> {
+        StepSpan {
+            step_id: &task.step_id,
+            visit: task.visit,
+            step_type: self.step_type,
+            parallel: self
+                .parallel
+                .as_ref()
+                .map(|(id, visit)| (id.as_str(), *visit)),
+        }
     }
 }
 
@@ -1569,8 +1804,18 @@ fn plan(
                 state.status = "queued".into();
                 state.visits = run.visits(&task.task.step_id);
                 state.error.clear();
+                state.since_ms = now;
                 // The attempt that reaches a worker is written here when it does.
                 state.attempts = 0;
+                // A parallel step's visit starts with its first branch.
+                if let Some(parallel) = parallel_of(run.workflow(), &task.task.step_id) {
+                    let visit = run.visits(parallel);
+                    let state = changed(&mut steps, loaded, parallel);
+                    if state.since_ms == 0 || state.visits != visit {
+                        state.since_ms = now;
+                        state.visits = visit;
+                    }
+                }
             }
             Action::AwaitApproval {
                 step_id,
@@ -1581,6 +1826,7 @@ fn plan(
                 let state = changed(&mut steps, loaded, step_id);
                 state.status = "waiting".into();
                 state.visits = run.visits(step_id);
+                state.since_ms = now;
                 if let Some(timeout_ms) = timeout_ms {
                     let key = format!("{step_id}#{visit}");
                     let entry = lease::approval_timer(now, *timeout_ms);
@@ -1629,6 +1875,12 @@ fn plan(
         steps: steps.into_iter().collect(),
         tasks_set,
     }
+}
+
+/// The id of the parallel step `step_id` is a branch of, if it is one.
+fn parallel_of<'w>(workflow: &'w baton_core::Workflow, step_id: &str) -> Option<&'w str> {
+    let step = workflow.step_by_id(step_id)?;
+    Some(&*workflow.step(step.parent?).id)
 }
 
 /// The step's state as this transition changes it, starting from what `loaded` holds.
@@ -1742,19 +1994,25 @@ fn json_depth(value: &Value) -> usize {
     deepest
 }
 
+/// Attempt `attempt` of `task`, ready for a worker. `traces` gives its `traceparent`, in the
+/// run's trace.
 fn ready_task(
-    run_id: &str,
+    traces: &Traces,
+    header: &RunHeader,
     task: &baton_core::AgentTask,
     attempt: u32,
     encoder: &mut PartEncoder,
 ) -> ReadyTask {
+    let run_id = header.run_id.as_str();
+    let task_id = task_id(run_id, &task.task, attempt);
+    let traceparent = traces.task_traceparent(&header.traceparent, &task_id);
     let payload = encoder.payload(&task.payload);
     ReadyTask {
         run_id: run_id.to_owned(),
         task_key: task_key(&task.task),
         agent: task.agent.clone(),
         message: v1::Task {
-            task_id: task_id(run_id, &task.task, attempt),
+            task_id,
             attempt,
             run_id: run_id.to_owned(),
             step_id: task.task.step_id.to_string(),
@@ -1763,6 +2021,7 @@ fn ready_task(
             manifest: Some(payload.manifest),
             parts: Vec::new(),
             timeout_ms: task.timeout_ms.unwrap_or_default(),
+            traceparent,
         },
         parts: payload.parts,
         resends: 0,

@@ -66,6 +66,9 @@ pub struct RunHeader {
     /// The run's input, JSON.
     pub input: Vec<u8>,
     pub created_ms: i64,
+    /// W3C trace context of the run's `SubmitRun` span, which every span of the run descends
+    /// from ([`crate::traces`]); empty when the run is not traced.
+    pub traceparent: String,
 }
 
 /// One transition, written all or nothing.

@@ -7,7 +7,7 @@
 //!
 //! | key                   | type | holds                                                          |
 //! |-----------------------|------|----------------------------------------------------------------|
-//! | `P:run:{R}`           | hash | `workflow`, `workflow_id`, `input`, `created_ms`, `updated_ms`, `status`, `error` (absent when `None`), `state_sha256`, `version` |
+//! | `P:run:{R}`           | hash | `workflow`, `workflow_id`, `input`, `created_ms`, `traceparent`, `updated_ms`, `status`, `error` (absent when `None`), `state_sha256`, `version` |
 //! | `P:run:{R}:events`    | list | the event log, `RPUSH`ed in order                              |
 //! | `P:run:{R}:results`   | hash | `"<step>#<visit>"` -> result                                   |
 //! | `P:run:{R}:steps`     | hash | step id -> step state                                          |
@@ -549,7 +549,8 @@ impl Store for RedisStore {
             .arg(header.workflow.as_str())
             .arg(header.workflow_id.as_str())
             .arg(header.input.as_slice())
-            .arg(header.created_ms);
+            .arg(header.created_ms)
+            .arg(header.traceparent.as_str());
         add_transition(&mut invocation, &first, &self.timer_prefix(), run_id);
         let mut con = self.con.clone();
         let _version: u64 = invocation
@@ -641,6 +642,11 @@ impl Store for RedisStore {
                 workflow: take_text(run_id, &mut hash, "workflow")?,
                 input: take(run_id, &mut hash, "input")?,
                 created_ms: take_number(run_id, &mut hash, "created_ms")?,
+                // Absent in runs created before runs were traced.
+                traceparent: hash
+                    .remove("traceparent")
+                    .and_then(|bytes| String::from_utf8(bytes).ok())
+                    .unwrap_or_default(),
             };
             let error = match hash.remove("error") {
                 Some(error) => Some(

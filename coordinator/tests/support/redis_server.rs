@@ -196,7 +196,9 @@ fn ping(addr: SocketAddr) -> bool {
 /// a port out twice closes that window for the ports this process hands out.
 pub fn free_port() -> u16 {
     static GIVEN: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
-    let mut given = GIVEN.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let mut given = GIVEN
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
     loop {
         let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).expect("bind 127.0.0.1:0");
         let port = listener.local_addr().expect("local address").port();

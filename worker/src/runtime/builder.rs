@@ -17,6 +17,7 @@ pub struct WorkerBuilder {
     agents: BTreeMap<String, Handler>,
     observer: Option<Observer>,
     shutdown_grace: Duration,
+    traces: bool,
 }
 
 impl Worker {
@@ -36,6 +37,7 @@ impl Worker {
             agents: BTreeMap::new(),
             observer: None,
             shutdown_grace: Duration::from_secs(30),
+            traces: false,
         }
     }
 }
@@ -124,6 +126,13 @@ impl WorkerBuilder {
         self
     }
 
+    /// Builds a span of every agent execution through the global tracer provider, in its run's
+    /// trace. Off by default: then nothing is spent on spans.
+    pub fn traces(mut self, on: bool) -> Self {
+        self.traces = on;
+        self
+    }
+
     pub fn build(self) -> Worker {
         let metrics = crate::metrics::WorkerMetrics::new(self.concurrency);
         Worker {
@@ -138,6 +147,7 @@ impl WorkerBuilder {
             running: Default::default(),
             draining: Default::default(),
             shutdown_grace: self.shutdown_grace,
+            traces: self.traces,
             metrics,
         }
     }

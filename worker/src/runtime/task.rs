@@ -25,6 +25,10 @@ pub struct Task {
     pub timeout_ms: u64,
     /// The address of the coordinator that sent the task, the one to ask about its run.
     pub coordinator: String,
+    /// W3C trace context of this execution (the worker's span, or the coordinator's when the
+    /// worker exports none); empty when the run is not traced. Command agents get it as
+    /// `TRACEPARENT`, so their own spans join the run's trace.
+    pub traceparent: String,
     /// The session's connection to that coordinator, for queries mid-step.
     channel: Channel,
 }
@@ -42,6 +46,7 @@ impl Task {
         origin: Origin,
         task: baton_proto::v1::Task,
         payload: Payload,
+        traceparent: String,
     ) -> Task {
         Task {
             worker_id,
@@ -54,6 +59,7 @@ impl Task {
             payload,
             timeout_ms: task.timeout_ms,
             coordinator: origin.address,
+            traceparent,
             channel: origin.channel,
         }
     }

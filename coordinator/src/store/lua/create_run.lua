@@ -1,6 +1,7 @@
 -- create_run: writes a run's header and its first transition (version 1), or nothing.
 -- KEYS: see transition.lua.
--- ARGV: 1 workflow, 2 workflow_id, 3 input, 4 created_ms, 5.. the first transition.
+-- ARGV: 1 workflow, 2 workflow_id, 3 input, 4 created_ms, 5 traceparent (may be empty),
+-- 6.. the first transition.
 -- Replies: 1 (the version), or an error EXISTS ... / FENCED ... / CORRUPT <why>. (An error needs words after
 -- its code: redis-rs reads a lone word as a plain ERR.)
 
@@ -14,7 +15,7 @@ for k = 2, 7 do
   end
 end
 
-local t = read_transition(5)
+local t = read_transition(6)
 local err = check_fences(t) or check_results(t) or check_timer_types(t)
 if err then
   return err
@@ -26,5 +27,6 @@ redis.call('HSET', KEYS[1],
   'input', ARGV[3],
   'created_ms', ARGV[4],
   'updated_ms', ARGV[4],
+  'traceparent', ARGV[5],
   'version', 0)
 return write_transition(t)

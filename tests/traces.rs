@@ -1,0 +1,544 @@
+//! OpenTelemetry traces of runs, as an operator's collector receives them: a real coordinator and
+//! real workers export by OTLP/gRPC to a receiver in this test (the opentelemetry-proto
+//! `TraceService`), configured only by the standard `OTEL_*` variables.
+
+#[path = "support/fleet.rs"]
+mod fleet;
+#[path = "support/cluster.rs"]
+mod harness;
+#[path = "support/spec.rs"]
+mod spec;
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use baton_proto::Json;
+use baton_proto::v1::run_service_client::RunServiceClient;
+use baton_proto::v1::{DecideApprovalRequest, GetRunRequest, RunRecord, SubmitRunRequest};
+use fleet::{Fleet, Timing};
+use harness::Records;
+use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
+    TraceService, TraceServiceServer,
+};
+use opentelemetry_proto::tonic::collector::trace::v1::{
+    ExportTraceServiceRequest, ExportTraceServiceResponse,
+};
+use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value};
+use serde_json::json;
+use tonic::transport::Channel;
+
+/// A span as the receiver got it, with ids in hex and attributes as text.
+#[derive(Debug, Clone)]
+struct Received {
+    service: String,
+    resource: BTreeMap<String, String>,
+    trace_id: String,
+    span_id: String,
+    parent_span_id: String,
+    name: String,
+    attributes: BTreeMap<String, String>,
+    /// 2 is ERROR.
+    status_code: i32,
+    status_message: String,
+    events: Vec<String>,
+    /// (span id, attributes) of each link.
+    links: Vec<(String, BTreeMap<String, String>)>,
+    start_ns: u64,
+    end_ns: u64,
+}
+
+impl Received {
+    fn attribute(&self, key: &str) -> &str {
+        self.attributes
+            .get(key)
+            .unwrap_or_else(|| panic!("span {} has no {key}: {self:#?}", self.name))
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn text(value: &Option<AnyValue>) -> String {
+    match value.as_ref().and_then(|v| v.value.as_ref()) {
+        Some(any_value::Value::StringValue(s)) => s.clone(),
+        Some(any_value::Value::IntValue(n)) => n.to_string(),
+        Some(any_value::Value::BoolValue(b)) => b.to_string(),
+        Some(any_value::Value::DoubleValue(d)) => d.to_string(),
+        other => format!("{other:?}"),
+    }
+}
+
+fn attributes(pairs: &[KeyValue]) -> BTreeMap<String, String> {
+    pairs
+        .iter()
+        .map(|kv| (kv.key.clone(), text(&kv.value)))
+        .collect()
+}
+
+/// The in-process OTLP receiver: keeps every span it is sent.
+#[derive(Clone, Default)]
+struct Receiver {
+    spans: Arc<Mutex<Vec<Received>>>,
+}
+
+#[tonic::async_trait]
+impl TraceService for Receiver {
+    async fn export(
+        &self,
+        request: tonic::Request<ExportTraceServiceRequest>,
+    ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
+        let mut spans = self.spans.lock().unwrap();
+        for resource_spans in request.into_inner().resource_spans {
+            let resource = resource_spans
+                .resource
+                .map(|r| attributes(&r.attributes))
+                .unwrap_or_default();
+            let service = resource.get("service.name").cloned().unwrap_or_default();
+            for span in resource_spans.scope_spans.into_iter().flat_map(|s| s.spans) {
+                let status = span.status.unwrap_or_default();
+                spans.push(Received {
+                    service: service.clone(),
+                    resource: resource.clone(),
+                    trace_id: hex(&span.trace_id),
+                    span_id: hex(&span.span_id),
+                    parent_span_id: hex(&span.parent_span_id),
+                    name: span.name,
+                    attributes: attributes(&span.attributes),
+                    status_code: status.code,
+                    status_message: status.message,
+                    events: span.events.into_iter().map(|e| e.name).collect(),
+                    links: span
+                        .links
+                        .into_iter()
+                        .map(|l| (hex(&l.span_id), attributes(&l.attributes)))
+                        .collect(),
+                    start_ns: span.start_time_unix_nano,
+                    end_ns: span.end_time_unix_nano,
+                });
+            }
+        }
+        Ok(tonic::Response::new(ExportTraceServiceResponse::default()))
+    }
+}
+
+impl Receiver {
+    /// Serves OTLP/gRPC on a free loopback port, for as long as the test runs.
+    async fn start() -> (Receiver, String) {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let receiver = Receiver::default();
+        let service = TraceServiceServer::new(receiver.clone());
+        tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(service)
+                .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
+        );
+        (receiver, format!("http://{address}"))
+    }
+
+    fn spans(&self) -> Vec<Received> {
+        self.spans.lock().unwrap().clone()
+    }
+
+    /// Waits (bounded) until `ready` holds of the spans received, and returns them.
+    async fn wait_for(&self, what: &str, ready: impl Fn(&[Received]) -> bool) -> Vec<Received> {
+        let deadline = Instant::now() + harness::DEADLINE;
+        loop {
+            let spans = self.spans();
+            if ready(&spans) {
+                return spans;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the receiver never got {what}; it has:\n{}",
+                spans
+                    .iter()
+                    .map(|s| format!("  {} {} {:?}\n", s.service, s.name, s.attributes))
+                    .collect::<String>()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+/// The run's spans: those of its trace.
+fn of_trace<'a>(spans: &'a [Received], trace_id: &str) -> Vec<&'a Received> {
+    spans.iter().filter(|s| s.trace_id == trace_id).collect()
+}
+
+fn named<'a>(spans: &[&'a Received], name: &str) -> Vec<&'a Received> {
+    spans.iter().copied().filter(|s| s.name == name).collect()
+}
+
+fn one<'a>(spans: &[&'a Received], name: &str) -> &'a Received {
+    let found = named(spans, name);
+    assert_eq!(found.len(), 1, "one span {name}: {spans:#?}");
+    found[0]
+}
+
+/// The spans a fleet exports to `endpoint` with: quick batches, and a resource attribute.
+fn otel_env(endpoint: &str) -> Vec<(&'static str, String)> {
+    vec![
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.to_owned()),
+        ("OTEL_BSP_SCHEDULE_DELAY", "100".to_owned()),
+        (
+            "OTEL_RESOURCE_ATTRIBUTES",
+            "deployment.environment=trace-test".to_owned(),
+        ),
+    ]
+}
+
+async fn start_fleet(endpoint: &str) -> Fleet {
+    let env = otel_env(endpoint);
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    Fleet::start_with_env(
+        1,
+        Timing {
+            lease_ms: 2_000,
+            worker_silence_ms: 3_000,
+        },
+        &env,
+    )
+    .await
+}
+
+/// Agents for the trace tests: `work` takes `seconds`, `broken` fails.
+fn start_workers(fleet: &mut Fleet, records: &Records, ids: &[&str], seconds: &str) {
+    for id in ids {
+        let agents = records.agents_file(
+            id,
+            &[
+                ("work", vec!["traced-agent.sh", seconds]),
+                ("broken", vec!["traced-agent.sh", "0", "fail"]),
+            ],
+        );
+        fleet.start_worker(id, &agents, 1);
+    }
+}
+
+async fn submit(
+    client: &mut RunServiceClient<Channel>,
+    workflow: serde_json::Value,
+    traceparent: Option<&str>,
+) -> String {
+    let mut request = tonic::Request::new(SubmitRunRequest {
+        workflow: workflow.to_string().into_bytes(),
+        input: Some(Json::new(b"\"trace me\"".to_vec())),
+        idempotency_key: String::new(),
+    });
+    if let Some(traceparent) = traceparent {
+        request
+            .metadata_mut()
+            .insert("traceparent", traceparent.parse().unwrap());
+    }
+    client
+        .submit_run(request)
+        .await
+        .unwrap()
+        .into_inner()
+        .run_id
+}
+
+async fn wait_until(
+    client: &mut RunServiceClient<Channel>,
+    run_id: &str,
+    done: impl Fn(&RunRecord) -> bool,
+) -> RunRecord {
+    let deadline = Instant::now() + harness::DEADLINE;
+    loop {
+        if let Ok(record) = client
+            .get_run(GetRunRequest {
+                run_id: run_id.to_owned(),
+            })
+            .await
+        {
+            let record = record.into_inner();
+            if done(&record) {
+                return record;
+            }
+        }
+        assert!(Instant::now() < deadline, "run {run_id} never got there");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn finished(client: &mut RunServiceClient<Channel>, run_id: &str) -> RunRecord {
+    wait_until(client, run_id, |r| r.status != "running").await
+}
+
+/// Lines `<run> <step> <attempt> <worker> <traceparent>` the agents wrote.
+fn agent_traceparents(records: &Records) -> Vec<Vec<String>> {
+    std::fs::read_to_string(records.root().join("traceparents.log"))
+        .unwrap_or_default()
+        .lines()
+        .map(|line| line.split(' ').map(str::to_owned).collect())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_run_is_one_trace_from_submit_through_every_worker() {
+    let (receiver, endpoint) = Receiver::start().await;
+    let mut fleet = start_fleet(&endpoint).await;
+    let records = Records::new(fleet.dir().join("records"));
+    // One slot each, and branches that take their time: the two branches run on both workers.
+    start_workers(&mut fleet, &records, &["w1", "w2"], "0.5");
+    fleet.wait_for_workers(2).await;
+    let mut client = fleet.client(0).await.unwrap();
+
+    // Continues the caller's trace.
+    let client_trace = "4bf92f3577b34da6a3ce929d0e0e4736";
+    let client_span = "00f067aa0ba902b7";
+    let pipeline = json!({"id": "traced-pipeline", "steps": [
+        {"id": "plan", "type": "agent", "agent": "work"},
+        {"id": "tests", "type": "parallel", "steps": [
+            {"id": "unit", "type": "agent", "agent": "work"},
+            {"id": "integration", "type": "agent", "agent": "work"}
+        ]}
+    ]});
+    let traceparent = format!("00-{client_trace}-{client_span}-01");
+    let run = submit(&mut client, pipeline, Some(&traceparent)).await;
+    // Starts its own trace; fails, once retried.
+    let failing = json!({"id": "traced-failure", "steps": [
+        {"id": "build", "type": "agent", "agent": "broken",
+         "retry": {"max_attempts": 2, "initial_interval_ms": 50}}
+    ]});
+    let failed = submit(&mut client, failing, None).await;
+
+    let record = finished(&mut client, &run).await;
+    assert_eq!(record.status, "succeeded", "{}", record.error);
+    assert_eq!(record.trace_id, client_trace, "the record names its trace");
+    let failed_record = finished(&mut client, &failed).await;
+    assert_eq!(failed_record.status, "failed");
+    let failed_trace = failed_record.trace_id.clone();
+    assert_eq!(
+        failed_trace.len(),
+        32,
+        "a trace of its own: {failed_record:?}"
+    );
+    assert_ne!(failed_trace, client_trace);
+
+    let spans = receiver
+        .wait_for("both runs' spans", |spans| {
+            let run = of_trace(spans, client_trace);
+            let failed = of_trace(spans, &failed_trace);
+            named(&run, "execute work").len() == 3
+                && named(&run, "step tests").len() == 1
+                && named(&run, "step unit").len() == 1
+                && named(&run, "step integration").len() == 1
+                && named(&failed, "step build").len() == 2
+                && named(&failed, "execute broken").len() == 2
+        })
+        .await;
+
+    // Exactly one trace per run: every span that names a run is in that run's trace, and each
+    // trace has one SubmitRun.
+    for span in &spans {
+        match span.attributes.get("baton.run.id").map(String::as_str) {
+            Some(id) if id == run => assert_eq!(span.trace_id, client_trace, "{span:#?}"),
+            Some(id) if id == failed => assert_eq!(span.trace_id, failed_trace, "{span:#?}"),
+            _ => {}
+        }
+    }
+    let trace = of_trace(&spans, client_trace);
+    let submitted = one(&trace, "SubmitRun");
+    assert_eq!(
+        submitted.parent_span_id, client_span,
+        "continues the caller"
+    );
+    assert_eq!(submitted.attribute("baton.run.id"), run);
+    assert_eq!(submitted.attribute("baton.workflow.id"), "traced-pipeline");
+    assert_eq!(submitted.service, "baton-coordinator");
+    assert_eq!(
+        submitted
+            .resource
+            .get("deployment.environment")
+            .map(String::as_str),
+        Some("trace-test"),
+        "OTEL_RESOURCE_ATTRIBUTES is honoured"
+    );
+
+    // SubmitRun -> step -> worker execution; a branch's step is under its parallel step's.
+    let plan = one(&trace, "step plan");
+    let tests = one(&trace, "step tests");
+    assert_eq!(plan.parent_span_id, submitted.span_id);
+    assert_eq!(tests.parent_span_id, submitted.span_id);
+    assert_eq!(tests.attribute("baton.step.type"), "parallel");
+    let mut branch_workers = Vec::new();
+    for step in ["plan", "unit", "integration"] {
+        let step_span = one(&trace, &format!("step {step}"));
+        if step != "plan" {
+            assert_eq!(
+                step_span.parent_span_id, tests.span_id,
+                "{step} is a branch"
+            );
+        }
+        for (key, value) in [
+            ("baton.run.id", run.as_str()),
+            ("baton.workflow.id", "traced-pipeline"),
+            ("baton.step.id", step),
+            ("baton.step.type", "agent"),
+            ("baton.agent", "work"),
+            ("baton.attempt", "1"),
+        ] {
+            assert_eq!(step_span.attribute(key), value, "{step_span:#?}");
+        }
+        assert!(step_span.events.contains(&"dispatched".to_owned()));
+        let worker = step_span.attribute("baton.worker.id");
+        // Its queue wait and its persistence are its children.
+        for child in ["queue wait", "persist"] {
+            assert!(
+                trace
+                    .iter()
+                    .any(|s| s.name == child && s.parent_span_id == step_span.span_id),
+                "{step} has a {child} span"
+            );
+        }
+        let executions: Vec<_> = named(&trace, "execute work")
+            .into_iter()
+            .filter(|s| s.parent_span_id == step_span.span_id)
+            .collect();
+        assert_eq!(executions.len(), 1, "one execution under step {step}");
+        let execution = executions[0];
+        assert_eq!(execution.service, "baton-worker");
+        assert_eq!(execution.attribute("baton.worker.id"), worker);
+        assert_eq!(execution.attribute("baton.step.id"), step);
+        assert_eq!(execution.attribute("baton.attempt"), "1");
+        assert!(execution.start_ns >= step_span.start_ns && execution.end_ns <= step_span.end_ns);
+        // The agent's process got the execution span as its TRACEPARENT.
+        let given: Vec<_> = agent_traceparents(&records)
+            .into_iter()
+            .filter(|line| line[0] == run && line[1] == step)
+            .collect();
+        assert_eq!(
+            given[0][4],
+            format!("00-{client_trace}-{}-01", execution.span_id)
+        );
+        if step != "plan" {
+            branch_workers.push(worker.to_owned());
+        }
+    }
+    branch_workers.sort();
+    assert_eq!(
+        branch_workers,
+        ["w1", "w2"],
+        "the branches ran on both workers"
+    );
+
+    // The failed run: both attempts in its trace, errors with their message, the retry an
+    // event on the first and a link from the second.
+    let trace = of_trace(&spans, &failed_trace);
+    let submitted = one(&trace, "SubmitRun");
+    assert_eq!(submitted.parent_span_id, "", "a trace of its own");
+    let mut attempts = named(&trace, "step build");
+    attempts.sort_by_key(|s| s.attribute("baton.attempt").to_owned());
+    for attempt in &attempts {
+        assert_eq!(attempt.parent_span_id, submitted.span_id);
+        assert_eq!(attempt.status_code, 2, "error status: {attempt:#?}");
+        assert!(
+            attempt.status_message.contains("the build broke"),
+            "{}",
+            attempt.status_message
+        );
+    }
+    assert!(attempts[0].events.contains(&"retry scheduled".to_owned()));
+    assert!(!attempts[1].events.contains(&"retry scheduled".to_owned()));
+    assert_eq!(attempts[1].links.len(), 1);
+    assert_eq!(attempts[1].links[0].0, attempts[0].span_id);
+    for execution in named(&trace, "execute broken") {
+        assert_eq!(execution.status_code, 2);
+        assert!(
+            attempts
+                .iter()
+                .any(|a| a.span_id == execution.parent_span_id)
+        );
+    }
+
+    // `baton runs get` shows the trace id.
+    let output = harness::baton()
+        .args(["runs", "get", &run, "--coordinator", &fleet.url(0)])
+        .output()
+        .unwrap();
+    let shown = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{shown}");
+    assert!(
+        shown.contains(&format!("trace {client_trace}")),
+        "runs get shows the trace: {shown}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_stays_one_trace_across_a_coordinator_restart() {
+    let (receiver, endpoint) = Receiver::start().await;
+    let mut fleet = start_fleet(&endpoint).await;
+    let records = Records::new(fleet.dir().join("records"));
+    start_workers(&mut fleet, &records, &["w1"], "0");
+    fleet.wait_for_workers(1).await;
+    let mut client = fleet.client(0).await.unwrap();
+    let workflow = json!({"id": "traced-approval", "steps": [
+        {"id": "plan", "type": "agent", "agent": "work"},
+        {"id": "approve", "type": "approval", "message": "Ship it?"},
+        {"id": "review", "type": "agent", "agent": "work"}
+    ]});
+    let run = submit(&mut client, workflow, None).await;
+    let waiting = wait_until(&mut client, &run, |r| {
+        r.waiting.iter().any(|w| w.step_id == "approve")
+    })
+    .await;
+    let trace_id = waiting.trace_id.clone();
+    receiver
+        .wait_for("the first steps' spans", |spans| {
+            let trace = of_trace(spans, &trace_id);
+            named(&trace, "SubmitRun").len() == 1 && named(&trace, "step plan").len() == 1
+        })
+        .await;
+
+    // The coordinator dies while the run waits; a new one (same Redis) takes the decision.
+    fleet.kill_coordinator(0);
+    fleet.start_coordinator(0).await;
+    fleet.wait_for_workers(1).await;
+    let mut client = fleet.client(0).await.unwrap();
+    client
+        .decide_approval(DecideApprovalRequest {
+            run_id: run.clone(),
+            step_id: "approve".to_owned(),
+            approved: true,
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let record = finished(&mut client, &run).await;
+    assert_eq!(record.status, "succeeded", "{}", record.error);
+    assert_eq!(record.trace_id, trace_id);
+
+    let spans = receiver
+        .wait_for("the steps after the restart", |spans| {
+            let trace = of_trace(spans, &trace_id);
+            named(&trace, "step review").len() == 1 && named(&trace, "execute work").len() == 2
+        })
+        .await;
+    let trace = of_trace(&spans, &trace_id);
+    let submitted = one(&trace, "SubmitRun");
+    let approve = one(&trace, "step approve");
+    let review = one(&trace, "step review");
+    assert_eq!(approve.parent_span_id, submitted.span_id);
+    assert_eq!(approve.attribute("baton.step.type"), "approval");
+    assert!(
+        approve.start_ns < review.start_ns && approve.end_ns > approve.start_ns,
+        "the approval's span covers its wait, from before the restart"
+    );
+    assert_eq!(review.parent_span_id, submitted.span_id);
+    let execution = named(&trace, "execute work")
+        .into_iter()
+        .find(|s| s.attribute("baton.step.id") == "review")
+        .expect("the review's execution");
+    assert_eq!(execution.parent_span_id, review.span_id);
+    // Nothing of the run went to another trace.
+    assert!(
+        spans
+            .iter()
+            .filter(|s| s.attributes.get("baton.run.id") == Some(&run))
+            .all(|s| s.trace_id == trace_id)
+    );
+}

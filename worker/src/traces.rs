@@ -1,0 +1,68 @@
+//! The worker's span of an agent's execution: a child of the coordinator's span of the step's
+//! attempt, whose context the task carries (`Task.traceparent`).
+
+use opentelemetry::global::BoxedSpan;
+use opentelemetry::trace::{Span as _, SpanBuilder, SpanKind, Status, TraceContextExt};
+use opentelemetry::{Context, KeyValue};
+
+use baton_proto::trace_context::{format_traceparent, parse_traceparent};
+
+/// The span of one execution, or nothing when traces are off or the task has no trace.
+pub(crate) struct ExecutionSpan {
+    span: Option<BoxedSpan>,
+    /// What the agent is given as its own `traceparent`: this span's context, or the task's.
+    pub(crate) traceparent: String,
+}
+
+impl ExecutionSpan {
+    pub(crate) fn start(enabled: bool, worker_id: &str, task: &baton_proto::v1::Task) -> Self {
+        let parent = parse_traceparent(&task.traceparent);
+        let (true, Some(parent)) = (enabled, parent) else {
+            return ExecutionSpan {
+                span: None,
+                traceparent: task.traceparent.clone(),
+            };
+        };
+        let tracer = opentelemetry::global::tracer("baton-worker");
+        let span = SpanBuilder::from_name(format!("execute {}", task.agent))
+            .with_kind(SpanKind::Consumer)
+            .with_attributes([
+                KeyValue::new("baton.run.id", task.run_id.clone()),
+                KeyValue::new("baton.step.id", task.step_id.clone()),
+                KeyValue::new("baton.step.visit", i64::from(task.visit)),
+                KeyValue::new("baton.agent", task.agent.clone()),
+                KeyValue::new("baton.attempt", i64::from(task.attempt)),
+                KeyValue::new("baton.worker.id", worker_id.to_owned()),
+                KeyValue::new("baton.task.id", task.task_id.clone()),
+            ])
+            .start_with_context(&tracer, &Context::new().with_remote_span_context(parent));
+        ExecutionSpan {
+            traceparent: format_traceparent(span.span_context()),
+            span: Some(span),
+        }
+    }
+
+    /// The trace and span ids, as log lines carry them (empty when there is no span).
+    pub(crate) fn ids(&self) -> (String, String) {
+        match &self.span {
+            Some(span) => {
+                let context = span.span_context();
+                (
+                    context.trace_id().to_string(),
+                    context.span_id().to_string(),
+                )
+            }
+            None => Default::default(),
+        }
+    }
+
+    /// Ends the span, with the agent's error as its status.
+    pub(crate) fn finish(self, error: Option<&str>) {
+        if let Some(mut span) = self.span {
+            if let Some(error) = error {
+                span.set_status(Status::error(error.to_owned()));
+            }
+            span.end();
+        }
+    }
+}
