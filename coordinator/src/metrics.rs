@@ -28,6 +28,11 @@ fn seconds_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.001, 4.0, 13))
 }
 
+/// Seconds, from 50 µs to about 1.6 s: a store round trip.
+fn store_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.000_05, 2.0, 16))
+}
+
 /// What the coordinator counts and measures.
 pub struct Metrics {
     registry: Registry,
@@ -36,7 +41,7 @@ pub struct Metrics {
     steps: Family<Labels, Counter>,
     task_duration: Family<Labels, Histogram, fn() -> Histogram>,
     queue_wait: Family<Labels, Histogram, fn() -> Histogram>,
-    store_latency: Histogram,
+    store_requests: Family<Labels, Histogram, fn() -> Histogram>,
     queue_depth: Family<Labels, Gauge>,
     queue_oldest: Family<Labels, Gauge<f64, std::sync::atomic::AtomicU64>>,
     workers: Gauge,
@@ -57,7 +62,7 @@ impl Default for Metrics {
             steps: Family::default(),
             task_duration: Family::new_with_constructor(seconds_histogram),
             queue_wait: Family::new_with_constructor(seconds_histogram),
-            store_latency: Histogram::new(exponential_buckets(0.000_05, 2.0, 16)),
+            store_requests: Family::new_with_constructor(store_histogram),
             queue_depth: Family::default(),
             queue_oldest: Family::default(),
             workers: Gauge::default(),
@@ -95,9 +100,9 @@ impl Default for Metrics {
             metrics.queue_wait.clone(),
         );
         registry.register(
-            "store_transition_seconds",
-            "Round trips of the transition writes to the store",
-            metrics.store_latency.clone(),
+            "store_request_seconds",
+            "Round trips to the store (Redis), by operation: a transition is one script call",
+            metrics.store_requests.clone(),
         );
         registry.register(
             "queue_depth",
@@ -189,8 +194,14 @@ impl Metrics {
             .observe(waited.as_secs_f64());
     }
 
-    pub fn store_round_trip(&self, took: Duration) {
-        self.store_latency.observe(took.as_secs_f64());
+    /// What the store's calls report their latency to ([`crate::store::timed`]).
+    pub fn store_observer(&self) -> crate::store::timed::Observer {
+        let requests = self.store_requests.clone();
+        std::sync::Arc::new(move |operation, took: Duration| {
+            requests
+                .get_or_create(&labels(&[("operation", operation)]))
+                .observe(took.as_secs_f64());
+        })
     }
 
     /// The text exposition, with the hub's gauges as they are now.

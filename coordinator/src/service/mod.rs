@@ -41,6 +41,7 @@ use crate::model::{
 };
 use crate::parts::PartEncoder;
 use crate::record;
+use crate::store::timed::Timed;
 use crate::store::{self, Claim, RunHeader, Store, StoredRun, TransitionWrite};
 use crate::traces::{self, AttemptSpan, RunSpan, SettledSpan, StepSpan, Traces};
 
@@ -165,7 +166,8 @@ impl<S: Store> Clone for Coordinator<S> {
 }
 
 struct Inner<S> {
-    store: S,
+    /// Every call timed, for `/metrics`.
+    store: Timed<S>,
     hub: Hub,
     config: Config,
     embedder: Arc<dyn Embedder>,
@@ -252,6 +254,8 @@ impl<S: Store> Coordinator<S> {
         } else {
             Traces::off()
         };
+        let metrics = crate::metrics::Metrics::default();
+        let store = Timed::new(store, metrics.store_observer());
         let coordinator = Self {
             inner: Arc::new(Inner {
                 traces,
@@ -262,7 +266,7 @@ impl<S: Store> Coordinator<S> {
                 runs: Default::default(),
                 watchers: Default::default(),
                 transitions: AtomicU64::new(0),
-                metrics: crate::metrics::Metrics::default(),
+                metrics,
                 integrity_seen: Default::default(),
                 resends: AtomicU64::new(0),
                 profile: Profile::default(),
@@ -283,7 +287,7 @@ impl<S: Store> Coordinator<S> {
     }
 
     pub fn store(&self) -> &S {
-        &self.inner.store
+        self.inner.store.inner()
     }
 
     pub fn hub(&self) -> &Hub {
@@ -455,13 +459,11 @@ impl<S: Store> Coordinator<S> {
             None,
             &self.holder(),
         );
-        let writing = std::time::Instant::now();
         let created = self
             .inner
             .store
             .create_run(header, planned.write.clone())
             .await;
-        self.inner.metrics.store_round_trip(writing.elapsed());
         match created {
             Ok(()) => {}
             // Another submission with the same idempotency key created it first.
@@ -1473,7 +1475,6 @@ impl<S: Store> Coordinator<S> {
                 .store
                 .apply_transition(run_id, loaded.version, planned.write.clone())
                 .await;
-            self.inner.metrics.store_round_trip(started.elapsed());
             let started = add_elapsed(&profile.store_us, started);
             let held = match written {
                 Ok(version) => {

@@ -23,6 +23,7 @@
 
 pub mod memory;
 pub mod redis;
+pub mod timed;
 
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;

@@ -1,0 +1,121 @@
+//! A store that times every call it forwards: the store's (Redis's) latency per operation, for
+//! `/metrics`.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::TransitionWrite;
+use super::{Claim, DueTask, Error, RunHeader, RunSummary, Store, StoredRun, TaskSwap};
+
+/// Told the operation and how long it took, whether it succeeded or not.
+pub type Observer = Arc<dyn Fn(&'static str, Duration) + Send + Sync>;
+
+/// `S`, with every call timed.
+pub struct Timed<S> {
+    inner: S,
+    observe: Observer,
+}
+
+impl<S: Store> Timed<S> {
+    pub fn new(inner: S, observe: Observer) -> Self {
+        Timed { inner, observe }
+    }
+
+    pub fn inner(&self) -> &S {
+        &self.inner
+    }
+
+    async fn time<T>(&self, operation: &'static str, call: impl Future<Output = T>) -> T {
+        let started = Instant::now();
+        let result = call.await;
+        (self.observe)(operation, started.elapsed());
+        result
+    }
+}
+
+impl<S: Store> Store for Timed<S> {
+    async fn create_run(&self, header: RunHeader, first: TransitionWrite) -> Result<(), Error> {
+        self.time("create_run", self.inner.create_run(header, first))
+            .await
+    }
+
+    async fn apply_transition(
+        &self,
+        run_id: &str,
+        expected_version: u64,
+        write: TransitionWrite,
+    ) -> Result<u64, Error> {
+        self.time(
+            "apply_transition",
+            self.inner.apply_transition(run_id, expected_version, write),
+        )
+        .await
+    }
+
+    async fn load_run(&self, run_id: &str) -> Result<Option<StoredRun>, Error> {
+        self.time("load_run", self.inner.load_run(run_id)).await
+    }
+
+    async fn swap_tasks(&self, swaps: Vec<TaskSwap>) -> Result<Vec<bool>, Error> {
+        self.time("swap_tasks", self.inner.swap_tasks(swaps)).await
+    }
+
+    async fn due_tasks(
+        &self,
+        agent: &str,
+        now_ms: i64,
+        limit: usize,
+    ) -> Result<Vec<DueTask>, Error> {
+        self.time("due_tasks", self.inner.due_tasks(agent, now_ms, limit))
+            .await
+    }
+
+    async fn task(&self, run_id: &str, task_key: &str) -> Result<Option<Vec<u8>>, Error> {
+        self.time("task", self.inner.task(run_id, task_key)).await
+    }
+
+    async fn version(&self, run_id: &str) -> Result<Option<u64>, Error> {
+        self.time("version", self.inner.version(run_id)).await
+    }
+
+    async fn list_runs(&self, limit: usize) -> Result<Vec<RunSummary>, Error> {
+        self.time("list_runs", self.inner.list_runs(limit)).await
+    }
+
+    async fn active_runs(&self) -> Result<Vec<String>, Error> {
+        self.time("active_runs", self.inner.active_runs()).await
+    }
+
+    async fn decisions(&self, run_id: &str) -> Result<BTreeMap<String, Vec<u8>>, Error> {
+        self.time("decisions", self.inner.decisions(run_id)).await
+    }
+
+    async fn runs_of_workflow(
+        &self,
+        workflow_id: &str,
+        limit: usize,
+    ) -> Result<Vec<String>, Error> {
+        self.time(
+            "runs_of_workflow",
+            self.inner.runs_of_workflow(workflow_id, limit),
+        )
+        .await
+    }
+
+    async fn claim_idempotency_key(
+        &self,
+        key: &str,
+        run_id: &str,
+        request_sha256: &str,
+        ttl_s: u64,
+    ) -> Result<Claim, Error> {
+        self.time(
+            "claim_idempotency_key",
+            self.inner
+                .claim_idempotency_key(key, run_id, request_sha256, ttl_s),
+        )
+        .await
+    }
+}
