@@ -1,5 +1,6 @@
 //! The coordinator's `/metrics`, scraped from a real `baton coordinator` process while real
-//! workers run real runs, and parsed as Prometheus text.
+//! workers run real runs, and parsed as Prometheus text; and the same metrics as an OTLP
+//! collector receives them.
 
 #[path = "support/executions.rs"]
 mod executions;
@@ -190,4 +191,193 @@ async fn metrics_count_runs_steps_and_the_queue_workers_scale_on() {
     assert_eq!(sample(&worker, "baton_worker_running_tasks"), 0.0);
     assert_eq!(sample(&worker, "baton_worker_slots"), 1.0);
     assert_eq!(sample(&worker, "baton_worker_sessions_total"), 1.0);
+}
+
+/// An OTLP collector's metrics service, in this test: the last value of each data point it was
+/// sent, by `<service> <metric>{<labels>}` (a histogram's value is its count).
+#[derive(Clone, Default)]
+struct MetricsReceiver {
+    points: std::sync::Arc<std::sync::Mutex<BTreeMap<String, f64>>>,
+}
+
+#[tonic::async_trait]
+impl opentelemetry_proto::tonic::collector::metrics::v1::metrics_service_server::MetricsService
+    for MetricsReceiver
+{
+    async fn export(
+        &self,
+        request: tonic::Request<
+            opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceRequest,
+        >,
+    ) -> Result<
+        tonic::Response<
+            opentelemetry_proto::tonic::collector::metrics::v1::ExportMetricsServiceResponse,
+        >,
+        tonic::Status,
+    > {
+        use opentelemetry_proto::tonic::common::v1::any_value::Value;
+        use opentelemetry_proto::tonic::metrics::v1::{metric::Data, number_data_point};
+        let text = |kv: &opentelemetry_proto::tonic::common::v1::KeyValue| match kv
+            .value
+            .as_ref()
+            .and_then(|v| v.value.as_ref())
+        {
+            Some(Value::StringValue(s)) => s.clone(),
+            other => format!("{other:?}"),
+        };
+        let key = |service: &str,
+                   name: &str,
+                   labels: &[opentelemetry_proto::tonic::common::v1::KeyValue]| {
+            let labels: Vec<String> = labels
+                .iter()
+                .map(|kv| format!("{}=\"{}\"", kv.key, text(kv)))
+                .collect();
+            format!("{service} {name}{{{}}}", labels.join(","))
+        };
+        let mut points = self.points.lock().unwrap();
+        for resource_metrics in request.into_inner().resource_metrics {
+            let service = resource_metrics
+                .resource
+                .iter()
+                .flat_map(|r| &r.attributes)
+                .find(|kv| kv.key == "service.name")
+                .map(text)
+                .unwrap_or_default();
+            for metric in resource_metrics
+                .scope_metrics
+                .iter()
+                .flat_map(|s| &s.metrics)
+            {
+                let number =
+                    |point: &opentelemetry_proto::tonic::metrics::v1::NumberDataPoint| match point
+                        .value
+                    {
+                        Some(number_data_point::Value::AsDouble(x)) => x,
+                        Some(number_data_point::Value::AsInt(n)) => n as f64,
+                        None => f64::NAN,
+                    };
+                match &metric.data {
+                    Some(Data::Sum(sum)) => {
+                        assert!(sum.is_monotonic, "{} is a counter", metric.name);
+                        for point in &sum.data_points {
+                            points.insert(
+                                key(&service, &metric.name, &point.attributes),
+                                number(point),
+                            );
+                        }
+                    }
+                    Some(Data::Gauge(gauge)) => {
+                        for point in &gauge.data_points {
+                            points.insert(
+                                key(&service, &metric.name, &point.attributes),
+                                number(point),
+                            );
+                        }
+                    }
+                    Some(Data::Histogram(histogram)) => {
+                        for point in &histogram.data_points {
+                            assert_eq!(
+                                point.bucket_counts.iter().sum::<u64>(),
+                                point.count,
+                                "{}: the buckets hold every sample",
+                                metric.name
+                            );
+                            points.insert(
+                                key(&service, &metric.name, &point.attributes),
+                                point.count as f64,
+                            );
+                        }
+                    }
+                    other => panic!("unexpected data for {}: {other:?}", metric.name),
+                }
+            }
+        }
+        Ok(tonic::Response::new(Default::default()))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_same_metrics_go_to_an_otlp_collector() {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let endpoint = format!("http://{}", listener.local_addr().unwrap());
+    let receiver = MetricsReceiver::default();
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(
+                opentelemetry_proto::tonic::collector::metrics::v1::metrics_service_server::MetricsServiceServer::new(
+                    receiver.clone(),
+                ),
+            )
+            .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
+    );
+    let mut fleet = Fleet::start_with_env(
+        1,
+        Timing {
+            lease_ms: 2_000,
+            worker_silence_ms: 3_000,
+        },
+        &[
+            ("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint),
+            ("OTEL_METRIC_EXPORT_INTERVAL", "200"),
+            // This receiver takes metrics only.
+            ("OTEL_TRACES_EXPORTER", "none"),
+        ],
+    )
+    .await;
+    let records = Records::new(fleet.dir().join("records"));
+    fleet.start_logged_worker(&records, "w1", "0", 2);
+    fleet.wait_for_workers(1).await;
+    let workflow = json!({"steps": [{"id": "work", "type": "agent", "agent": "slow"}]})
+        .to_string()
+        .into_bytes();
+    let mut client = fleet.client(0).await.unwrap();
+    for n in 0..2 {
+        client
+            .submit_run(SubmitRunRequest {
+                workflow: workflow.clone(),
+                input: Some(Json::new(serde_json::to_vec(&json!(n)).unwrap())),
+                idempotency_key: String::new(),
+            })
+            .await
+            .unwrap();
+    }
+
+    // Exported every 200 ms: wait for the batch that has both runs done.
+    let expected = [
+        ("baton-coordinator baton_runs_started{}", 2.0),
+        (
+            r#"baton-coordinator baton_runs_finished{status="succeeded"}"#,
+            2.0,
+        ),
+        (
+            r#"baton-coordinator baton_steps{type="agent",outcome="succeeded"}"#,
+            2.0,
+        ),
+        (
+            r#"baton-coordinator baton_task_duration_seconds{agent="slow"}"#,
+            2.0,
+        ),
+        ("baton-coordinator baton_workers_connected{}", 1.0),
+        (
+            r#"baton-worker baton_worker_tasks{agent="slow",outcome="succeeded"}"#,
+            2.0,
+        ),
+        ("baton-worker baton_worker_slots{}", 2.0),
+    ];
+    let deadline = Instant::now() + harness::DEADLINE;
+    loop {
+        let points = receiver.points.lock().unwrap().clone();
+        let missing: Vec<_> = expected
+            .iter()
+            .filter(|(key, value)| points.get(*key) != Some(value))
+            .collect();
+        if missing.is_empty() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "never received {missing:?}; got {points:#?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }

@@ -159,6 +159,11 @@ async fn serve<S: baton_coordinator::store::Store>(
     coordinator: Coordinator<S>,
     metrics: Option<tokio::net::TcpListener>,
 ) -> anyhow::Result<()> {
+    let source = coordinator.clone();
+    let export = crate::telemetry::metrics::start(
+        "baton-coordinator",
+        std::sync::Arc::new(move || source.metric_families()),
+    )?;
     // Ends with this function, whichever way it returns.
     let _metrics = metrics.map(|listener| {
         let scraped = coordinator.clone();
@@ -176,7 +181,11 @@ async fn serve<S: baton_coordinator::store::Store>(
         // Time for the goodbyes to leave before the streams are cut.
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     };
-    baton_coordinator::grpc::serve(listener, coordinator, shutdown).await?;
+    let served = baton_coordinator::grpc::serve(listener, coordinator, shutdown).await;
+    if let Some(export) = export {
+        export.shutdown().await;
+    }
+    served?;
     Ok(())
 }
 
@@ -259,7 +268,15 @@ async fn serve_worker(args: WorkerArgs, traces: bool) -> anyhow::Result<ExitCode
         ));
         Some(AbortOnDrop(server.abort_handle()))
     };
+    let metrics = worker.metrics();
+    let export = crate::telemetry::metrics::start(
+        "baton-worker",
+        std::sync::Arc::new(move || metrics.families()),
+    )?;
     worker.run(shutdown_signal()).await;
+    if let Some(export) = export {
+        export.shutdown().await;
+    }
     tracing::info!("worker stopped");
     Ok(ExitCode::SUCCESS)
 }

@@ -7,6 +7,8 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use prometheus_client::encoding::prometheus_protobuf;
+pub use prometheus_client::encoding::prometheus_protobuf::prometheus_data_model::MetricFamily;
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -206,6 +208,20 @@ impl Metrics {
 
     /// The text exposition, with the hub's gauges as they are now.
     pub fn render(&self, hub: HubGauges) -> String {
+        self.refresh(hub);
+        let mut text = String::new();
+        encode(&mut text, &self.registry).expect("writing to a String cannot fail");
+        text
+    }
+
+    /// The same metrics as data (Prometheus's protobuf model), for export by OTLP.
+    pub fn families(&self, hub: HubGauges) -> Vec<MetricFamily> {
+        self.refresh(hub);
+        prometheus_protobuf::encode(&self.registry).expect("encoding to memory cannot fail")
+    }
+
+    /// Sets the hub's gauges to what `hub` says.
+    fn refresh(&self, hub: HubGauges) {
         self.workers.set(hub.workers as i64);
         // Agents no longer seen read 0 rather than their last value.
         self.queue_depth.clear();
@@ -223,9 +239,6 @@ impl Metrics {
                 .get_or_create(&agent)
                 .set(oldest.as_secs_f64());
         }
-        let mut text = String::new();
-        encode(&mut text, &self.registry).expect("writing to a String cannot fail");
-        text
     }
 }
 

@@ -55,6 +55,7 @@ pub fn baton() -> Command {
         // Nor export its spans anywhere, or put its runs in the caller's trace.
         .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
         .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+        .env_remove("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT")
         .env_remove("TRACEPARENT")
         .env("NO_COLOR", "1")
         .env("RUST_LOG", "info");

@@ -5,6 +5,8 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 use std::time::{Duration, Instant};
 
+use prometheus_client::encoding::prometheus_protobuf;
+use prometheus_client::encoding::prometheus_protobuf::prometheus_data_model::MetricFamily;
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -96,6 +98,11 @@ impl WorkerMetrics {
         let mut text = String::new();
         encode(&mut text, &self.registry).expect("writing to a String cannot fail");
         text
+    }
+
+    /// The same metrics as data (Prometheus's protobuf model), for export by OTLP.
+    pub fn families(&self) -> Vec<MetricFamily> {
+        prometheus_protobuf::encode(&self.registry).expect("encoding to memory cannot fail")
     }
 }
 

@@ -963,12 +963,21 @@ impl<S: Store> Coordinator<S> {
 
     /// The Prometheus text exposition of this coordinator's metrics (`/metrics`).
     pub fn metrics_text(&self) -> String {
+        self.inner.metrics.render(self.hub_gauges())
+    }
+
+    /// The metrics of [`Coordinator::metrics_text`], as data for export by OTLP.
+    pub fn metric_families(&self) -> Vec<crate::metrics::MetricFamily> {
+        self.inner.metrics.families(self.hub_gauges())
+    }
+
+    fn hub_gauges(&self) -> crate::metrics::HubGauges {
         let (workers, free_slots) = self.inner.hub.capacity();
-        self.inner.metrics.render(crate::metrics::HubGauges {
+        crate::metrics::HubGauges {
             workers,
             free_slots,
             queues: self.inner.hub.queue_stats(),
-        })
+        }
     }
 
     /// The run record of `run_id`, as the store has it now (another coordinator may have moved

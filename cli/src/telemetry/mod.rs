@@ -1,4 +1,5 @@
-//! OpenTelemetry export of the coordinator's and workers' spans, configured the standard way.
+//! OpenTelemetry export of the coordinator's and workers' spans (and, in [`metrics`], their
+//! metrics), configured the standard way.
 //!
 //! Spans go out by OTLP over gRPC when `OTEL_EXPORTER_OTLP_ENDPOINT` (or
 //! `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`) is set; the SDK reads the rest of its settings from the
@@ -7,6 +8,8 @@
 //! built. `OTEL_SDK_DISABLED=true` or `OTEL_TRACES_EXPORTER=none` turn export off too.
 
 use std::time::Duration;
+
+pub mod metrics;
 
 use anyhow::Context as _;
 use opentelemetry_sdk::Resource;
@@ -33,6 +36,18 @@ pub fn configured() -> bool {
     endpoint.is_some() && !disabled
 }
 
+/// The process as exports describe it: `OTEL_RESOURCE_ATTRIBUTES` and `OTEL_SERVICE_NAME`, with
+/// `service` as the name when neither gives one.
+fn resource(service: &'static str) -> Resource {
+    let named = set("OTEL_SERVICE_NAME").is_some()
+        || set("OTEL_RESOURCE_ATTRIBUTES").is_some_and(|a| a.contains("service.name="));
+    let mut resource = Resource::builder();
+    if !named {
+        resource = resource.with_service_name(service);
+    }
+    resource.build()
+}
+
 /// Installs the global tracer provider when [`configured`]; `service` names the process unless
 /// `OTEL_SERVICE_NAME` or `OTEL_RESOURCE_ATTRIBUTES` does. Must run inside the Tokio runtime
 /// (the gRPC exporter lives on it).
@@ -44,14 +59,8 @@ pub fn init(service: &'static str) -> anyhow::Result<Telemetry> {
         .with_tonic()
         .build()
         .context("cannot set up the OTLP span exporter")?;
-    let named = set("OTEL_SERVICE_NAME").is_some()
-        || set("OTEL_RESOURCE_ATTRIBUTES").is_some_and(|a| a.contains("service.name="));
-    let mut resource = Resource::builder();
-    if !named {
-        resource = resource.with_service_name(service);
-    }
     let provider = SdkTracerProvider::builder()
-        .with_resource(resource.build())
+        .with_resource(resource(service))
         // Random ids, except for the spans of step attempts, whose ids any coordinator can
         // derive (see baton_coordinator::traces).
         .with_id_generator(baton_coordinator::traces::SpanIds::default())
