@@ -187,6 +187,8 @@ fn otel_env(endpoint: &str) -> Vec<(&'static str, String)> {
             "OTEL_RESOURCE_ATTRIBUTES",
             "deployment.environment=trace-test".to_owned(),
         ),
+        // Logs as a collector takes them, each naming its trace.
+        ("BATON_LOG_FORMAT", "json".to_owned()),
     ]
 }
 
@@ -454,6 +456,35 @@ async fn each_run_is_one_trace_from_submit_through_every_worker() {
                 .any(|a| a.span_id == execution.parent_span_id)
         );
     }
+
+    // A log line leads to its trace: the worker's about the failed attempt names the trace and
+    // the execution's span, the coordinator's about the retry the attempt's span.
+    let lines = |name: &str| -> Vec<serde_json::Value> {
+        fleet
+            .log_of(name)
+            .lines()
+            .filter_map(|line| serde_json::from_str(line).ok())
+            .collect()
+    };
+    let failure_logged = ["w1", "w2"].iter().flat_map(|w| lines(w)).find(|line| {
+        line["fields"]["message"] == "agent failed" && line["span"]["trace_id"] == failed_trace
+    });
+    let failure_logged = failure_logged.expect("a worker logged the failed attempt, as JSON");
+    let executions = named(&trace, "execute broken");
+    assert!(
+        executions
+            .iter()
+            .any(|e| failure_logged["span"]["span_id"] == e.span_id.as_str()),
+        "{failure_logged}"
+    );
+    let retry_logged = lines("coordinator-0")
+        .into_iter()
+        .find(|line| line["span"]["trace_id"] == failed_trace)
+        .expect("the coordinator logged the retry with its trace");
+    assert_eq!(
+        retry_logged["span"]["span_id"],
+        attempts[0].span_id.as_str()
+    );
 
     // `baton runs get` shows the trace id.
     let output = harness::baton()

@@ -333,6 +333,17 @@ impl Fleet {
             .expect("connect to Redis")
     }
 
+    /// Everything process `name` (a coordinator or worker) has logged, in every incarnation.
+    pub fn log_of(&self, name: &str) -> String {
+        self.coordinators
+            .iter()
+            .chain(&self.workers)
+            .filter(|node| node.name == name)
+            .flat_map(|node| &node.logs)
+            .map(|log| std::fs::read_to_string(log).unwrap_or_default())
+            .collect()
+    }
+
     /// The end of every process's logs, for a failure message.
     pub fn logs(&self) -> String {
         self.coordinators

@@ -191,8 +191,17 @@ impl Worker {
         let logs = tracing::info_span!("task", %task_id, %trace_id, %span_id);
         let answer = self
             .run_agent(task, payload, origin, span.traceparent.clone())
-            .instrument(logs)
+            .instrument(logs.clone())
             .await;
+        if let Err(failure) = &answer {
+            logs.in_scope(|| {
+                tracing::warn!(
+                    retryable = failure.is_retryable(),
+                    error = failure.message(),
+                    "agent failed"
+                )
+            });
+        }
         span.finish(answer.as_ref().err().map(Failure::message));
         running.finished(answer.is_ok());
         let (outcome, notes, non_retryable) = match answer {
