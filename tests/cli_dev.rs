@@ -3,6 +3,8 @@
 
 #[path = "support/cluster.rs"]
 mod harness;
+#[path = "support/otlp.rs"]
+mod otlp;
 #[path = "support/spec.rs"]
 mod spec;
 
@@ -291,4 +293,40 @@ async fn dev_and_cluster_agree_on_the_context_and_both_chains_hold() {
     assert!(verified.ok, "{verified:?}");
     assert_eq!(verified.state_sha256, on_cluster.state_sha256);
     assert_eq!(verified.links, 8, "one link per settled step visit");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dev_exports_the_run_as_one_trace_when_an_otlp_endpoint_is_set() {
+    let (receiver, endpoint) = otlp::Receiver::start().await;
+    let mut command = dev(&example("agents.toml"), &["--auto-approve"]);
+    command
+        .env("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint)
+        .env("OTEL_BSP_SCHEDULE_DELAY", "100");
+    let out = tokio::task::spawn_blocking(move || output(&mut command, None))
+        .await
+        .unwrap();
+    assert_success(&out);
+
+    // Flushed before `baton dev` exited: every span is already here.
+    let spans = receiver.spans();
+    let submitted: Vec<_> = spans.iter().filter(|s| s.name == "SubmitRun").collect();
+    assert_eq!(submitted.len(), 1, "{spans:#?}");
+    let trace = otlp::of_trace(&spans, &submitted[0].trace_id);
+    assert_eq!(trace.len(), spans.len(), "one trace: {spans:#?}");
+    assert!(trace.iter().all(|s| s.service == "baton-dev"));
+    for step in [
+        "plan",
+        "approve-plan",
+        "code",
+        "parallel-tests",
+        "check-tests",
+        "review",
+    ] {
+        let step_span = otlp::one(&trace, &format!("step {step}"));
+        assert_eq!(step_span.attribute("baton.step.id"), step);
+    }
+    let review = otlp::one(&trace, "step review");
+    let executions = otlp::named(&trace, "execute reviewer");
+    assert_eq!(executions.len(), 1);
+    assert_eq!(executions[0].parent_span_id, review.span_id);
 }

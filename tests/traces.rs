@@ -6,11 +6,11 @@
 mod fleet;
 #[path = "support/cluster.rs"]
 mod harness;
+#[path = "support/otlp.rs"]
+mod otlp;
 #[path = "support/spec.rs"]
 mod spec;
 
-use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use baton_proto::Json;
@@ -18,165 +18,9 @@ use baton_proto::v1::run_service_client::RunServiceClient;
 use baton_proto::v1::{DecideApprovalRequest, GetRunRequest, RunRecord, SubmitRunRequest};
 use fleet::{Fleet, Timing};
 use harness::Records;
-use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
-    TraceService, TraceServiceServer,
-};
-use opentelemetry_proto::tonic::collector::trace::v1::{
-    ExportTraceServiceRequest, ExportTraceServiceResponse,
-};
-use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value};
+use otlp::{Receiver, named, of_trace, one};
 use serde_json::json;
 use tonic::transport::Channel;
-
-/// A span as the receiver got it, with ids in hex and attributes as text.
-#[derive(Debug, Clone)]
-struct Received {
-    service: String,
-    resource: BTreeMap<String, String>,
-    trace_id: String,
-    span_id: String,
-    parent_span_id: String,
-    name: String,
-    attributes: BTreeMap<String, String>,
-    /// 2 is ERROR.
-    status_code: i32,
-    status_message: String,
-    events: Vec<String>,
-    /// (span id, attributes) of each link.
-    links: Vec<(String, BTreeMap<String, String>)>,
-    start_ns: u64,
-    end_ns: u64,
-}
-
-impl Received {
-    fn attribute(&self, key: &str) -> &str {
-        self.attributes
-            .get(key)
-            .unwrap_or_else(|| panic!("span {} has no {key}: {self:#?}", self.name))
-    }
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-fn text(value: &Option<AnyValue>) -> String {
-    match value.as_ref().and_then(|v| v.value.as_ref()) {
-        Some(any_value::Value::StringValue(s)) => s.clone(),
-        Some(any_value::Value::IntValue(n)) => n.to_string(),
-        Some(any_value::Value::BoolValue(b)) => b.to_string(),
-        Some(any_value::Value::DoubleValue(d)) => d.to_string(),
-        other => format!("{other:?}"),
-    }
-}
-
-fn attributes(pairs: &[KeyValue]) -> BTreeMap<String, String> {
-    pairs
-        .iter()
-        .map(|kv| (kv.key.clone(), text(&kv.value)))
-        .collect()
-}
-
-/// The in-process OTLP receiver: keeps every span it is sent.
-#[derive(Clone, Default)]
-struct Receiver {
-    spans: Arc<Mutex<Vec<Received>>>,
-}
-
-#[tonic::async_trait]
-impl TraceService for Receiver {
-    async fn export(
-        &self,
-        request: tonic::Request<ExportTraceServiceRequest>,
-    ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
-        let mut spans = self.spans.lock().unwrap();
-        for resource_spans in request.into_inner().resource_spans {
-            let resource = resource_spans
-                .resource
-                .map(|r| attributes(&r.attributes))
-                .unwrap_or_default();
-            let service = resource.get("service.name").cloned().unwrap_or_default();
-            for span in resource_spans.scope_spans.into_iter().flat_map(|s| s.spans) {
-                let status = span.status.unwrap_or_default();
-                spans.push(Received {
-                    service: service.clone(),
-                    resource: resource.clone(),
-                    trace_id: hex(&span.trace_id),
-                    span_id: hex(&span.span_id),
-                    parent_span_id: hex(&span.parent_span_id),
-                    name: span.name,
-                    attributes: attributes(&span.attributes),
-                    status_code: status.code,
-                    status_message: status.message,
-                    events: span.events.into_iter().map(|e| e.name).collect(),
-                    links: span
-                        .links
-                        .into_iter()
-                        .map(|l| (hex(&l.span_id), attributes(&l.attributes)))
-                        .collect(),
-                    start_ns: span.start_time_unix_nano,
-                    end_ns: span.end_time_unix_nano,
-                });
-            }
-        }
-        Ok(tonic::Response::new(ExportTraceServiceResponse::default()))
-    }
-}
-
-impl Receiver {
-    /// Serves OTLP/gRPC on a free loopback port, for as long as the test runs.
-    async fn start() -> (Receiver, String) {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let address = listener.local_addr().unwrap();
-        let receiver = Receiver::default();
-        let service = TraceServiceServer::new(receiver.clone());
-        tokio::spawn(
-            tonic::transport::Server::builder()
-                .add_service(service)
-                .serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
-        );
-        (receiver, format!("http://{address}"))
-    }
-
-    fn spans(&self) -> Vec<Received> {
-        self.spans.lock().unwrap().clone()
-    }
-
-    /// Waits (bounded) until `ready` holds of the spans received, and returns them.
-    async fn wait_for(&self, what: &str, ready: impl Fn(&[Received]) -> bool) -> Vec<Received> {
-        let deadline = Instant::now() + harness::DEADLINE;
-        loop {
-            let spans = self.spans();
-            if ready(&spans) {
-                return spans;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "the receiver never got {what}; it has:\n{}",
-                spans
-                    .iter()
-                    .map(|s| format!("  {} {} {:?}\n", s.service, s.name, s.attributes))
-                    .collect::<String>()
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-}
-
-/// The run's spans: those of its trace.
-fn of_trace<'a>(spans: &'a [Received], trace_id: &str) -> Vec<&'a Received> {
-    spans.iter().filter(|s| s.trace_id == trace_id).collect()
-}
-
-fn named<'a>(spans: &[&'a Received], name: &str) -> Vec<&'a Received> {
-    spans.iter().copied().filter(|s| s.name == name).collect()
-}
-
-fn one<'a>(spans: &[&'a Received], name: &str) -> &'a Received {
-    let found = named(spans, name);
-    assert_eq!(found.len(), 1, "one span {name}: {spans:#?}");
-    found[0]
-}
 
 /// The spans a fleet exports to `endpoint` with: quick batches, and a resource attribute.
 fn otel_env(endpoint: &str) -> Vec<(&'static str, String)> {

@@ -54,6 +54,14 @@ fn transcript(json: bool) -> Box<dyn Write + Send> {
 }
 
 pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
+    // With an OTLP endpoint set, a local run is traced like a cluster's.
+    let telemetry = crate::telemetry::init("baton-dev")?;
+    let ran = run_locally(args, telemetry.enabled()).await;
+    telemetry.shutdown().await;
+    ran
+}
+
+async fn run_locally(args: Args, traces: bool) -> anyhow::Result<ExitCode> {
     let workflow = std::fs::read(&args.workflow)
         .with_context(|| format!("cannot read {}", args.workflow.display()))?;
     let agents = AgentsFile::load(&args.agents)?;
@@ -61,7 +69,11 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
 
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let url = format!("http://{}", listener.local_addr()?);
-    let coordinator = Coordinator::new(MemoryStore::new(), Config::default());
+    let config = Config {
+        traces,
+        ..Config::default()
+    };
+    let coordinator = Coordinator::new(MemoryStore::new(), config);
     let (stop_server, server_stopped) = oneshot::channel::<()>();
     let server = tokio::spawn(baton_coordinator::grpc::serve(
         listener,
@@ -79,6 +91,7 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     let worker = baton_worker::agents_into(
         Worker::builder()
             .id("dev-worker")
+            .traces(traces)
             .coordinator(url.clone())
             .concurrency(args.concurrency),
         agents,
