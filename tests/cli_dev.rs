@@ -309,10 +309,14 @@ async fn dev_exports_the_run_as_one_trace_when_an_otlp_endpoint_is_set() {
 
     // Flushed before `baton dev` exited: every span is already here.
     let spans = receiver.spans();
-    let submitted: Vec<_> = spans.iter().filter(|s| s.name == "SubmitRun").collect();
+    let submitted: Vec<_> = spans
+        .iter()
+        .filter(|s| s.name == "baton.v1.RunService/SubmitRun")
+        .collect();
     assert_eq!(submitted.len(), 1, "{spans:#?}");
     let trace = otlp::of_trace(&spans, &submitted[0].trace_id);
     assert_eq!(trace.len(), spans.len(), "one trace: {spans:#?}");
+    otlp::assert_connected(&trace, "");
     assert!(trace.iter().all(|s| s.service == "baton-dev"));
     for step in [
         "plan",

@@ -22,6 +22,16 @@ use otlp::{Receiver, named, of_trace, one};
 use serde_json::json;
 use tonic::transport::Channel;
 
+/// Whether `waiting` started when `before` was being recorded: the wait of a step entered by
+/// the transition that recorded `before`'s answer (stored to the millisecond).
+fn waits_from_the_end_of(waiting: &otlp::Received, before: &otlp::Received) -> bool {
+    let ms = 1_000_000;
+    waiting.start_ns + ms >= before.start_ns && waiting.start_ns <= before.end_ns + ms
+}
+
+/// The span of a SubmitRun call, named as the RPC conventions name a server span.
+const SUBMIT: &str = "baton.v1.RunService/SubmitRun";
+
 /// The spans a fleet exports to `endpoint` with: quick batches, and a resource attribute.
 fn otel_env(endpoint: &str) -> Vec<(&'static str, String)> {
     vec![
@@ -188,7 +198,8 @@ async fn each_run_is_one_trace_from_submit_through_every_worker() {
         }
     }
     let trace = of_trace(&spans, client_trace);
-    let submitted = one(&trace, "SubmitRun");
+    otlp::assert_connected(&trace, client_span);
+    let submitted = one(&trace, SUBMIT);
     assert_eq!(
         submitted.parent_span_id, client_span,
         "continues the caller"
@@ -275,7 +286,8 @@ async fn each_run_is_one_trace_from_submit_through_every_worker() {
     // The failed run: both attempts in its trace, errors with their message, the retry an
     // event on the first and a link from the second.
     let trace = of_trace(&spans, &failed_trace);
-    let submitted = one(&trace, "SubmitRun");
+    otlp::assert_connected(&trace, "");
+    let submitted = one(&trace, SUBMIT);
     assert_eq!(submitted.parent_span_id, "", "a trace of its own");
     let mut attempts = named(&trace, "step build");
     attempts.sort_by_key(|s| s.attribute("baton.attempt").to_owned());
@@ -365,7 +377,7 @@ async fn a_run_stays_one_trace_across_a_coordinator_restart() {
     receiver
         .wait_for("the first steps' spans", |spans| {
             let trace = of_trace(spans, &trace_id);
-            named(&trace, "SubmitRun").len() == 1 && named(&trace, "step plan").len() == 1
+            named(&trace, SUBMIT).len() == 1 && named(&trace, "step plan").len() == 1
         })
         .await;
 
@@ -394,15 +406,23 @@ async fn a_run_stays_one_trace_across_a_coordinator_restart() {
         })
         .await;
     let trace = of_trace(&spans, &trace_id);
-    let submitted = one(&trace, "SubmitRun");
+    otlp::assert_connected(&trace, "");
+    let submitted = one(&trace, SUBMIT);
+    let plan = one(&trace, "step plan");
     let approve = one(&trace, "step approve");
     let review = one(&trace, "step review");
     assert_eq!(approve.parent_span_id, submitted.span_id);
     assert_eq!(approve.attribute("baton.step.type"), "approval");
+    // The approval's span covers its wait, which began before the restart, when the plan was
+    // recorded (the stored start has millisecond precision).
     assert!(
-        approve.start_ns < review.start_ns && approve.end_ns > approve.start_ns,
-        "the approval's span covers its wait, from before the restart"
+        waits_from_the_end_of(approve, plan),
+        "the approval waited from {} but the plan ran {}..{}",
+        approve.start_ns,
+        plan.start_ns,
+        plan.end_ns
     );
+    assert!(approve.end_ns <= review.start_ns + 5_000_000);
     assert_eq!(review.parent_span_id, submitted.span_id);
     let execution = named(&trace, "execute work")
         .into_iter()
@@ -416,4 +436,98 @@ async fn a_run_stays_one_trace_across_a_coordinator_restart() {
             .filter(|s| s.attributes.get("baton.run.id") == Some(&run))
             .all(|s| s.trace_id == trace_id)
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_delivery_and_a_loop_stay_in_the_run_trace() {
+    let (receiver, endpoint) = Receiver::start().await;
+    let mut fleet = start_fleet(&endpoint).await;
+    let records = Records::new(fleet.dir().join("records"));
+    // w1's agent takes long enough to be killed in the middle.
+    start_workers(&mut fleet, &records, &["w1"], "30");
+    fleet.wait_for_workers(1).await;
+    let mut client = fleet.client(0).await.unwrap();
+    let workflow = json!({"id": "traced-loss", "steps": [
+        {"id": "plan", "type": "agent", "agent": "work"},
+        {"id": "approve", "type": "approval", "message": "Ship it?", "on_reject": "plan"}
+    ]});
+    let run = submit(&mut client, workflow, None).await;
+    let deadline = Instant::now() + harness::DEADLINE;
+    while agent_traceparents(&records).is_empty() {
+        assert!(Instant::now() < deadline, "the agent never started");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // The worker dies mid-task; the next one takes the task as attempt 2.
+    fleet.kill_worker("w1");
+    start_workers(&mut fleet, &records, &["w2"], "0");
+    let waiting = wait_until(&mut client, &run, |r| {
+        r.waiting.iter().any(|w| w.step_id == "approve")
+    })
+    .await;
+    let trace_id = waiting.trace_id.clone();
+    // Rejected once: the plan and the approval are visited twice.
+    let decide = |approved| DecideApprovalRequest {
+        run_id: run.clone(),
+        step_id: "approve".to_owned(),
+        approved,
+        ..Default::default()
+    };
+    client.decide_approval(decide(false)).await.unwrap();
+    let _ = wait_until(&mut client, &run, |r| {
+        r.steps
+            .iter()
+            .any(|s| s.step_id == "approve" && s.visits == 2)
+            && r.waiting.iter().any(|w| w.step_id == "approve")
+    })
+    .await;
+    client.decide_approval(decide(true)).await.unwrap();
+    let record = finished(&mut client, &run).await;
+    assert_eq!(record.status, "succeeded", "{}", record.error);
+
+    let spans = receiver
+        .wait_for("both visits' spans", |spans| {
+            let trace = of_trace(spans, &trace_id);
+            named(&trace, "step approve").len() == 2 && named(&trace, "step plan").len() == 3
+        })
+        .await;
+    let trace = of_trace(&spans, &trace_id);
+    // The killed worker's span never got out; everything else is connected.
+    otlp::assert_connected(&trace, "");
+    let mut plans = named(&trace, "step plan");
+    plans.sort_by_key(|s| {
+        (
+            s.attribute("baton.step.visit").to_owned(),
+            s.attribute("baton.attempt").to_owned(),
+        )
+    });
+    let (lost, redelivered, second_visit) = (plans[0], plans[1], plans[2]);
+    assert_eq!(lost.attribute("baton.attempt"), "1");
+    assert_eq!(lost.attribute("baton.worker.id"), "w1");
+    assert_eq!(lost.status_code, 2);
+    assert_eq!(lost.status_message, "its worker was lost");
+    assert_eq!(redelivered.attribute("baton.attempt"), "2");
+    assert_eq!(redelivered.attribute("baton.worker.id"), "w2");
+    assert!(
+        redelivered
+            .events
+            .contains(&"previous delivery lost".to_owned())
+    );
+    assert_eq!(redelivered.links[0].0, lost.span_id);
+    assert_eq!(second_visit.attribute("baton.step.visit"), "2");
+    // The attempt that ran is the parent of the execution that answered.
+    let executions: Vec<_> = named(&trace, "execute work")
+        .into_iter()
+        .filter(|e| e.parent_span_id == redelivered.span_id)
+        .collect();
+    assert_eq!(executions.len(), 1, "{trace:#?}");
+    assert_eq!(executions[0].attribute("baton.attempt"), "2");
+
+    // Each approval visit has its own span, from its own wait.
+    let mut approvals = named(&trace, "step approve");
+    approvals.sort_by_key(|s| s.attribute("baton.step.visit").to_owned());
+    assert_eq!(approvals[0].attribute("baton.step.visit"), "1");
+    assert_eq!(approvals[1].attribute("baton.step.visit"), "2");
+    assert_ne!(approvals[0].span_id, approvals[1].span_id);
+    assert!(waits_from_the_end_of(approvals[0], redelivered));
+    assert!(waits_from_the_end_of(approvals[1], second_visit));
 }

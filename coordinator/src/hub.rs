@@ -33,6 +33,8 @@ pub struct ReadyTask {
     pub started: Option<Instant>,
     /// When it became ready (dispatched, or delivered again): its queue wait runs from there.
     pub ready_at: Instant,
+    /// What its span needs to know about its run; `None` when traces are off.
+    pub trace: Option<Arc<crate::traces::TaskTrace>>,
 }
 
 impl ReadyTask {
@@ -42,13 +44,14 @@ impl ReadyTask {
 }
 
 /// A task a worker holds, as [`Hub::sent`] tells it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct Sent {
     pub agent: String,
     /// When it became ready (queued, or delivered again).
     pub ready_at: Instant,
     /// When it went to the worker.
     pub started: Instant,
+    pub trace: Option<Arc<crate::traces::TaskTrace>>,
 }
 
 /// Where a task is in the hub ([`Hub::locate`]).
@@ -498,6 +501,7 @@ impl Hub {
             agent: task.agent.clone(),
             ready_at: task.ready_at,
             started: task.started?,
+            trace: task.trace.clone(),
         })
     }
 
@@ -749,6 +753,7 @@ mod tests {
             resends: 0,
             started: None,
             ready_at: Instant::now(),
+            trace: None,
         }
     }
 

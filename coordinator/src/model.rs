@@ -125,6 +125,13 @@ pub struct StepState {
     /// (a parallel step) its first branch queued; 0 when unknown. Its span starts there.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub since_ms: i64,
+    /// The visit `since_ms` belongs to.
+    #[serde(default, skip_serializing_if = "is_zero_u32")]
+    pub since_visit: u32,
+}
+
+fn is_zero_u32(n: &u32) -> bool {
+    *n == 0
 }
 
 fn is_zero(n: &i64) -> bool {

@@ -116,23 +116,60 @@ pub struct StepSpan<'a> {
     pub parallel: Option<(&'a str, u32)>,
 }
 
-/// One attempt of an agent step, from ready to persisted.
+/// What the spans of an agent task's attempts need to know about its run, carried with the
+/// task from the moment it is ready, so that writing them reads nothing.
+#[derive(Debug)]
+pub struct TaskTrace {
+    /// The stored context of the run's `SubmitRun` span.
+    pub run_traceparent: String,
+    pub run_id: String,
+    pub workflow_id: String,
+    pub step_id: String,
+    pub visit: u32,
+    pub agent: String,
+    /// The parallel step (id, visit) the step is a branch of.
+    pub parallel: Option<(String, u32)>,
+}
+
+impl TaskTrace {
+    fn run(&self) -> RunSpan<'_> {
+        RunSpan {
+            traceparent: &self.run_traceparent,
+            run_id: &self.run_id,
+            workflow_id: &self.workflow_id,
+        }
+    }
+
+    fn step(&self) -> StepSpan<'_> {
+        StepSpan {
+            step_id: &self.step_id,
+            visit: self.visit,
+            step_type: "agent",
+            parallel: self
+                .parallel
+                .as_ref()
+                .map(|(id, visit)| (id.as_str(), *visit)),
+        }
+    }
+}
+
+/// How one attempt of an agent step went, from ready to persisted.
 #[derive(Debug, Clone)]
 pub struct AttemptSpan<'a> {
-    pub step: StepSpan<'a>,
-    pub agent: &'a str,
     pub attempt: u32,
     pub worker_id: &'a str,
     /// When it became ready for a worker (queued, or delivered again).
     pub ready_at: SystemTime,
     /// When it went to its worker.
     pub dispatched_at: SystemTime,
-    /// When the coordinator started and finished recording the answer.
+    /// When the coordinator started and finished recording the outcome.
     pub persisted: (SystemTime, SystemTime),
     /// The attempt's error, which is the span's status.
     pub error: Option<&'a str>,
     /// The backoff before the next attempt, when the error is retried.
     pub retry_after_ms: Option<u64>,
+    /// Earlier deliveries of this step visit lost with their worker or coordinator.
+    pub lost_before: u32,
 }
 
 /// A step that settled, other than an agent's attempt.
@@ -177,7 +214,8 @@ impl Traces {
             Some(remote) => Context::new().with_remote_span_context(remote),
             None => Context::new(),
         };
-        let span = SpanBuilder::from_name("SubmitRun")
+        // Named as the RPC semantic conventions name server spans.
+        let span = SpanBuilder::from_name("baton.v1.RunService/SubmitRun")
             .with_kind(SpanKind::Server)
             .with_attributes([
                 KeyValue::new("rpc.system", "grpc"),
@@ -189,16 +227,14 @@ impl Traces {
         Some(span)
     }
 
-    /// The `traceparent` a worker gets with attempt `task_id` of a step: the attempt span's
-    /// context. Empty when traces are off or the run has no trace.
-    pub fn task_traceparent(&self, run_traceparent: &str, task_id: &str) -> String {
-        if !self.enabled() {
-            return String::new();
-        }
-        let Some(run) = parse_traceparent(run_traceparent) else {
+    /// The `traceparent` a worker gets with attempt `attempt` of a task: the attempt span's
+    /// context. Empty when the run has no trace.
+    pub fn task_traceparent(&self, task: &TaskTrace, attempt: u32) -> String {
+        let Some(run) = parse_traceparent(&task.run_traceparent) else {
             return String::new();
         };
-        let span_id = derived_span_id(run.trace_id(), task_id);
+        let task_id = attempt_id(&task.run_id, task.step(), attempt);
+        let span_id = derived_span_id(run.trace_id(), &task_id);
         format_traceparent(&SpanContext::new(
             run.trace_id(),
             span_id,
@@ -210,23 +246,38 @@ impl Traces {
 
     /// Writes an agent step's attempt: its span (the worker's is a child), with a `queue wait`
     /// and a `persist` child, a `dispatched` event, a `retry scheduled` event when its error is
-    /// retried, and a link to the attempt before it.
-    pub fn attempt(&self, run: RunSpan<'_>, span: &AttemptSpan<'_>) {
+    /// retried, a `previous delivery lost` event when one was, and a link to the attempt
+    /// before it.
+    pub fn attempt(&self, task: &TaskTrace, span: &AttemptSpan<'_>) {
         let Some(tracer) = self.tracer.as_ref() else {
             return;
         };
-        let Some(run_context) = parse_traceparent(run.traceparent) else {
+        let Some(run_context) = parse_traceparent(&task.run_traceparent) else {
             return;
         };
         let trace_id = run_context.trace_id();
-        let task_id = attempt_id(run.run_id, span.step, span.attempt);
-        let mut attributes = self.step_attributes(run, span.step);
+        let step = task.step();
+        let task_id = attempt_id(&task.run_id, step, span.attempt);
+        let mut attributes = self.step_attributes(task.run(), step);
         attributes.extend([
-            KeyValue::new(attribute::AGENT, span.agent.to_owned()),
+            KeyValue::new(attribute::AGENT, task.agent.clone()),
             KeyValue::new(attribute::ATTEMPT, i64::from(span.attempt)),
             KeyValue::new(attribute::WORKER_ID, span.worker_id.to_owned()),
+            KeyValue::new("baton.task.id", task_id.clone()),
         ]);
-        let mut events = vec![Event::new(
+        let mut events = Vec::new();
+        if span.lost_before > 0 {
+            events.push(Event::new(
+                "previous delivery lost",
+                span.ready_at,
+                vec![KeyValue::new(
+                    "baton.lost_deliveries",
+                    i64::from(span.lost_before),
+                )],
+                0,
+            ));
+        }
+        events.push(Event::new(
             "dispatched",
             span.dispatched_at,
             vec![KeyValue::new(
@@ -234,7 +285,7 @@ impl Traces {
                 span.worker_id.to_owned(),
             )],
             0,
-        )];
+        ));
         if let Some(backoff_ms) = span.retry_after_ms {
             events.push(Event::new(
                 "retry scheduled",
@@ -248,7 +299,7 @@ impl Traces {
         }
         let mut links = Vec::new();
         if span.attempt > 1 {
-            let previous = attempt_id(run.run_id, span.step, span.attempt - 1);
+            let previous = attempt_id(&task.run_id, step, span.attempt - 1);
             links.push(Link::new(
                 SpanContext::new(
                     trace_id,
@@ -261,31 +312,32 @@ impl Traces {
                 0,
             ));
         }
-        let builder = SpanBuilder::from_name(format!("step {}", span.step.step_id))
-            .with_kind(SpanKind::Internal)
+        // A producer: the worker's execution is its consumer.
+        let builder = SpanBuilder::from_name(format!("step {}", step.step_id))
+            .with_kind(SpanKind::Producer)
             .with_start_time(span.ready_at)
             .with_attributes(attributes)
             .with_events(events)
             .with_links(links);
-        let parent = self.parent_of(&run_context, span.step);
-        let mut step = build_with_id(
+        let parent = self.parent_of(&run_context, step);
+        let mut attempt = build_with_id(
             tracer,
             builder,
             &parent,
             derived_span_id(trace_id, &task_id),
         );
         if let Some(error) = span.error {
-            step.set_status(Status::error(error.to_owned()));
+            attempt.set_status(Status::error(error.to_owned()));
         }
-        let step_context = Context::new().with_remote_span_context(step.span_context().clone());
+        let attempt = Context::new().with_span(attempt);
         child(
             tracer,
             "queue wait",
-            &step_context,
+            &attempt,
             (span.ready_at, span.dispatched_at),
         );
-        child(tracer, "persist", &step_context, span.persisted);
-        step.end_with_timestamp(span.persisted.1);
+        child(tracer, "persist", &attempt, span.persisted);
+        attempt.span().end_with_timestamp(span.persisted.1);
     }
 
     /// Writes the span of a step that settled without an agent: a transform, condition,
@@ -396,13 +448,21 @@ mod tests {
             tracer: Some(opentelemetry::global::tracer("test")),
             coordinator_id: "c".into(),
         };
-        let run = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
-        let task = parse_traceparent(&traces.task_traceparent(run, "r/s#1@2")).unwrap();
+        let mut task = TaskTrace {
+            run_traceparent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".into(),
+            run_id: "r".into(),
+            workflow_id: "w".into(),
+            step_id: "s".into(),
+            visit: 1,
+            agent: "a".into(),
+            parallel: None,
+        };
+        let parent = parse_traceparent(&traces.task_traceparent(&task, 2)).unwrap();
         let trace_id = TraceId::from_hex("4bf92f3577b34da6a3ce929d0e0e4736").unwrap();
-        assert_eq!(task.trace_id(), trace_id);
-        assert_eq!(task.span_id(), derived_span_id(trace_id, "r/s#1@2"));
-        assert!(task.is_sampled());
-        assert_eq!(Traces::off().task_traceparent(run, "r/s#1@2"), "");
-        assert_eq!(traces.task_traceparent("", "r/s#1@2"), "");
+        assert_eq!(parent.trace_id(), trace_id);
+        assert_eq!(parent.span_id(), derived_span_id(trace_id, "r/s#1@2"));
+        assert!(parent.is_sampled());
+        task.run_traceparent.clear();
+        assert_eq!(traces.task_traceparent(&task, 2), "");
     }
 }

@@ -164,3 +164,26 @@ pub fn one<'a>(spans: &[&'a Received], name: &str) -> &'a Received {
     assert_eq!(found.len(), 1, "one span {name}: {spans:#?}");
     found[0]
 }
+
+/// Every span of `trace` has its own id, and every parent is a span of the trace, except the
+/// root's, which may be `outside` (the caller's span) or none.
+pub fn assert_connected(trace: &[&Received], outside: &str) {
+    let mut ids: Vec<&str> = trace.iter().map(|s| s.span_id.as_str()).collect();
+    ids.sort();
+    let before = ids.len();
+    ids.dedup();
+    assert_eq!(ids.len(), before, "a span id twice: {trace:#?}");
+    for span in trace {
+        let parent = span.parent_span_id.as_str();
+        assert!(
+            parent.is_empty() || parent == outside || ids.binary_search(&parent).is_ok(),
+            "the parent of {} ({parent}) is not in the trace: {trace:#?}",
+            span.name
+        );
+    }
+    let roots = trace
+        .iter()
+        .filter(|s| s.parent_span_id.is_empty() || s.parent_span_id == outside)
+        .count();
+    assert_eq!(roots, 1, "one root: {trace:#?}");
+}

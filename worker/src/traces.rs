@@ -16,8 +16,10 @@ pub(crate) struct ExecutionSpan {
 
 impl ExecutionSpan {
     pub(crate) fn start(enabled: bool, worker_id: &str, task: &baton_proto::v1::Task) -> Self {
-        let parent = parse_traceparent(&task.traceparent);
-        let (true, Some(parent)) = (enabled, parent) else {
+        let parent = enabled
+            .then(|| parse_traceparent(&task.traceparent))
+            .flatten();
+        let Some(parent) = parent else {
             return ExecutionSpan {
                 span: None,
                 traceparent: task.traceparent.clone(),

@@ -49,6 +49,7 @@ fn task(n: usize, pool: &[Arc<Json>], picks: &[usize]) -> (ReadyTask, Vec<u8>) {
         resends: 0,
         started: None,
         ready_at: std::time::Instant::now(),
+        trace: None,
     };
     (ready, expected)
 }

@@ -233,10 +233,16 @@ pub fn to_otlp(families: &[MetricFamily], start_ns: u64, now_ns: u64) -> Vec<Met
                 ),
                 _ => return None,
             };
+            // UCUM units, which a Prometheus exporter maps back to the `_seconds` suffix.
+            let unit = match &family.unit {
+                unit if !unit.is_empty() => unit.clone(),
+                _ if name.ends_with("_seconds") => "s".to_owned(),
+                _ => String::new(),
+            };
             Some(Metric {
                 name: name.to_owned(),
                 description: family.help.clone(),
-                unit: family.unit.clone(),
+                unit,
                 data: Some(data),
                 ..Default::default()
             })
@@ -345,6 +351,9 @@ mod tests {
         assert_eq!(point.count, 4);
         assert_eq!(point.sum, Some(6.25));
         assert_eq!(point.explicit_bounds, [0.1, 1.0]);
+        let unit = |name: &str| &metrics.iter().find(|m| m.name == name).unwrap().unit;
+        assert_eq!(unit("baton_wait_seconds"), "s");
+        assert_eq!(unit("baton_queue_depth"), "");
         // Per bucket, not cumulative: one up to 0.1, two up to 1, one above.
         assert_eq!(point.bucket_counts, [1, 2, 1]);
     }

@@ -36,6 +36,25 @@ pub fn configured() -> bool {
     endpoint.is_some() && !disabled
 }
 
+/// Export is OTLP over gRPC only: say so rather than fail silently against an HTTP endpoint.
+pub(crate) fn warn_about_protocol() {
+    for name in [
+        "OTEL_EXPORTER_OTLP_PROTOCOL",
+        "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
+        "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL",
+    ] {
+        if let Some(protocol) = set(name)
+            && protocol != "grpc"
+        {
+            tracing::warn!(
+                name,
+                protocol,
+                "Baton exports OTLP over gRPC only (usually port 4317); this setting is ignored"
+            );
+        }
+    }
+}
+
 /// The process as exports describe it: `OTEL_RESOURCE_ATTRIBUTES` and `OTEL_SERVICE_NAME`, with
 /// `service` as the name when neither gives one.
 fn resource(service: &'static str) -> Resource {
@@ -55,6 +74,7 @@ pub fn init(service: &'static str) -> anyhow::Result<Telemetry> {
     if !configured() {
         return Ok(Telemetry { provider: None });
     }
+    warn_about_protocol();
     let exporter = opentelemetry_otlp::SpanExporter::builder()
         .with_tonic()
         .build()

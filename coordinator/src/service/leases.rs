@@ -103,7 +103,7 @@ impl<S: Store> Coordinator<S> {
             .remove(&(run_id.to_owned(), task_key.to_owned()));
     }
 
-    fn held_entry(&self, run_id: &str, task_key: &str) -> Option<TaskEntry> {
+    pub(super) fn held_entry(&self, run_id: &str, task_key: &str) -> Option<TaskEntry> {
         self.inner
             .held
             .lock()
@@ -319,7 +319,7 @@ impl<S: Store> Coordinator<S> {
 
     /// A task whose worker went away: delivered again as a new attempt (or, lost too often,
     /// its step fails). Only while this coordinator still holds it.
-    pub(super) async fn redeliver_lost(&self, task: ReadyTask) {
+    pub(super) async fn redeliver_lost(&self, worker_id: &str, task: ReadyTask) {
         if self.inner.stopping.load(Ordering::SeqCst) {
             // Shutting down: the lease runs out, and another coordinator takes the task.
             return;
@@ -329,6 +329,28 @@ impl<S: Store> Coordinator<S> {
         let Some(entry) = self.held_entry(&run_id, &key) else {
             return;
         };
+        // The lost attempt's span ends here, so that the worker's span (if it got out) and
+        // the next attempt's link have it.
+        if let Some(started) = task.started
+            && entry.attempt == task.attempt()
+        {
+            let now = SystemTime::now();
+            let sent = Sent {
+                agent: task.agent.clone(),
+                ready_at: task.ready_at,
+                started,
+                trace: task.trace.clone(),
+            };
+            self.trace_attempt(&Answered {
+                worker_id,
+                attempt: entry.attempt,
+                sent: &sent,
+                persisting: now,
+                error: Some("its worker was lost"),
+                retry_after_ms: None,
+                lost_before: entry.lost,
+            });
+        }
         let config = &self.inner.config;
         let due = lease::lost(
             &entry,
@@ -424,6 +446,11 @@ impl<S: Store> Coordinator<S> {
             Some(mut ready) => {
                 ready.message.attempt = entry.attempt;
                 ready.message.task_id = task_id(run_id, task, entry.attempt);
+                // The new attempt's span is the worker's parent, not the lost one's.
+                if let Some(trace) = &ready.trace {
+                    ready.message.traceparent =
+                        self.inner.traces.task_traceparent(trace, entry.attempt);
+                }
                 ready.started = None;
                 ready.ready_at = std::time::Instant::now();
                 ready.resends = 0;
@@ -482,6 +509,7 @@ impl<S: Store> Coordinator<S> {
         Ok(Some(ready_task(
             &self.inner.traces,
             &loaded.header,
+            &loaded.run,
             &pending,
             attempt,
             &mut loaded.parts,
@@ -551,27 +579,31 @@ impl<S: Store> Coordinator<S> {
                 ready.agent, ready.message.timeout_ms
             );
             tracing::warn!(run_id, task_id = %ready.message.task_id, %worker_id, "attempt timed out");
-            let traced = self.traced_step(run_id, &task.step_id).await;
+            let lost_before = self
+                .held_entry(run_id, &ready.task_key)
+                .map_or(0, |e| e.lost);
             let persisting = SystemTime::now();
             match self
                 .fail_attempt(run_id, &task, attempt, &worker_id, error.clone(), true)
                 .await
             {
                 Ok(retry_after_ms) => {
-                    if let (Some(traced), Some(started)) = (traced, ready.started) {
+                    if let Some(started) = ready.started {
                         let sent = Sent {
                             agent: ready.agent.clone(),
                             ready_at: ready.ready_at,
                             started,
+                            trace: ready.trace.clone(),
                         };
-                        let answered = Answered {
+                        self.trace_attempt(&Answered {
                             worker_id: &worker_id,
+                            attempt,
                             sent: &sent,
                             persisting,
                             error: Some(&error),
                             retry_after_ms,
-                        };
-                        self.trace_attempt(&traced, run_id, &task, attempt, &answered);
+                            lost_before,
+                        });
                     }
                 }
                 Err(error) => tracing::warn!(run_id, %error, "cannot fail a timed-out attempt"),

@@ -43,7 +43,7 @@ use crate::parts::PartEncoder;
 use crate::record;
 use crate::store::timed::Timed;
 use crate::store::{self, Claim, RunHeader, Store, StoredRun, TransitionWrite};
-use crate::traces::{self, AttemptSpan, RunSpan, SettledSpan, StepSpan, Traces};
+use crate::traces::{self, AttemptSpan, RunSpan, SettledSpan, StepSpan, TaskTrace, Traces};
 
 /// Sizes clients and workers control, and their ceilings.
 #[derive(Debug, Clone)]
@@ -227,6 +227,17 @@ struct Loaded {
     finished_as: Option<String>,
     /// The encoded parts of this run's payloads.
     parts: PartEncoder,
+    /// For each step visit the last transition settled, in history order: when it started and,
+    /// for a branch, its parallel step's visit (for its span).
+    settled: Vec<SettledTiming>,
+}
+
+/// When a settled step visit started, as its span needs it.
+#[derive(Debug, Clone, Copy)]
+struct SettledTiming {
+    started_ms: i64,
+    /// The visit of the parallel step a branch belongs to.
+    parallel_visit: Option<u32>,
 }
 
 fn now_ms() -> i64 {
@@ -448,6 +459,7 @@ impl<S: Store> Coordinator<S> {
             state_sha256: chain_start,
             finished_as: None,
             parts: PartEncoder::default(),
+            settled: Vec::new(),
         };
         let planned = plan(
             &loaded,
@@ -579,18 +591,20 @@ impl<S: Store> Coordinator<S> {
                 .metrics
                 .task_answered(&sent.agent, sent.started.elapsed());
         }
-        let traced = match &sent {
-            Some(_) => self.traced_step(run_id, &task.step_id).await,
-            None => None,
-        };
-        if let Some(traced) = &traced
+        let trace = sent.as_ref().and_then(|sent| sent.trace.clone());
+        if let Some(trace) = &trace
             && let Some((trace_id, span_id)) =
-                traces::attempt_ids(&traced.traceparent, &result.task_id)
+                traces::attempt_ids(&trace.run_traceparent, &result.task_id)
         {
             let logs = tracing::Span::current();
             logs.record("trace_id", trace_id);
             logs.record("span_id", span_id);
         }
+        // Read before the outcome changes the entry.
+        let lost_before = match &trace {
+            Some(_) => self.held_entry(run_id, &key).map_or(0, |entry| entry.lost),
+            None => 0,
+        };
         let persisting = SystemTime::now();
         // A result that cannot be taken as data still settles its task: the step fails with
         // the reason (or is retried), instead of waiting for an answer that will never come.
@@ -632,15 +646,16 @@ impl<S: Store> Coordinator<S> {
                     .map(|retry_after_ms| (Some(error), retry_after_ms))
             }
         };
-        if let (Some(traced), Some(sent), Ok((error, retry_after_ms))) = (traced, sent, &applied) {
-            let answered = Answered {
+        if let (Some(sent), Ok((error, retry_after_ms))) = (&sent, &applied) {
+            self.trace_attempt(&Answered {
                 worker_id,
-                sent: &sent,
+                attempt,
+                sent,
                 persisting,
                 error: error.as_deref(),
                 retry_after_ms: *retry_after_ms,
-            };
-            self.trace_attempt(&traced, run_id, &task, attempt, &answered);
+                lost_before,
+            });
         }
         let applied = applied.map(|_| ());
         let assignments = match &applied {
@@ -664,47 +679,23 @@ impl<S: Store> Coordinator<S> {
         }
     }
 
-    /// Writes the span of an attempt whose answer (or timeout) was just recorded.
-    fn trace_attempt(
-        &self,
-        traced: &TracedStep,
-        run_id: &str,
-        task: &TaskId,
-        attempt: u32,
-        answered: &Answered<'_>,
-    ) {
+    /// Writes the span of an attempt whose outcome (an answer, a timeout, its worker lost) was
+    /// just recorded.
+    fn trace_attempt(&self, answered: &Answered<'_>) {
+        let Some(trace) = &answered.sent.trace else {
+            return;
+        };
         let span = AttemptSpan {
-            step: traced.step(task),
-            agent: &answered.sent.agent,
-            attempt,
+            attempt: answered.attempt,
             worker_id: answered.worker_id,
             ready_at: traces::wall_clock(answered.sent.ready_at),
             dispatched_at: traces::wall_clock(answered.sent.started),
             persisted: (answered.persisting, SystemTime::now()),
             error: answered.error,
             retry_after_ms: answered.retry_after_ms,
+            lost_before: answered.lost_before,
         };
-        self.inner.traces.attempt(traced.run(run_id), &span);
-    }
-
-    /// What the spans of a step of `run_id` need to know about its run; `None` when traces are
-    /// off or the run cannot be read.
-    async fn traced_step(&self, run_id: &str, step_id: &str) -> Option<TracedStep> {
-        if !self.inner.traces.enabled() {
-            return None;
-        }
-        let slot = self.slot(run_id).await.ok()?;
-        let guard = slot.lock().await;
-        let loaded = guard.as_ref()?;
-        let run = &loaded.run;
-        let step_type = run.workflow().step_by_id(step_id)?.step_type();
-        Some(TracedStep {
-            traceparent: loaded.header.traceparent.clone(),
-            workflow_id: loaded.header.workflow_id.clone(),
-            step_type: step_type.as_str(),
-            parallel: parallel_of(run.workflow(), step_id)
-                .map(|parallel| (parallel.to_owned(), run.visits(parallel))),
-        })
+        self.inner.traces.attempt(trace, &span);
     }
 
     /// [`Coordinator::apply`] for a worker's answer: a store that is briefly unreachable (Redis
@@ -936,7 +927,7 @@ impl<S: Store> Coordinator<S> {
         let returned = self.inner.hub.disconnect(worker_id, connection);
         tracing::info!(worker_id, returned = returned.len(), "worker disconnected");
         for task in returned {
-            self.redeliver_lost(task).await;
+            self.redeliver_lost(worker_id, task).await;
         }
     }
 
@@ -1527,14 +1518,18 @@ impl<S: Store> Coordinator<S> {
         transition: &Transition,
         history_before: usize,
     ) -> Vec<Assignment> {
-        for record in loaded.run.history().iter().skip(history_before) {
+        let settled = std::mem::take(&mut loaded.settled);
+        for (n, record) in loaded.run.history().iter().skip(history_before).enumerate() {
             self.inner
                 .metrics
                 .step_settled(record.step_type.as_str(), record.status.as_str());
             self.notify(run_id, step_finished(record));
             // An agent step's spans are its attempts', written as their answers come.
-            if self.inner.traces.enabled() && record.step_type != StepType::Agent {
-                self.trace_settled(loaded, record);
+            if self.inner.traces.enabled()
+                && record.step_type != StepType::Agent
+                && let Some(timing) = settled.get(n)
+            {
+                self.trace_settled(loaded, record, *timing);
             }
         }
         let mut assignments = Vec::new();
@@ -1552,6 +1547,7 @@ impl<S: Store> Coordinator<S> {
                     let ready = ready_task(
                         &self.inner.traces,
                         &loaded.header,
+                        &loaded.run,
                         task,
                         attempt,
                         &mut loaded.parts,
@@ -1591,17 +1587,8 @@ impl<S: Store> Coordinator<S> {
 
     /// Writes the span of a step that settled without an agent, from when its visit started
     /// waiting (a transform or condition takes no time) to when it settled.
-    fn trace_settled(&self, loaded: &Loaded, record: &StepRecord) {
-        let since_ms = loaded
-            .steps
-            .get(&*record.step_id)
-            .map(|state| state.since_ms)
-            .filter(|&ms| ms > 0)
-            .unwrap_or(record.at_ms);
-        let parallel = record
-            .parent
-            .as_deref()
-            .map(|parallel| (parallel, loaded.run.visits(parallel)));
+    fn trace_settled(&self, loaded: &Loaded, record: &StepRecord, timing: SettledTiming) {
+        let parallel = record.parent.as_deref().zip(timing.parallel_visit);
         let span = SettledSpan {
             step: StepSpan {
                 step_id: &record.step_id,
@@ -1609,7 +1596,7 @@ impl<S: Store> Coordinator<S> {
                 step_type: record.step_type.as_str(),
                 parallel,
             },
-            started: traces::from_ms(since_ms),
+            started: traces::from_ms(timing.started_ms),
             settled: traces::from_ms(record.at_ms),
             error: record.error.as_deref(),
         };
@@ -1696,47 +1683,21 @@ impl Loaded {
         self.tasks.extend(planned.tasks_set);
         self.updated_ms = planned.write.updated_ms;
         self.state_sha256 = planned.write.state_sha256;
+        self.settled = planned.settled;
     }
 }
 
 /// How an attempt ended, for its span.
 struct Answered<'a> {
     worker_id: &'a str,
+    attempt: u32,
     sent: &'a Sent,
     /// When the coordinator started recording the outcome.
     persisting: SystemTime,
     error: Option<&'a str>,
     retry_after_ms: Option<u64>,
-}
-
-/// A step's run, as its spans name it ([`Coordinator::traced_step`]).
-struct TracedStep {
-    traceparent: String,
-    workflow_id: String,
-    step_type: &'static str,
-    parallel: Option<(String, u32)>,
-}
-
-impl TracedStep {
-    fn run<'a>(&'a self, run_id: &'a str) -> RunSpan<'a> {
-        RunSpan {
-            traceparent: &self.traceparent,
-            run_id,
-            workflow_id: &self.workflow_id,
-        }
-    }
-
-    fn step<'a>(&'a self, task: &'a TaskId) -> StepSpan<'a> {
-        StepSpan {
-            step_id: &task.step_id,
-            visit: task.visit,
-            step_type: self.step_type,
-            parallel: self
-                .parallel
-                .as_ref()
-                .map(|(id, visit)| (id.as_str(), *visit)),
-        }
-    }
+    /// Earlier deliveries of the step visit lost with their worker or coordinator.
+    lost_before: u32,
 }
 
 /// A transition's write, and the changes it makes to the step and task maps.
@@ -1744,6 +1705,8 @@ struct Planned {
     write: TransitionWrite,
     steps: Vec<(String, StepState)>,
     tasks_set: Vec<(String, TaskEntry)>,
+    /// One per step visit settled, in history order.
+    settled: Vec<SettledTiming>,
 }
 
 /// Turns a transition into the store write that records it. Pure: nothing changes until the
@@ -1780,7 +1743,9 @@ fn plan(
         // The answer can overtake the bookkeeping of its own delivery.
         state.attempts = state.attempts.max(attempt);
     }
+    let mut settled = Vec::new();
     for record in run.history().iter().skip(history_before) {
+        settled.push(settled_timing(loaded, run, record));
         // Agent and transform data is stored once here; parallel data is rebuilt from its
         // branches, conditions and approvals from the event log.
         if matches!(record.step_type, StepType::Agent | StepType::Transform)
@@ -1815,15 +1780,18 @@ fn plan(
                 state.visits = run.visits(&task.task.step_id);
                 state.error.clear();
                 state.since_ms = now;
+                state.since_visit = task.task.visit;
                 // The attempt that reaches a worker is written here when it does.
                 state.attempts = 0;
                 // A parallel step's visit starts with its first branch.
                 if let Some(parallel) = parallel_of(run.workflow(), &task.task.step_id) {
                     let visit = run.visits(parallel);
                     let state = changed(&mut steps, loaded, parallel);
-                    if state.since_ms == 0 || state.visits != visit {
+                    if state.since_visit != visit {
                         state.since_ms = now;
-                        state.visits = visit;
+                        state.since_visit = visit;
+                        state.status = "running".into();
+                        state.error.clear();
                     }
                 }
             }
@@ -1837,6 +1805,7 @@ fn plan(
                 state.status = "waiting".into();
                 state.visits = run.visits(step_id);
                 state.since_ms = now;
+                state.since_visit = *visit;
                 if let Some(timeout_ms) = timeout_ms {
                     let key = format!("{step_id}#{visit}");
                     let entry = lease::approval_timer(now, *timeout_ms);
@@ -1884,6 +1853,32 @@ fn plan(
         write,
         steps: steps.into_iter().collect(),
         tasks_set,
+        settled,
+    }
+}
+
+/// When `record`'s visit started (the time it started waiting, as the run's step states said
+/// before this transition; or when it settled, for a step that took no time) and, for a branch,
+/// which visit of its parallel step it belongs to.
+fn settled_timing(loaded: &Loaded, run: &Run, record: &StepRecord) -> SettledTiming {
+    let since = |id: &str, visit: u32| {
+        loaded
+            .steps
+            .get(id)
+            .filter(|state| state.since_visit == visit && state.since_ms > 0)
+            .map(|state| state.since_ms)
+    };
+    let parallel_visit = record.parent.as_deref().map(|parallel| {
+        // A parallel step under way when this transition began owns the branches settling in
+        // it; otherwise it started in this transition.
+        match loaded.steps.get(parallel) {
+            Some(state) if state.status == "running" && state.since_visit > 0 => state.since_visit,
+            _ => run.visits(parallel),
+        }
+    });
+    SettledTiming {
+        started_ms: since(&record.step_id, record.visit).unwrap_or(record.at_ms),
+        parallel_visit,
     }
 }
 
@@ -1934,6 +1929,7 @@ fn rebuild(stored: StoredRun, limits: &Limits) -> Result<(Loaded, chain::Checked
         state_sha256: stored.state_sha256,
         finished_as: None,
         parts: PartEncoder::default(),
+        settled: Vec::new(),
     };
     Ok((loaded, checked))
 }
@@ -2004,18 +2000,34 @@ fn json_depth(value: &Value) -> usize {
     deepest
 }
 
-/// Attempt `attempt` of `task`, ready for a worker. `traces` gives its `traceparent`, in the
-/// run's trace.
+/// Attempt `attempt` of `task`, ready for a worker, with what its spans need when traces are
+/// on (the worker gets its `traceparent`, in the run's trace).
 fn ready_task(
     traces: &Traces,
     header: &RunHeader,
+    run: &Run,
     task: &baton_core::AgentTask,
     attempt: u32,
     encoder: &mut PartEncoder,
 ) -> ReadyTask {
     let run_id = header.run_id.as_str();
     let task_id = task_id(run_id, &task.task, attempt);
-    let traceparent = traces.task_traceparent(&header.traceparent, &task_id);
+    let trace = traces.enabled().then(|| {
+        Arc::new(TaskTrace {
+            run_traceparent: header.traceparent.clone(),
+            run_id: run_id.to_owned(),
+            workflow_id: header.workflow_id.clone(),
+            step_id: task.task.step_id.to_string(),
+            visit: task.task.visit,
+            agent: task.agent.clone(),
+            parallel: parallel_of(run.workflow(), &task.task.step_id)
+                .map(|parallel| (parallel.to_owned(), run.visits(parallel))),
+        })
+    });
+    let traceparent = trace
+        .as_ref()
+        .map(|trace| traces.task_traceparent(trace, attempt))
+        .unwrap_or_default();
     let payload = encoder.payload(&task.payload);
     ReadyTask {
         run_id: run_id.to_owned(),
@@ -2037,6 +2049,7 @@ fn ready_task(
         resends: 0,
         started: None,
         ready_at: std::time::Instant::now(),
+        trace,
     }
 }
 
