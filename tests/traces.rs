@@ -15,7 +15,9 @@ use std::time::{Duration, Instant};
 
 use baton_proto::Json;
 use baton_proto::v1::run_service_client::RunServiceClient;
-use baton_proto::v1::{DecideApprovalRequest, GetRunRequest, RunRecord, SubmitRunRequest};
+use baton_proto::v1::{
+    CancelRunRequest, DecideApprovalRequest, GetRunRequest, RunRecord, SubmitRunRequest,
+};
 use fleet::{Fleet, Timing};
 use harness::Records;
 use otlp::{Receiver, named, of_trace, one};
@@ -530,4 +532,49 @@ async fn a_lost_delivery_and_a_loop_stay_in_the_run_trace() {
     assert_ne!(approvals[0].span_id, approvals[1].span_id);
     assert!(waits_from_the_end_of(approvals[0], redelivered));
     assert!(waits_from_the_end_of(approvals[1], second_visit));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_run_ends_its_running_attempt_in_the_trace() {
+    let (receiver, endpoint) = Receiver::start().await;
+    let mut fleet = start_fleet(&endpoint).await;
+    let records = Records::new(fleet.dir().join("records"));
+    start_workers(&mut fleet, &records, &["w1"], "30");
+    fleet.wait_for_workers(1).await;
+    let mut client = fleet.client(0).await.unwrap();
+    let workflow = json!({"id": "traced-cancel", "steps": [
+        {"id": "plan", "type": "agent", "agent": "work"}
+    ]});
+    let run = submit(&mut client, workflow, None).await;
+    let deadline = Instant::now() + harness::DEADLINE;
+    while agent_traceparents(&records).is_empty() {
+        assert!(Instant::now() < deadline, "the agent never started");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let record = client
+        .cancel_run(CancelRunRequest {
+            run_id: run.clone(),
+            reason: "changed my mind".to_owned(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(record.status, "cancelled");
+
+    let spans = receiver
+        .wait_for("the cancelled attempt and its execution", |spans| {
+            let trace = of_trace(spans, &record.trace_id);
+            named(&trace, "step plan").len() == 1 && named(&trace, "execute work").len() == 1
+        })
+        .await;
+    let trace = of_trace(&spans, &record.trace_id);
+    otlp::assert_connected(&trace, "");
+    let attempt = one(&trace, "step plan");
+    assert!(
+        attempt.events.contains(&"abandoned".to_owned()),
+        "{attempt:#?}"
+    );
+    let execution = one(&trace, "execute work");
+    assert_eq!(execution.parent_span_id, attempt.span_id);
+    assert_eq!(execution.status_code, 2, "stopped: {execution:#?}");
 }

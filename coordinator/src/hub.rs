@@ -43,6 +43,14 @@ impl ReadyTask {
     }
 }
 
+/// What [`Hub::forget`] did: the worker that held the task (and the task), and what its freed
+/// slot took next.
+#[derive(Debug, Default)]
+pub struct Forgotten {
+    pub assignments: Vec<Assignment>,
+    pub held: Option<(String, ReadyTask)>,
+}
+
 /// A task a worker holds, as [`Hub::sent`] tells it.
 #[derive(Debug, Clone)]
 pub struct Sent {
@@ -572,24 +580,27 @@ impl Hub {
 
     /// Forgets a task wherever it is (its run ended, or another coordinator took it over) and
     /// stops it on its worker, telling it `reason`; the slot it held takes the next task.
-    pub fn forget(&self, run_id: &str, task_key: &str, reason: &str) -> Vec<Assignment> {
+    pub fn forget(&self, run_id: &str, task_key: &str, reason: &str) -> Forgotten {
         let mut state = self.state.lock().expect("hub lock");
         for queue in state.queues.values_mut() {
             queue.retain(|task| !(task.run_id == run_id && task.task_key == task_key));
         }
         let key = (run_id.to_owned(), task_key.to_owned());
-        let holder = state.workers.iter_mut().find_map(|(id, worker)| {
+        let held = state.workers.iter_mut().find_map(|(id, worker)| {
             let task = worker.holding.remove(&key)?;
             // Its agent is stopped at once rather than left to finish for nothing. A closed
             // stream needs no message: the worker is gone or going.
             let _ = worker
                 .stream
                 .send(cancel_message(&task.message.task_id, reason));
-            Some(id.clone())
+            Some((id.clone(), task))
         });
-        match holder {
-            Some(holder) => state.fill(&holder),
-            None => Vec::new(),
+        match held {
+            Some((holder, task)) => Forgotten {
+                assignments: state.fill(&holder),
+                held: Some((holder, task)),
+            },
+            None => Forgotten::default(),
         }
     }
 

@@ -170,6 +170,8 @@ pub struct AttemptSpan<'a> {
     pub retry_after_ms: Option<u64>,
     /// Earlier deliveries of this step visit lost with their worker or coordinator.
     pub lost_before: u32,
+    /// Why the attempt was stopped unanswered, when its run no longer needed it.
+    pub abandoned: Option<&'a str>,
 }
 
 /// A step that settled, other than an agent's attempt.
@@ -246,8 +248,8 @@ impl Traces {
 
     /// Writes an agent step's attempt: its span (the worker's is a child), with a `queue wait`
     /// and a `persist` child, a `dispatched` event, a `retry scheduled` event when its error is
-    /// retried, a `previous delivery lost` event when one was, and a link to the attempt
-    /// before it.
+    /// retried, a `previous delivery lost` event when one was, an `abandoned` event when its
+    /// run no longer needed it, and a link to the attempt before it.
     pub fn attempt(&self, task: &TaskTrace, span: &AttemptSpan<'_>) {
         let Some(tracer) = self.tracer.as_ref() else {
             return;
@@ -294,6 +296,14 @@ impl Traces {
                     KeyValue::new("baton.retry.backoff_ms", backoff_ms as i64),
                     KeyValue::new("baton.retry.next_attempt", i64::from(span.attempt) + 1),
                 ],
+                0,
+            ));
+        }
+        if let Some(reason) = span.abandoned {
+            events.push(Event::new(
+                "abandoned",
+                span.persisted.1,
+                vec![KeyValue::new("baton.reason", reason.to_owned())],
                 0,
             ));
         }

@@ -59,11 +59,23 @@ impl ExecutionSpan {
     }
 
     /// Ends the span, with the agent's error as its status.
-    pub(crate) fn finish(self, error: Option<&str>) {
-        if let Some(mut span) = self.span {
+    pub(crate) fn finish(mut self, error: Option<&str>) {
+        if let Some(mut span) = self.span.take() {
             if let Some(error) = error {
                 span.set_status(Status::error(error.to_owned()));
             }
+            span.end();
+        }
+    }
+}
+
+/// An execution dropped before it finished was stopped: its coordinator cancelled it (the run
+/// no longer needed it, or it timed out) or the worker is going away.
+impl Drop for ExecutionSpan {
+    fn drop(&mut self) {
+        if let Some(mut span) = self.span.take() {
+            span.add_event("cancelled", Vec::new());
+            span.set_status(Status::error("stopped before it finished"));
             span.end();
         }
     }

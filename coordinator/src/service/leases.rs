@@ -349,6 +349,7 @@ impl<S: Store> Coordinator<S> {
                 error: Some("its worker was lost"),
                 retry_after_ms: None,
                 lost_before: entry.lost,
+                abandoned: None,
             });
         }
         let config = &self.inner.config;
@@ -603,6 +604,7 @@ impl<S: Store> Coordinator<S> {
                             error: Some(&error),
                             retry_after_ms,
                             lost_before,
+                            abandoned: None,
                         });
                     }
                 }
@@ -730,7 +732,8 @@ impl<S: Store> Coordinator<S> {
         let mut assignments = Vec::new();
         for ((run_id, task_key), reason) in given_up {
             tracing::info!(%run_id, task = %task_key, reason, "lease given up");
-            assignments.extend(self.inner.hub.forget(&run_id, &task_key, reason));
+            let forgotten = self.inner.hub.forget(&run_id, &task_key, reason);
+            assignments.extend(forgotten.assignments);
         }
         for ((run_id, key), entry) in shown {
             self.show_task(&run_id, &key, &entry).await;

@@ -655,6 +655,7 @@ impl<S: Store> Coordinator<S> {
                 error: error.as_deref(),
                 retry_after_ms: *retry_after_ms,
                 lost_before,
+                abandoned: None,
             });
         }
         let applied = applied.map(|_| ());
@@ -694,6 +695,7 @@ impl<S: Store> Coordinator<S> {
             error: answered.error,
             retry_after_ms: answered.retry_after_ms,
             lost_before: answered.lost_before,
+            abandoned: answered.abandoned,
         };
         self.inner.traces.attempt(trace, &span);
     }
@@ -1563,11 +1565,31 @@ impl<S: Store> Coordinator<S> {
                     ..
                 } => self.notify(run_id, approval_requested(step_id, *visit, message)),
                 Action::Abandon(task) => {
-                    assignments.extend(self.inner.hub.forget(
-                        run_id,
-                        &task_key(task),
-                        "its run no longer needs it",
-                    ));
+                    let reason = "its run no longer needs it";
+                    let forgotten = self.inner.hub.forget(run_id, &task_key(task), reason);
+                    assignments.extend(forgotten.assignments);
+                    // The attempt that was running ends here, in its span too.
+                    if let Some((worker_id, ready)) = forgotten.held
+                        && let Some(started) = ready.started
+                    {
+                        let now = SystemTime::now();
+                        let sent = Sent {
+                            agent: ready.agent.clone(),
+                            ready_at: ready.ready_at,
+                            started,
+                            trace: ready.trace.clone(),
+                        };
+                        self.trace_attempt(&Answered {
+                            worker_id: &worker_id,
+                            attempt: ready.attempt(),
+                            sent: &sent,
+                            persisting: now,
+                            error: None,
+                            retry_after_ms: None,
+                            lost_before: 0,
+                            abandoned: Some(reason),
+                        });
+                    }
                 }
                 Action::Finished { status, .. } => {
                     let trace_id = traces::trace_id_of(&loaded.header.traceparent);
@@ -1698,6 +1720,8 @@ struct Answered<'a> {
     retry_after_ms: Option<u64>,
     /// Earlier deliveries of the step visit lost with their worker or coordinator.
     lost_before: u32,
+    /// Why the attempt was stopped, when the run no longer needed it.
+    abandoned: Option<&'a str>,
 }
 
 /// A transition's write, and the changes it makes to the step and task maps.
