@@ -33,8 +33,7 @@ use crate::chain::{self, Mismatch};
 use crate::decisions::{self, Embedded, StoredDecision};
 use crate::embed::{Embedder, HashedNgrams};
 use crate::error::Error;
-use crate::hub::Sent;
-use crate::hub::{Assignment, Hub, ReadyTask};
+use crate::hub::{Assignment, Hub, ReadyTask, Sent};
 use crate::lease;
 use crate::model::{
     LoggedEvent, StepState, StoredEvent, TaskEntry, parse_task_id, task_id, task_key,
