@@ -212,6 +212,14 @@ async fn each_run_is_one_trace_from_submit_through_every_worker() {
     assert_eq!(
         submitted
             .resource
+            .get("service.instance.id")
+            .map(String::as_str),
+        Some("coordinator-0"),
+        "the coordinator's id tells it from its replicas"
+    );
+    assert_eq!(
+        submitted
+            .resource
             .get("deployment.environment")
             .map(String::as_str),
         Some("trace-test"),
@@ -261,6 +269,13 @@ async fn each_run_is_one_trace_from_submit_through_every_worker() {
         assert_eq!(executions.len(), 1, "one execution under step {step}");
         let execution = executions[0];
         assert_eq!(execution.service, "baton-worker");
+        assert_eq!(
+            execution
+                .resource
+                .get("service.instance.id")
+                .map(String::as_str),
+            Some(worker)
+        );
         assert_eq!(execution.attribute("baton.worker.id"), worker);
         assert_eq!(execution.attribute("baton.step.id"), step);
         assert_eq!(execution.attribute("baton.attempt"), "1");

@@ -55,7 +55,7 @@ fn transcript(json: bool) -> Box<dyn Write + Send> {
 
 pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
     // With an OTLP endpoint set, a local run is traced like a cluster's.
-    let telemetry = crate::telemetry::init("baton-dev")?;
+    let telemetry = crate::telemetry::init("baton-dev", None)?;
     let ran = run_locally(args, telemetry.enabled()).await;
     telemetry.shutdown().await;
     ran

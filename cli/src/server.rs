@@ -103,14 +103,20 @@ impl EmbeddingArgs {
 
 pub async fn coordinator(args: CoordinatorArgs) -> anyhow::Result<ExitCode> {
     crate::init_logging();
-    let telemetry = crate::telemetry::init("baton-coordinator")?;
-    let served = serve_coordinator(args, telemetry.enabled()).await;
+    // The id is chosen once: it names the coordinator in leases and in its spans and metrics.
+    let config = args.leases.config();
+    let telemetry = crate::telemetry::init("baton-coordinator", Some(&config.coordinator_id))?;
+    let config = Config {
+        traces: telemetry.enabled(),
+        ..config
+    };
+    let served = serve_coordinator(args, config).await;
     // After the last transition: its spans go out before the process does.
     telemetry.shutdown().await;
     served
 }
 
-async fn serve_coordinator(args: CoordinatorArgs, traces: bool) -> anyhow::Result<ExitCode> {
+async fn serve_coordinator(args: CoordinatorArgs, config: Config) -> anyhow::Result<ExitCode> {
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("cannot listen on {}", args.listen))?;
@@ -126,10 +132,6 @@ async fn serve_coordinator(args: CoordinatorArgs, traces: bool) -> anyhow::Resul
         model = embedder.model(),
         "decisions are embedded with this model"
     );
-    let config = Config {
-        traces,
-        ..args.leases.config()
-    };
     if args.memory {
         let coordinator = Coordinator::with_embedder(MemoryStore::new(), config, embedder);
         coordinator.hub().corrupt_next_parts(corrupt_parts);
@@ -162,6 +164,7 @@ async fn serve<S: baton_coordinator::store::Store>(
     let source = coordinator.clone();
     let export = crate::telemetry::metrics::start(
         "baton-coordinator",
+        coordinator.id(),
         std::sync::Arc::new(move || source.metric_families()),
     )?;
     // Ends with this function, whichever way it returns.
@@ -232,27 +235,31 @@ pub struct WorkerArgs {
 
 pub async fn worker(args: WorkerArgs) -> anyhow::Result<ExitCode> {
     crate::init_logging();
-    let telemetry = crate::telemetry::init("baton-worker")?;
-    let served = serve_worker(args, telemetry.enabled()).await;
+    let worker = build_worker(&args, crate::telemetry::configured())?;
+    let telemetry = crate::telemetry::init("baton-worker", Some(worker.id()))?;
+    let served = serve_worker(args, worker).await;
     telemetry.shutdown().await;
     served
 }
 
-async fn serve_worker(args: WorkerArgs, traces: bool) -> anyhow::Result<ExitCode> {
+fn build_worker(args: &WorkerArgs, traces: bool) -> anyhow::Result<Worker> {
     let mut builder = Worker::builder()
         .traces(traces)
-        .coordinator(args.coordinator)
+        .coordinator(args.coordinator.clone())
         .concurrency(args.concurrency)
         .part_cache_bytes(args.part_cache_mb << 20)
         .shutdown_grace(std::time::Duration::from_secs(args.grace_seconds));
-    if let Some(id) = args.id {
-        builder = builder.id(id);
+    if let Some(id) = &args.id {
+        builder = builder.id(id.clone());
     }
     builder = match &args.agents {
         Some(path) => baton_worker::agents_into(builder, AgentsFile::load(path)?),
         None => crate::bench::agents(builder, args.bench_blob_bytes),
     };
-    let worker = builder.build();
+    Ok(builder.build())
+}
+
+async fn serve_worker(args: WorkerArgs, worker: Worker) -> anyhow::Result<ExitCode> {
     tracing::info!(worker_id = worker.id(), "worker starting");
     let _metrics = if args.no_metrics {
         None
@@ -271,6 +278,7 @@ async fn serve_worker(args: WorkerArgs, traces: bool) -> anyhow::Result<ExitCode
     let metrics = worker.metrics();
     let export = crate::telemetry::metrics::start(
         "baton-worker",
+        worker.id(),
         std::sync::Arc::new(move || metrics.families()),
     )?;
     worker.run(shutdown_signal()).await;

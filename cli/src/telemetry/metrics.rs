@@ -56,8 +56,13 @@ fn millis(name: &str, default: u64) -> Duration {
 }
 
 /// Starts pushing `source`'s metrics when an endpoint is set; `None` (and nothing running)
-/// otherwise. Must run inside the Tokio runtime.
-pub fn start(service: &'static str, source: Source) -> anyhow::Result<Option<MetricsExport>> {
+/// otherwise. `service` and `instance` describe the process, as for spans. Must run inside the
+/// Tokio runtime.
+pub fn start(
+    service: &'static str,
+    instance: &str,
+    source: Source,
+) -> anyhow::Result<Option<MetricsExport>> {
     let Some(endpoint) = endpoint() else {
         return Ok(None);
     };
@@ -66,7 +71,7 @@ pub fn start(service: &'static str, source: Source) -> anyhow::Result<Option<Met
         .connect_lazy();
     let exporter = Exporter {
         client: MetricsServiceClient::new(channel),
-        resource: proto_resource(&super::resource(service)),
+        resource: proto_resource(&super::resource(service, Some(instance))),
         source,
         started_ns: unix_ns(SystemTime::now()),
         timeout: millis("OTEL_METRIC_EXPORT_TIMEOUT", 30_000),

@@ -56,21 +56,31 @@ pub(crate) fn warn_about_protocol() {
 }
 
 /// The process as exports describe it: `OTEL_RESOURCE_ATTRIBUTES` and `OTEL_SERVICE_NAME`, with
-/// `service` as the name when neither gives one.
-fn resource(service: &'static str) -> Resource {
-    let named = set("OTEL_SERVICE_NAME").is_some()
-        || set("OTEL_RESOURCE_ATTRIBUTES").is_some_and(|a| a.contains("service.name="));
+/// `service` as the name and `instance` (the coordinator's or worker's id) as
+/// `service.instance.id` where they give none.
+fn resource(service: &'static str, instance: Option<&str>) -> Resource {
+    let given =
+        |key: &str| set("OTEL_RESOURCE_ATTRIBUTES").is_some_and(|a| a.contains(&format!("{key}=")));
     let mut resource = Resource::builder();
-    if !named {
+    if set("OTEL_SERVICE_NAME").is_none() && !given("service.name") {
         resource = resource.with_service_name(service);
+    }
+    if let Some(instance) = instance
+        && !given("service.instance.id")
+    {
+        resource = resource.with_attribute(opentelemetry::KeyValue::new(
+            "service.instance.id",
+            instance.to_owned(),
+        ));
     }
     resource.build()
 }
 
-/// Installs the global tracer provider when [`configured`]; `service` names the process unless
-/// `OTEL_SERVICE_NAME` or `OTEL_RESOURCE_ATTRIBUTES` does. Must run inside the Tokio runtime
-/// (the gRPC exporter lives on it).
-pub fn init(service: &'static str) -> anyhow::Result<Telemetry> {
+/// Installs the global tracer provider when [`configured`]; `service` names the process and
+/// `instance` tells it from its replicas, unless `OTEL_SERVICE_NAME` or
+/// `OTEL_RESOURCE_ATTRIBUTES` says otherwise. Must run inside the Tokio runtime (the gRPC
+/// exporter lives on it).
+pub fn init(service: &'static str, instance: Option<&str>) -> anyhow::Result<Telemetry> {
     if !configured() {
         return Ok(Telemetry { provider: None });
     }
@@ -80,7 +90,7 @@ pub fn init(service: &'static str) -> anyhow::Result<Telemetry> {
         .build()
         .context("cannot set up the OTLP span exporter")?;
     let provider = SdkTracerProvider::builder()
-        .with_resource(resource(service))
+        .with_resource(resource(service, instance))
         // Random ids, except for the spans of step attempts, whose ids any coordinator can
         // derive (see baton_coordinator::traces).
         .with_id_generator(baton_coordinator::traces::SpanIds::default())
@@ -134,7 +144,7 @@ impl ClientSpan {
                 span: None,
             });
         }
-        let telemetry = init("baton-cli")?;
+        let telemetry = init("baton-cli", None)?;
         if !telemetry.enabled() {
             return Ok(ClientSpan {
                 traceparent: None,
