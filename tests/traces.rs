@@ -126,6 +126,30 @@ async fn finished(client: &mut RunServiceClient<Channel>, run_id: &str) -> RunRe
     wait_until(client, run_id, |r| r.status != "running").await
 }
 
+/// A receiver, one coordinator exporting to it, and `workers` (one slot each) whose `work`
+/// agent takes `seconds`, all connected; and a client.
+async fn traced_cluster(
+    workers: &[&str],
+    seconds: &str,
+) -> (Receiver, Fleet, Records, RunServiceClient<Channel>) {
+    let (receiver, endpoint) = Receiver::start().await;
+    let mut fleet = start_fleet(&endpoint).await;
+    let records = Records::new(fleet.dir().join("records"));
+    start_workers(&mut fleet, &records, workers, seconds);
+    fleet.wait_for_workers(workers.len() as u32).await;
+    let client = fleet.client(0).await.unwrap();
+    (receiver, fleet, records, client)
+}
+
+/// Waits until an agent has started (it writes its line first).
+async fn wait_for_an_agent(records: &Records) {
+    let deadline = Instant::now() + harness::DEADLINE;
+    while agent_traceparents(records).is_empty() {
+        assert!(Instant::now() < deadline, "the agent never started");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 /// Lines `<run> <step> <attempt> <worker> <traceparent>` the agents wrote.
 fn agent_traceparents(records: &Records) -> Vec<Vec<String>> {
     std::fs::read_to_string(records.root().join("traceparents.log"))
@@ -137,13 +161,8 @@ fn agent_traceparents(records: &Records) -> Vec<Vec<String>> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_run_is_one_trace_from_submit_through_every_worker() {
-    let (receiver, endpoint) = Receiver::start().await;
-    let mut fleet = start_fleet(&endpoint).await;
-    let records = Records::new(fleet.dir().join("records"));
     // One slot each, and branches that take their time: the two branches run on both workers.
-    start_workers(&mut fleet, &records, &["w1", "w2"], "0.5");
-    fleet.wait_for_workers(2).await;
-    let mut client = fleet.client(0).await.unwrap();
+    let (receiver, fleet, records, mut client) = traced_cluster(&["w1", "w2"], "0.5").await;
 
     // Continues the caller's trace.
     let client_trace = "4bf92f3577b34da6a3ce929d0e0e4736";
@@ -374,12 +393,7 @@ async fn each_run_is_one_trace_from_submit_through_every_worker() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_run_stays_one_trace_across_a_coordinator_restart() {
-    let (receiver, endpoint) = Receiver::start().await;
-    let mut fleet = start_fleet(&endpoint).await;
-    let records = Records::new(fleet.dir().join("records"));
-    start_workers(&mut fleet, &records, &["w1"], "0");
-    fleet.wait_for_workers(1).await;
-    let mut client = fleet.client(0).await.unwrap();
+    let (receiver, mut fleet, _records, mut client) = traced_cluster(&["w1"], "0").await;
     let workflow = json!({"id": "traced-approval", "steps": [
         {"id": "plan", "type": "agent", "agent": "work"},
         {"id": "approve", "type": "approval", "message": "Ship it?"},
@@ -457,23 +471,14 @@ async fn a_run_stays_one_trace_across_a_coordinator_restart() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lost_delivery_and_a_loop_stay_in_the_run_trace() {
-    let (receiver, endpoint) = Receiver::start().await;
-    let mut fleet = start_fleet(&endpoint).await;
-    let records = Records::new(fleet.dir().join("records"));
     // w1's agent takes long enough to be killed in the middle.
-    start_workers(&mut fleet, &records, &["w1"], "30");
-    fleet.wait_for_workers(1).await;
-    let mut client = fleet.client(0).await.unwrap();
+    let (receiver, mut fleet, records, mut client) = traced_cluster(&["w1"], "30").await;
     let workflow = json!({"id": "traced-loss", "steps": [
         {"id": "plan", "type": "agent", "agent": "work"},
         {"id": "approve", "type": "approval", "message": "Ship it?", "on_reject": "plan"}
     ]});
     let run = submit(&mut client, workflow, None).await;
-    let deadline = Instant::now() + harness::DEADLINE;
-    while agent_traceparents(&records).is_empty() {
-        assert!(Instant::now() < deadline, "the agent never started");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_for_an_agent(&records).await;
     // The worker dies mid-task; the next one takes the task as attempt 2.
     fleet.kill_worker("w1");
     start_workers(&mut fleet, &records, &["w2"], "0");
@@ -551,21 +556,12 @@ async fn a_lost_delivery_and_a_loop_stay_in_the_run_trace() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancelled_run_ends_its_running_attempt_in_the_trace() {
-    let (receiver, endpoint) = Receiver::start().await;
-    let mut fleet = start_fleet(&endpoint).await;
-    let records = Records::new(fleet.dir().join("records"));
-    start_workers(&mut fleet, &records, &["w1"], "30");
-    fleet.wait_for_workers(1).await;
-    let mut client = fleet.client(0).await.unwrap();
+    let (receiver, _fleet, records, mut client) = traced_cluster(&["w1"], "30").await;
     let workflow = json!({"id": "traced-cancel", "steps": [
         {"id": "plan", "type": "agent", "agent": "work"}
     ]});
     let run = submit(&mut client, workflow, None).await;
-    let deadline = Instant::now() + harness::DEADLINE;
-    while agent_traceparents(&records).is_empty() {
-        assert!(Instant::now() < deadline, "the agent never started");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait_for_an_agent(&records).await;
     let record = client
         .cancel_run(CancelRunRequest {
             run_id: run.clone(),

@@ -41,6 +41,16 @@ impl ReadyTask {
     pub fn attempt(&self) -> u32 {
         self.message.attempt
     }
+
+    /// What a span needs of a task sent to a worker; `None` if it was never sent.
+    pub fn sent(&self) -> Option<Sent> {
+        Some(Sent {
+            agent: self.agent.clone(),
+            ready_at: self.ready_at,
+            started: self.started?,
+            trace: self.trace.clone(),
+        })
+    }
 }
 
 /// What [`Hub::forget`] did: the worker that held the task (and the task), and what its freed
@@ -505,12 +515,7 @@ impl Hub {
             .get(worker_id)?
             .holding
             .get(&(run_id.to_owned(), task_key.to_owned()))?;
-        Some(Sent {
-            agent: task.agent.clone(),
-            ready_at: task.ready_at,
-            started: task.started?,
-            trace: task.trace.clone(),
-        })
+        task.sent()
     }
 
     /// Per agent with tasks waiting: how many, and how long the oldest has waited.

@@ -331,16 +331,10 @@ impl<S: Store> Coordinator<S> {
         };
         // The lost attempt's span ends here, so that the worker's span (if it got out) and
         // the next attempt's link have it.
-        if let Some(started) = task.started
+        if let Some(sent) = task.sent()
             && entry.attempt == task.attempt()
         {
             let now = SystemTime::now();
-            let sent = Sent {
-                agent: task.agent.clone(),
-                ready_at: task.ready_at,
-                started,
-                trace: task.trace.clone(),
-            };
             self.trace_attempt(&Answered {
                 worker_id,
                 attempt: entry.attempt,
@@ -589,13 +583,7 @@ impl<S: Store> Coordinator<S> {
                 .await
             {
                 Ok(retry_after_ms) => {
-                    if let Some(started) = ready.started {
-                        let sent = Sent {
-                            agent: ready.agent.clone(),
-                            ready_at: ready.ready_at,
-                            started,
-                            trace: ready.trace.clone(),
-                        };
+                    if let Some(sent) = ready.sent() {
                         self.trace_attempt(&Answered {
                             worker_id: &worker_id,
                             attempt,

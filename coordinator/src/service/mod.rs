@@ -1569,15 +1569,9 @@ impl<S: Store> Coordinator<S> {
                     assignments.extend(forgotten.assignments);
                     // The attempt that was running ends here, in its span too.
                     if let Some((worker_id, ready)) = forgotten.held
-                        && let Some(started) = ready.started
+                        && let Some(sent) = ready.sent()
                     {
                         let now = SystemTime::now();
-                        let sent = Sent {
-                            agent: ready.agent.clone(),
-                            ready_at: ready.ready_at,
-                            started,
-                            trace: ready.trace.clone(),
-                        };
                         self.trace_attempt(&Answered {
                             worker_id: &worker_id,
                             attempt: ready.attempt(),
