@@ -27,8 +27,9 @@ fn bench_prints_one_line_per_workload_with_every_field() {
         .iter()
         .map(|l| l["workload"].as_str().unwrap())
         .collect();
-    assert_eq!(workloads, ["W1", "W2", "W3", "W4"]);
-    for line in &lines {
+    assert_eq!(workloads, ["W1", "W2", "W3", "W4", "W5"]);
+    let (steps, streaming) = lines.split_at(4);
+    for line in steps {
         for field in [
             "median_s",
             "min_s",
@@ -51,4 +52,21 @@ fn bench_prints_one_line_per_workload_with_every_field() {
     }
     // W4 hands every step all earlier results: it sends far more than W1 of the same length.
     assert!(lines[3]["bytes_to_workers"].as_u64() > lines[0]["bytes_to_workers"].as_u64());
+
+    // W5: the watcher on the other coordinator received what was streamed (or was told what
+    // it missed), with its latency and the coordinators' CPU.
+    let w5 = &streaming[0];
+    for field in [
+        "pieces_per_s",
+        "p50_piece_latency_ms",
+        "p99_piece_latency_ms",
+        "worker_coordinator_cpu_ms_per_1000_pieces",
+        "watcher_coordinator_cpu_ms_per_1000_pieces",
+    ] {
+        assert!(w5[field].is_number(), "{field} missing in {w5}");
+    }
+    let streamed = w5["pieces_streamed"].as_u64().unwrap();
+    let received = w5["pieces_received"].as_u64().unwrap();
+    let missed = w5["pieces_missed"].as_u64().unwrap();
+    assert!(streamed > 0 && received + missed == streamed, "{w5}");
 }

@@ -11,8 +11,7 @@ mod spec;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use baton_proto::Json;
-use baton_proto::v1::{DecideApprovalRequest, SubmitRunRequest, VerifyRunRequest};
+use baton_proto::v1::{DecideApprovalRequest, VerifyRunRequest};
 use harness::{Cluster, Records, Watch, baton, output};
 use serde_json::{Value, json};
 
@@ -103,6 +102,16 @@ fn blocks(transcript: &str, what: &str) -> Vec<(String, Value)> {
 
 #[test]
 fn dev_auto_approve_prints_each_payload_and_result() {
+    // The README's first command, run by the binary `cargo run` builds.
+    harness::assert_readme_runs(&[
+        "dev",
+        "examples/feature-development/workflow.json",
+        "--agents",
+        "examples/feature-development/agents.toml",
+        "--input",
+        spec::INPUT,
+        "--auto-approve",
+    ]);
     let out = output(&mut dev(&example("agents.toml"), &["--auto-approve"]), None);
     assert_success(&out);
     let transcript = text(&out.stdout);
@@ -236,16 +245,7 @@ async fn dev_and_cluster_agree_on_the_context_and_both_chains_hold() {
         .await;
     let mut client = cluster.client().await;
     let workflow = std::fs::read(example("workflow.json")).unwrap();
-    let run_id = client
-        .submit_run(SubmitRunRequest {
-            workflow,
-            input: Some(Json::new(serde_json::to_vec(&json!(spec::INPUT)).unwrap())),
-            idempotency_key: String::new(),
-        })
-        .await
-        .unwrap()
-        .into_inner()
-        .run_id;
+    let run_id = harness::submit(&mut client, workflow, &json!(spec::INPUT)).await;
     let mut watch = Watch::start(&mut client, &run_id).await;
     watch.approval("approve-plan").await;
     // The decision `baton dev --auto-approve` takes: no comment, no approver.

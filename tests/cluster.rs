@@ -29,23 +29,6 @@ fn input(value: &Value) -> Option<Json> {
     Some(Json::new(serde_json::to_vec(value).unwrap()))
 }
 
-async fn submit(
-    client: &mut baton_proto::v1::run_service_client::RunServiceClient<tonic::transport::Channel>,
-    workflow: Vec<u8>,
-    value: &Value,
-) -> String {
-    client
-        .submit_run(SubmitRunRequest {
-            workflow,
-            input: input(value),
-            idempotency_key: String::new(),
-        })
-        .await
-        .expect("SubmitRun")
-        .into_inner()
-        .run_id
-}
-
 fn decision(run_id: &str, approved: bool, comment: &str) -> DecideApprovalRequest {
     DecideApprovalRequest {
         run_id: run_id.to_owned(),
@@ -70,7 +53,7 @@ async fn feature_development_runs_across_two_workers() {
         .await;
     let mut client = cluster.client().await;
 
-    let run_id = submit(&mut client, feature_workflow(), &json!(spec::INPUT)).await;
+    let run_id = harness::submit(&mut client, feature_workflow(), &json!(spec::INPUT)).await;
     let mut watch = Watch::start(&mut client, &run_id).await;
     assert_eq!(watch.approval("approve-plan").await, 1);
     let waiting = client
@@ -222,7 +205,7 @@ async fn a_rejected_plan_loops_back_to_plan() {
         .await;
     let mut client = cluster.client().await;
 
-    let run_id = submit(&mut client, feature_workflow(), &json!(spec::INPUT)).await;
+    let run_id = harness::submit(&mut client, feature_workflow(), &json!(spec::INPUT)).await;
     let mut watch = Watch::start(&mut client, &run_id).await;
     assert_eq!(watch.approval("approve-plan").await, 1);
     let rejected = client
@@ -323,7 +306,7 @@ async fn parallel_branches_run_at_once_on_two_workers() {
         ]}
     ]}"#;
     let mut client = cluster.client().await;
-    let run_id = submit(&mut client, workflow.to_vec(), &json!("meet")).await;
+    let run_id = harness::submit(&mut client, workflow.to_vec(), &json!("meet")).await;
     let mut watch = Watch::start(&mut client, &run_id).await;
     let record = watch.finished().await;
     assert_eq!(record.status, "succeeded", "{record:#?}");
@@ -610,7 +593,7 @@ async fn a_result_for_a_task_the_worker_does_not_hold_is_refused() {
         {"id": "work", "type": "agent", "agent": "held"},
         {"id": "queued", "type": "agent", "agent": "nobody-serves-this"}
     ]}"#;
-    let run_id = submit(&mut client, workflow.to_vec(), &json!("x")).await;
+    let run_id = harness::submit(&mut client, workflow.to_vec(), &json!("x")).await;
     let get = || GetRunRequest {
         run_id: run_id.clone(),
     };
@@ -660,6 +643,7 @@ async fn a_result_for_a_task_the_worker_does_not_hold_is_refused() {
             ))),
             notes: None,
             non_retryable: false,
+            usage: Vec::new(),
         }))
     };
     let held_elsewhere = format!("{run_id}/work#1");
@@ -735,7 +719,7 @@ async fn a_result_for_a_task_the_worker_does_not_hold_is_refused() {
 /// the run id and final record.
 async fn run_feature_development(cluster: &Cluster) -> (String, baton_proto::v1::RunRecord) {
     let mut client = cluster.client().await;
-    let run_id = submit(&mut client, feature_workflow(), &json!(spec::INPUT)).await;
+    let run_id = harness::submit(&mut client, feature_workflow(), &json!(spec::INPUT)).await;
     let mut watch = Watch::start(&mut client, &run_id).await;
     watch.approval("approve-plan").await;
     client
@@ -814,7 +798,7 @@ async fn a_run_survives_a_coordinator_restart() {
         .start_spec_workers(&records, &["worker-1", "worker-2"])
         .await;
     let mut client = cluster.client().await;
-    let run_id = submit(&mut client, feature_workflow(), &json!(spec::INPUT)).await;
+    let run_id = harness::submit(&mut client, feature_workflow(), &json!(spec::INPUT)).await;
     let mut watch = Watch::start(&mut client, &run_id).await;
     watch.approval("approve-plan").await;
     let before = client
@@ -880,7 +864,7 @@ async fn sigterm_lets_a_worker_finish_its_task_before_it_exits() {
     let mut client = cluster.client().await;
     let workflow =
         br#"{"id": "slow", "steps": [{"id": "s", "type": "agent", "agent": "slow"}]}"#.to_vec();
-    let run_id = submit(&mut client, workflow.clone(), &json!("x")).await;
+    let run_id = harness::submit(&mut client, workflow.clone(), &json!("x")).await;
     let started = records
         .root()
         .join("leaving")

@@ -13,8 +13,7 @@ mod spec;
 
 use std::time::{Duration, Instant};
 
-use baton_proto::Json;
-use baton_proto::v1::{GetRunRequest, RunRecord, SubmitRunRequest};
+use baton_proto::v1::{GetRunRequest, RunRecord};
 use fleet::{Fleet, Timing};
 use harness::Records;
 use serde_json::{Value, json};
@@ -36,16 +35,7 @@ fn two_steps() -> Vec<u8> {
 
 async fn submit(fleet: &Fleet, coordinator: usize) -> String {
     let mut client = fleet.client(coordinator).await.expect("a coordinator");
-    client
-        .submit_run(SubmitRunRequest {
-            workflow: two_steps(),
-            input: Some(Json::new(b"\"go\"".to_vec())),
-            idempotency_key: String::new(),
-        })
-        .await
-        .expect("SubmitRun")
-        .into_inner()
-        .run_id
+    harness::submit(&mut client, two_steps(), &json!("go")).await
 }
 
 /// Waits until `records` logged an execution of `step_id`.

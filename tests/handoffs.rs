@@ -7,9 +7,8 @@ mod harness;
 #[path = "support/spec.rs"]
 mod spec;
 
-use baton_proto::Json;
 use baton_proto::v1::run_service_client::RunServiceClient;
-use baton_proto::v1::{DecideApprovalRequest, GetStatsRequest, SubmitRunRequest};
+use baton_proto::v1::{DecideApprovalRequest, GetStatsRequest};
 use harness::{Cluster, Records, Watch, baton, context};
 use redis::AsyncCommands;
 use serde_json::{Value, json};
@@ -22,16 +21,7 @@ fn feature_workflow() -> Vec<u8> {
 
 /// Submits the feature-development workflow, approves the plan, and waits for the end.
 async fn run_feature_development(client: &mut RunServiceClient<Channel>) -> (String, Value) {
-    let run_id = client
-        .submit_run(SubmitRunRequest {
-            workflow: feature_workflow(),
-            input: Some(Json::new(serde_json::to_vec(&json!(spec::INPUT)).unwrap())),
-            idempotency_key: String::new(),
-        })
-        .await
-        .expect("SubmitRun")
-        .into_inner()
-        .run_id;
+    let run_id = harness::submit(client, feature_workflow(), &json!(spec::INPUT)).await;
     let mut watch = Watch::start(client, &run_id).await;
     watch.approval("approve-plan").await;
     client

@@ -15,8 +15,7 @@ use std::collections::BTreeMap;
 use std::io::{Read, Write};
 use std::time::{Duration, Instant};
 
-use baton_proto::Json;
-use baton_proto::v1::{GetRunRequest, SubmitRunRequest};
+use baton_proto::v1::GetRunRequest;
 use fleet::{Fleet, Timing};
 use harness::Records;
 use serde_json::json;
@@ -84,16 +83,7 @@ async fn metrics_count_runs_steps_and_the_queue_workers_scale_on() {
     let mut client = fleet.client(0).await.unwrap();
     let mut runs = Vec::new();
     for n in 0..3 {
-        let run = client
-            .submit_run(SubmitRunRequest {
-                workflow: workflow.clone(),
-                input: Some(Json::new(serde_json::to_vec(&json!(n)).unwrap())),
-                idempotency_key: String::new(),
-            })
-            .await
-            .unwrap()
-            .into_inner()
-            .run_id;
+        let run = harness::submit(&mut client, workflow.clone(), &json!(n)).await;
         runs.push(run);
     }
 
@@ -332,14 +322,7 @@ async fn the_same_metrics_go_to_an_otlp_collector() {
         .into_bytes();
     let mut client = fleet.client(0).await.unwrap();
     for n in 0..2 {
-        client
-            .submit_run(SubmitRunRequest {
-                workflow: workflow.clone(),
-                input: Some(Json::new(serde_json::to_vec(&json!(n)).unwrap())),
-                idempotency_key: String::new(),
-            })
-            .await
-            .unwrap();
+        harness::submit(&mut client, workflow.clone(), &json!(n)).await;
     }
 
     // Exported every 200 ms: wait for the batch that has both runs done.

@@ -12,6 +12,10 @@ fn example_files() -> Vec<std::path::PathBuf> {
     while let Some(dir) = dirs.pop() {
         for entry in fs::read_dir(&dir).unwrap() {
             let path = entry.unwrap().path();
+            if path.ends_with("schemas") {
+                // JSON Schemas of llm agents' replies, not workflows.
+                continue;
+            }
             if path.is_dir() {
                 dirs.push(path);
             } else if path.extension().is_some_and(|e| e == "json") {

@@ -4,8 +4,8 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use crate::record_json::record_to_json;
 use anyhow::Context as _;
-use baton_coordinator::record::record_to_json;
 use baton_proto::Json;
 use baton_proto::v1::run_service_client::RunServiceClient;
 use baton_proto::v1::{
@@ -14,7 +14,7 @@ use baton_proto::v1::{
 };
 use tonic::transport::Channel;
 
-use crate::progress::{print_event, print_summary};
+use crate::progress::{Progress, print_summary};
 
 /// Where the coordinator is; shared by every client command.
 #[derive(clap::Args, Clone)]
@@ -129,9 +129,10 @@ pub async fn follow(
         .map_err(failed)?
         .into_inner();
     let mut stdout = std::io::stdout();
+    let mut progress = Progress::default();
     while let Some(event) = stream.message().await.map_err(failed)? {
         if print {
-            print_event(&mut stdout, run_id, &event)?;
+            progress.print(&mut stdout, run_id, &event)?;
             stdout.flush()?;
         }
         if let Some(run_event::Event::RunFinished(finished)) = event.event {
@@ -227,6 +228,13 @@ pub async fn runs(args: RunsArgs) -> anyhow::Result<ExitCode> {
                         stdout,
                         "  {:<24} {:<10} visits {}{worker}",
                         step.step_id, step.status, step.visits
+                    )?;
+                }
+                for usage in &record.usage {
+                    writeln!(
+                        stdout,
+                        "  tokens {}: {} prompt, {} completion",
+                        usage.model, usage.prompt_tokens, usage.completion_tokens
                     )?;
                 }
                 writeln!(stdout, "  state sha256 {}", record.state_sha256)?;

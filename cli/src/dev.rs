@@ -9,8 +9,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
 
+use crate::record_json::record_to_json;
 use anyhow::Context as _;
-use baton_coordinator::record::record_to_json;
 use baton_coordinator::store::memory::MemoryStore;
 use baton_coordinator::{Config, Coordinator};
 use baton_proto::Json;
@@ -21,7 +21,7 @@ use baton_worker::Worker;
 use baton_worker::agents::AgentsFile;
 use tokio::sync::oneshot;
 
-use crate::progress::print_event;
+use crate::progress::Progress;
 
 #[derive(clap::Args)]
 pub struct Args {
@@ -156,16 +156,17 @@ async fn run_locally(args: Args, traces: bool) -> anyhow::Result<ExitCode> {
         .await?
         .into_inner();
     let mut record = None;
+    let mut progress = Progress::default();
     while let Some(event) = events.message().await? {
         {
             let mut out = out.lock().expect("transcript lock");
             if let Some(run_event::Event::StepFinished(done)) = &event.event {
                 let key = (done.step_id.clone(), done.visit);
                 if let Some(text) = exchanges.lock().expect("exchanges lock").remove(&key) {
-                    write!(out, "{text}")?;
+                    progress.write_block(&mut *out, &text)?;
                 }
             }
-            print_event(&mut *out, &run_id, &event)?;
+            progress.print(&mut *out, &run_id, &event)?;
         }
         match event.event {
             Some(run_event::Event::ApprovalRequested(approval)) => {

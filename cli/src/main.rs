@@ -1,17 +1,26 @@
 //! `baton`: the command line of the Baton workflow engine.
 //!
-//! - `validate`: check workflow files.
-//! - `coordinator`, `worker`: the cluster's processes.
-//! - `submit`, `runs`, `approve`, `decisions`: a client of a coordinator.
-//! - `dev`: coordinator and workers in one process, on an in-memory store.
-//! - `bench`: the benchmark: its own Redis, coordinator and worker processes.
+//! - this file: the subcommands, the runtime they run on, and logging.
+//! - `validate`: `baton validate`, check workflow files.
+//! - `server`: `baton coordinator` and `baton worker`, the cluster's processes.
+//! - `client`: `baton submit`, `runs` and `approve`, a client of a coordinator.
+//! - `decisions`: `baton decisions`, the decisions agents took, searched by meaning.
+//! - `dev`: `baton dev`, coordinator and workers in one process, on an in-memory store.
+//! - `bench`: `baton bench`, the benchmark: its own Redis, coordinator and worker processes.
+//! - `input`: `--input`, JSON or else a plain string.
+//! - `progress`: a run's events printed as they come.
+//! - `record_json`: a run record as `--json` prints it.
+//! - `telemetry`: OTLP export of spans and metrics.
+//! - `metrics_endpoint`: the `/metrics` endpoint the coordinator and worker processes serve.
 
 mod bench;
 mod client;
 mod decisions;
 mod dev;
 mod input;
+mod metrics_endpoint;
 mod progress;
+mod record_json;
 mod server;
 mod telemetry;
 mod validate;

@@ -1,10 +1,152 @@
-//! Printing a run's events as they come: one line per step that starts or settles.
+//! Printing a run's events as they come: one line per step that starts or settles, and the
+//! live output of running steps under them, flushed as it arrives.
 
 use std::io::Write;
 
-use baton_proto::v1::{RunEvent, RunRecord, run_event};
+use baton_proto::v1::{RunEvent, RunRecord, StepOutput, run_event};
 
-/// Writes one human line for `event`, or nothing.
+/// A step visit's attempt, whose output is printed under one header.
+type Streamer = (String, u32, u32);
+
+/// What the live output printed so far needs to continue: whose output was printed last,
+/// whether its last line is still open, and what other steps streamed meanwhile.
+///
+/// Steps that stream at once (parallel branches) take turns by line: while one step's line is
+/// open, the others' output waits and is printed when that line ends, or before the next event
+/// (a step's end flushes it all). One step streaming alone is printed piece by piece.
+#[derive(Default)]
+pub struct Progress {
+    streaming: Option<Streamer>,
+    /// The last output line has no newline yet.
+    open_line: bool,
+    /// Output that came while another step's line was open: (whose, restart, text), in order.
+    held: Vec<(Streamer, bool, String)>,
+}
+
+/// How live output lines are set off under their step.
+const OUTPUT_PREFIX: &str = "    │ ";
+
+impl Progress {
+    /// Writes `event`: a line for a step or the run, or a piece of a step's live output.
+    pub fn print(
+        &mut self,
+        out: &mut impl Write,
+        run_id: &str,
+        event: &RunEvent,
+    ) -> std::io::Result<()> {
+        match &event.event {
+            Some(run_event::Event::StepOutput(output)) => self.print_output(out, output),
+            Some(run_event::Event::OutputMissed(missed)) => {
+                self.settle(out)?;
+                writeln!(
+                    out,
+                    "  … this watcher fell behind: {} pieces of live output missed",
+                    missed.pieces
+                )
+            }
+            _ => {
+                self.settle(out)?;
+                print_event(out, run_id, event)
+            }
+        }
+    }
+
+    fn print_output(&mut self, out: &mut impl Write, output: &StepOutput) -> std::io::Result<()> {
+        let streamer = (output.step_id.clone(), output.visit, output.attempt);
+        let mut restart = output.restart;
+        let lines: Vec<&str> = match output.text.as_str() {
+            "" => vec![""],
+            text => text.split_inclusive('\n').collect(),
+        };
+        for line in lines {
+            if self.open_line && self.streaming.as_ref() != Some(&streamer) {
+                self.hold(streamer.clone(), restart, line);
+            } else {
+                self.write_output(out, streamer.clone(), restart, line)?;
+                // A line ended: what other steps streamed meanwhile goes now.
+                while !self.open_line && !self.held.is_empty() {
+                    let (streamer, restart, text) = self.held.remove(0);
+                    self.write_output(out, streamer, restart, &text)?;
+                }
+            }
+            restart = false;
+        }
+        out.flush()
+    }
+
+    fn hold(&mut self, streamer: Streamer, restart: bool, text: &str) {
+        match self
+            .held
+            .iter_mut()
+            .rev()
+            .find(|(held, ..)| *held == streamer)
+        {
+            Some((_, _, held)) if !restart => held.push_str(text),
+            _ => self.held.push((streamer, restart, text.to_owned())),
+        }
+    }
+
+    /// Writes output under its step's header (printed when another step printed last, or the
+    /// output starts again).
+    fn write_output(
+        &mut self,
+        out: &mut impl Write,
+        streamer: Streamer,
+        restart: bool,
+        text: &str,
+    ) -> std::io::Result<()> {
+        if self.streaming.as_ref() != Some(&streamer) || restart {
+            self.close_line(out)?;
+            let again = if restart {
+                " (from the start again)"
+            } else {
+                ""
+            };
+            writeln!(
+                out,
+                "  … {:<20} output{again}",
+                label(&streamer.0, streamer.1)
+            )?;
+            self.streaming = Some(streamer);
+        }
+        for piece in text.split_inclusive('\n') {
+            if !self.open_line {
+                write!(out, "{OUTPUT_PREFIX}")?;
+            }
+            write!(out, "{piece}")?;
+            self.open_line = !piece.ends_with('\n');
+        }
+        Ok(())
+    }
+
+    /// Ends the output printed so far, the held output included, before something else.
+    fn settle(&mut self, out: &mut impl Write) -> std::io::Result<()> {
+        self.close_line(out)?;
+        for (streamer, restart, text) in std::mem::take(&mut self.held) {
+            self.write_output(out, streamer, restart, &text)?;
+            self.close_line(out)?;
+        }
+        self.streaming = None;
+        Ok(())
+    }
+
+    /// Writes a block of text of the caller's (`baton dev`'s transcript of an exchange) on
+    /// lines of its own, after the output printed so far.
+    pub fn write_block(&mut self, out: &mut impl Write, text: &str) -> std::io::Result<()> {
+        self.settle(out)?;
+        write!(out, "{text}")
+    }
+
+    fn close_line(&mut self, out: &mut impl Write) -> std::io::Result<()> {
+        if self.open_line {
+            self.open_line = false;
+            writeln!(out)?;
+        }
+        Ok(())
+    }
+}
+
+/// Writes one human line for `event`, or nothing (live output is [`Progress`]'s).
 pub fn print_event(out: &mut impl Write, run_id: &str, event: &RunEvent) -> std::io::Result<()> {
     match &event.event {
         Some(run_event::Event::StepStarted(started)) => writeln!(
@@ -47,7 +189,7 @@ pub fn print_event(out: &mut impl Write, run_id: &str, event: &RunEvent) -> std:
             Some(record) => print_summary(out, record),
             None => Ok(()),
         },
-        None => Ok(()),
+        Some(run_event::Event::StepOutput(_) | run_event::Event::OutputMissed(_)) | None => Ok(()),
     }
 }
 
@@ -84,5 +226,77 @@ fn label(step_id: &str, visit: u32) -> String {
         format!("{step_id} (visit {visit})")
     } else {
         step_id.to_owned()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn output(step: &str, text: &str, restart: bool) -> RunEvent {
+        RunEvent {
+            event: Some(run_event::Event::StepOutput(StepOutput {
+                step_id: step.into(),
+                visit: 1,
+                attempt: 1,
+                text: text.into(),
+                restart,
+                offset: String::new(),
+            })),
+        }
+    }
+
+    #[test]
+    fn steps_streaming_at_once_take_turns_by_line() {
+        let mut progress = Progress::default();
+        let mut out = Vec::new();
+        for event in [
+            output("unit", "{\"passed\": ", false),
+            output("integration", "{\"passed\": 5", false),
+            output("unit", "15}", false),
+            output("integration", "}\nok\n", false),
+            output("unit", "\nbye", false),
+        ] {
+            progress.print(&mut out, "r", &event).unwrap();
+        }
+        let done = RunEvent {
+            event: Some(run_event::Event::StepFinished(
+                baton_proto::v1::StepFinished {
+                    step_id: "unit".into(),
+                    visit: 1,
+                    status: "succeeded".into(),
+                    ..Default::default()
+                },
+            )),
+        };
+        progress.print(&mut out, "r", &done).unwrap();
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "  … unit                 output\n    │ {\"passed\": 15}\n  … integration          output\n    │ {\"passed\": 5}\n    │ ok\n  … unit                 output\n    │ bye\n  ✓ unit                 succeeded\n"
+        );
+    }
+
+    #[test]
+    fn live_output_prints_under_its_step_line_by_line() {
+        let mut progress = Progress::default();
+        let mut out = Vec::new();
+        for event in [
+            output("code", "Writing ", false),
+            output("code", "the theme\nDone", false),
+            output("review", "Looks good", false),
+            output("review", "Again", true),
+        ] {
+            progress.print(&mut out, "r", &event).unwrap();
+        }
+        let missed = RunEvent {
+            event: Some(run_event::Event::OutputMissed(
+                baton_proto::v1::OutputMissed { pieces: 3 },
+            )),
+        };
+        progress.print(&mut out, "r", &missed).unwrap();
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "  … code                 output\n    │ Writing the theme\n    │ Done\n  … review               output\n    │ Looks good\n  … review               output (from the start again)\n    │ Again\n  … this watcher fell behind: 3 pieces of live output missed\n"
+        );
     }
 }

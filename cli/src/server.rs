@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context as _;
+use baton_coordinator::grpc::Faults;
 use baton_coordinator::store::memory::MemoryStore;
 use baton_coordinator::store::redis::RedisStore;
 use baton_coordinator::{Config, Coordinator};
@@ -128,27 +129,26 @@ async fn serve_coordinator(args: CoordinatorArgs, config: Config) -> anyhow::Res
         .ok()
         .and_then(|n| n.parse().ok())
         .unwrap_or(0);
+    let faults = Faults::corrupt_parts(corrupt_parts);
     tracing::info!(
         model = embedder.model(),
         "decisions are embedded with this model"
     );
     if args.memory {
         let coordinator = Coordinator::with_embedder(MemoryStore::new(), config, embedder);
-        coordinator.hub().corrupt_next_parts(corrupt_parts);
         tracing::info!(%address, store = "memory", id = coordinator.id(), "coordinator listening");
         let metrics = metrics_listener(&args).await?;
-        serve(listener, coordinator, metrics).await?;
+        serve(listener, coordinator, metrics, faults).await?;
     } else {
         let store = RedisStore::connect(&args.redis)
             .await
             .with_context(|| format!("cannot connect to Redis at {}", args.redis))?;
         let coordinator = Coordinator::with_embedder(store, config, embedder);
-        coordinator.hub().corrupt_next_parts(corrupt_parts);
         // Nothing to recover by hand: the tasks of a coordinator that died come back when their
         // leases run out, to whichever coordinator sweeps them first.
         tracing::info!(%address, redis = %args.redis, id = coordinator.id(), "coordinator listening");
         let metrics = metrics_listener(&args).await?;
-        serve(listener, coordinator, metrics).await?;
+        serve(listener, coordinator, metrics, faults).await?;
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -160,6 +160,7 @@ async fn serve<S: baton_coordinator::store::Store>(
     listener: tokio::net::TcpListener,
     coordinator: Coordinator<S>,
     metrics: Option<tokio::net::TcpListener>,
+    faults: Faults,
 ) -> anyhow::Result<()> {
     let source = coordinator.clone();
     let export = crate::telemetry::metrics::start(
@@ -170,7 +171,7 @@ async fn serve<S: baton_coordinator::store::Store>(
     // Ends with this function, whichever way it returns.
     let _metrics = metrics.map(|listener| {
         let scraped = coordinator.clone();
-        let server = tokio::spawn(baton_coordinator::metrics::serve(
+        let server = tokio::spawn(crate::metrics_endpoint::serve(
             listener,
             move || scraped.metrics_text(),
             std::future::pending(),
@@ -184,7 +185,7 @@ async fn serve<S: baton_coordinator::store::Store>(
         // Time for the goodbyes to leave before the streams are cut.
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     };
-    let served = baton_coordinator::grpc::serve(listener, coordinator, shutdown).await;
+    let served = baton_coordinator::grpc::serve_with(listener, coordinator, shutdown, faults).await;
     if let Some(export) = export {
         export.shutdown().await;
     }
@@ -205,7 +206,7 @@ pub struct WorkerArgs {
     /// The agents this worker serves (TOML).
     #[arg(long, required_unless_present = "bench_agents")]
     agents: Option<PathBuf>,
-    /// Serve the built-in no-op agents `baton bench` uses (`noop`, `blob64k`) instead.
+    /// Serve the built-in no-op agents `baton bench` uses (`noop`, `blob64k`) too.
     #[arg(long, hide = true)]
     bench_agents: bool,
     /// The size of the string `blob64k` returns.
@@ -252,10 +253,12 @@ fn build_worker(args: &WorkerArgs, traces: bool) -> anyhow::Result<Worker> {
     if let Some(id) = &args.id {
         builder = builder.id(id.clone());
     }
-    builder = match &args.agents {
-        Some(path) => baton_worker::agents_into(builder, AgentsFile::load(path)?),
-        None => crate::bench::agents(builder, args.bench_blob_bytes),
-    };
+    if let Some(path) = &args.agents {
+        builder = baton_worker::agents_into(builder, AgentsFile::load(path)?);
+    }
+    if args.bench_agents {
+        builder = crate::bench::agents(builder, args.bench_blob_bytes);
+    }
     Ok(builder.build())
 }
 
@@ -264,11 +267,11 @@ async fn serve_worker(args: WorkerArgs, worker: Worker) -> anyhow::Result<ExitCo
     let _metrics = if args.no_metrics {
         None
     } else {
-        let listener = baton_coordinator::metrics::bind(args.metrics_listen)
+        let listener = crate::metrics_endpoint::bind(args.metrics_listen)
             .await
             .with_context(|| format!("cannot serve metrics on {}", args.metrics_listen))?;
         let metrics = worker.metrics();
-        let server = tokio::spawn(baton_coordinator::metrics::serve(
+        let server = tokio::spawn(crate::metrics_endpoint::serve(
             listener,
             move || metrics.render(),
             std::future::pending(),
@@ -296,7 +299,7 @@ async fn metrics_listener(
     if args.no_metrics {
         return Ok(None);
     }
-    let listener = baton_coordinator::metrics::bind(args.metrics_listen)
+    let listener = crate::metrics_endpoint::bind(args.metrics_listen)
         .await
         .with_context(|| format!("cannot serve metrics on {}", args.metrics_listen))?;
     Ok(Some(listener))

@@ -50,8 +50,6 @@ pub struct Checked {
     /// The run as far as its stored data holds: all of it, or up to the event before the first
     /// mismatch.
     pub run: Run,
-    /// The chain's head as recomputed over `run`'s history.
-    pub head: String,
     /// Links checked.
     pub links: usize,
     /// The first mismatch that stops the run (the replay went no further).
@@ -295,7 +293,6 @@ impl Check<'_> {
     fn finish(self, run: Run, mismatch: Option<Mismatch>) -> Checked {
         Checked {
             run,
-            head: self.head,
             links: self.checked,
             mismatch,
             repaired: self.repaired,

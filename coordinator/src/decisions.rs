@@ -10,7 +10,6 @@
 use std::sync::Arc;
 
 use baton_core::handoff::DecisionRecord;
-use baton_proto::v1;
 use serde::{Deserialize, Serialize};
 
 use crate::embed::{EmbedError, Embedder, cosine, top_k};
@@ -106,22 +105,6 @@ pub async fn rank(
         .into_iter()
         .map(|i| (decisions[i].clone(), scores[i]))
         .collect())
-}
-
-pub fn to_match((stored, score): (StoredDecision, f32)) -> v1::DecisionMatch {
-    let d = stored.decision;
-    v1::DecisionMatch {
-        run_id: stored.run_id,
-        key: d.key,
-        agent: d.agent,
-        step_id: d.step_id,
-        visit: d.visit,
-        summary: d.summary,
-        rationale: d.rationale,
-        timestamp: d.timestamp,
-        related_artifacts: d.related_artifacts,
-        score,
-    }
 }
 
 #[cfg(test)]

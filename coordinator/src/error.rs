@@ -1,9 +1,10 @@
-//! The coordinator's errors, and their gRPC status codes (the one place they are mapped).
+//! The coordinator's errors. Their gRPC status codes are mapped in one place, at the edge
+//! (`grpc/status.rs`).
 
 use baton_core::Diagnostics;
-use tonic::{Code, Status};
 
 use crate::store;
+use crate::task_ref;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -11,6 +12,9 @@ pub enum Error {
     InvalidWorkflow(Diagnostics),
     #[error("invalid input: {0}")]
     InvalidInput(String),
+    /// A request without something it needs; the message names the field.
+    #[error("{0}")]
+    Request(String),
     #[error("{what} is {size} bytes; the limit is {limit}")]
     TooLarge {
         what: &'static str,
@@ -57,36 +61,14 @@ pub enum Error {
     Embedding(String),
     #[error("this coordinator is shutting down; use another")]
     ShuttingDown,
+    #[error("the watcher fell behind the run; watch it again to catch up")]
+    WatcherLagged,
     #[error(transparent)]
     Store(#[from] store::Error),
 }
 
-impl From<Error> for Status {
-    fn from(error: Error) -> Status {
-        let code = match &error {
-            Error::InvalidWorkflow(_)
-            | Error::InvalidInput(_)
-            | Error::TooLarge { .. }
-            | Error::MalformedTaskId(_)
-            | Error::Digest(_)
-            | Error::NoHello => Code::InvalidArgument,
-            Error::RunNotFound(_) => Code::NotFound,
-            Error::NotAwaitingApproval { .. }
-            | Error::RunFinished { .. }
-            | Error::Protocol { .. } => Code::FailedPrecondition,
-            Error::TaskNotHeld { .. } => Code::PermissionDenied,
-            Error::Superseded { .. } | Error::Store(store::Error::Fenced { .. }) => {
-                Code::FailedPrecondition
-            }
-            Error::DuplicateWorker(_) | Error::IdempotencyConflict { .. } => Code::AlreadyExists,
-            Error::Store(store::Error::NotFound(_)) => Code::NotFound,
-            Error::Store(store::Error::Conflict { .. }) => Code::Aborted,
-            Error::Store(store::Error::AlreadyExists(_)) => Code::AlreadyExists,
-            Error::Store(store::Error::Unavailable(_))
-            | Error::Embedding(_)
-            | Error::ShuttingDown => Code::Unavailable,
-            Error::Corrupt { .. } | Error::Store(store::Error::Corrupt(_)) => Code::DataLoss,
-        };
-        Status::new(code, error.to_string())
+impl From<task_ref::MalformedTaskId> for Error {
+    fn from(malformed: task_ref::MalformedTaskId) -> Self {
+        Error::MalformedTaskId(malformed.0)
     }
 }

@@ -21,16 +21,7 @@
 
 use baton_core::workflow::RetryPolicy;
 
-use crate::model::TaskEntry;
-
-/// States of a task entry.
-pub const QUEUED: &str = "queued";
-pub const RUNNING: &str = "running";
-pub const RETRYING: &str = "retrying";
-/// An approval step's timer, waiting for a decision.
-pub const WAITING: &str = "waiting";
-/// An approval whose timer came due, claimed by a coordinator that is failing the step.
-pub const TIMING_OUT: &str = "timing_out";
+use crate::model::{TaskEntry, TaskState};
 
 /// The timer set of approval steps' timeouts. Agent names are never blank, so it is no agent's.
 pub const APPROVAL_TIMERS: &str = "";
@@ -40,7 +31,7 @@ pub const APPROVAL_TIMERS: &str = "";
 pub fn approval_timer(now_ms: i64, timeout_ms: u64) -> TaskEntry {
     TaskEntry {
         agent: APPROVAL_TIMERS.to_owned(),
-        state: WAITING.into(),
+        state: TaskState::Waiting,
         attempt: 1,
         due_ms: now_ms.saturating_add(timeout_ms.min(i64::MAX as u64) as i64),
         ..TaskEntry::default()
@@ -51,7 +42,7 @@ pub fn approval_timer(now_ms: i64, timeout_ms: u64) -> TaskEntry {
 /// timer is due again after a lease and another coordinator does it.
 pub fn timing_out(entry: &TaskEntry, now_ms: i64, lease_ms: u64) -> Option<TaskEntry> {
     (entry.due_ms <= now_ms).then(|| TaskEntry {
-        state: TIMING_OUT.into(),
+        state: TaskState::TimingOut,
         due_ms: now_ms + lease_ms as i64,
         ..entry.clone()
     })
@@ -63,7 +54,7 @@ pub fn timing_out(entry: &TaskEntry, now_ms: i64, lease_ms: u64) -> Option<TaskE
 pub fn dispatched(agent: &str, owner: Option<&str>, now_ms: i64, lease_ms: u64) -> TaskEntry {
     TaskEntry {
         agent: agent.to_owned(),
-        state: QUEUED.into(),
+        state: TaskState::Queued,
         attempt: 1,
         owner: owner.unwrap_or_default().to_owned(),
         due_ms: match owner {
@@ -92,13 +83,13 @@ pub fn renewed(entry: &TaskEntry, holding: &Holding, now_ms: i64, lease_ms: u64)
     let until = now_ms + lease_ms as i64;
     match holding {
         Holding::Worker(worker_id) => TaskEntry {
-            state: RUNNING.into(),
+            state: TaskState::Running,
             worker_id: worker_id.clone(),
             due_ms: until,
             ..entry.clone()
         },
         Holding::Queued => TaskEntry {
-            state: QUEUED.into(),
+            state: TaskState::Queued,
             worker_id: String::new(),
             due_ms: until,
             ..entry.clone()
@@ -111,7 +102,7 @@ pub fn renewed(entry: &TaskEntry, holding: &Holding, now_ms: i64, lease_ms: u64)
 /// any coordinator may claim it. The attempt stays: nothing was lost.
 pub fn released(entry: &TaskEntry, now_ms: i64) -> TaskEntry {
     TaskEntry {
-        state: QUEUED.into(),
+        state: TaskState::Queued,
         worker_id: String::new(),
         owner: String::new(),
         due_ms: now_ms,
@@ -138,9 +129,9 @@ pub fn on_due(entry: &TaskEntry, me: &str, now_ms: i64, lease_ms: u64, max_lost:
         return Due::NotYet;
     }
     // Held by someone (queued there or on a worker) and not renewed: that delivery was lost.
-    let lost = entry.state != RETRYING && !entry.owner.is_empty();
+    let lost = entry.state != TaskState::Retrying && !entry.owner.is_empty();
     let claimed = TaskEntry {
-        state: QUEUED.into(),
+        state: TaskState::Queued,
         worker_id: String::new(),
         attempt: entry.attempt + 1,
         owner: me.to_owned(),
@@ -159,7 +150,7 @@ pub fn on_due(entry: &TaskEntry, me: &str, now_ms: i64, lease_ms: u64, max_lost:
 /// attempt, or give up after too many losses.
 pub fn lost(entry: &TaskEntry, now_ms: i64, lease_ms: u64, max_lost: u32) -> Due {
     let again = TaskEntry {
-        state: QUEUED.into(),
+        state: TaskState::Queued,
         worker_id: String::new(),
         attempt: entry.attempt + 1,
         due_ms: now_ms + lease_ms as i64,
@@ -216,7 +207,7 @@ pub fn after_failure(
     let backoff_ms = policy.backoff_ms(failures, unit);
     AfterFailure::Retry {
         entry: TaskEntry {
-            state: RETRYING.into(),
+            state: TaskState::Retrying,
             worker_id: String::new(),
             owner: String::new(),
             due_ms: now_ms + backoff_ms as i64,
@@ -239,8 +230,8 @@ pub fn adopted(
     now_ms: i64,
     lease_ms: u64,
 ) -> Option<TaskEntry> {
-    (entry.attempt == attempt && entry.state != RETRYING).then(|| TaskEntry {
-        state: RUNNING.into(),
+    (entry.attempt == attempt && entry.state != TaskState::Retrying).then(|| TaskEntry {
+        state: TaskState::Running,
         worker_id: worker_id.to_owned(),
         owner: me.to_owned(),
         due_ms: now_ms + lease_ms as i64,
@@ -272,8 +263,8 @@ mod tests {
         let entry = renewed(&held_by("c1"), &Holding::Worker("w1".into()), 5_000, LEASE);
         assert_eq!(entry.due_ms, 15_000);
         assert_eq!(
-            (entry.state.as_str(), entry.worker_id.as_str()),
-            (RUNNING, "w1")
+            (entry.state, entry.worker_id.as_str()),
+            (TaskState::Running, "w1")
         );
         assert_eq!(entry.attempt, 1, "renewing is not a new delivery");
         let given_up = renewed(&entry, &Holding::Nowhere, 6_000, LEASE);
@@ -335,7 +326,7 @@ mod tests {
             panic!("retry");
         };
         assert_eq!(backoff_ms, 100);
-        assert_eq!((entry.state.as_str(), entry.failures), (RETRYING, 1));
+        assert_eq!((entry.state, entry.failures), (TaskState::Retrying, 1));
         assert_eq!((entry.owner.as_str(), entry.due_ms), ("", 5_100));
         assert_eq!(entry.attempt, 1, "the claim after the backoff raises it");
         let AfterFailure::Retry { entry, backoff_ms } =

@@ -1,35 +1,46 @@
 //! Baton's coordinator: drives the engine, keeps every run's state in a store, sends agent
 //! steps to workers.
 //!
-//! - [`service`]: the logic: submit, decide, cancel, complete, watch; leases, retries, timeouts
-//!   and the sweep of due timers (`service/leases.rs`).
-//! - [`lease`]: what happens to a task's lease, as pure functions.
-//! - [`hub`]: connected workers and the tasks waiting for them.
-//! - [`metrics`]: counters, histograms and hub gauges on a Prometheus `/metrics` endpoint.
-//! - [`traces`]: OpenTelemetry spans of runs, one trace per run across processes.
-//! - [`parts`]: agent payloads by reference, each part encoded and hashed once per run.
-//! - [`store`]: the store trait, its contract, and the memory and Redis stores.
-//! - [`model`]: stored events, step states and tasks.
+//! The edge:
+//! - [`grpc`]: the tonic services: proto in, domain types to [`service`], proto out.
+//!
+//! The logic, in domain types:
+//! - [`service`]: the [`Coordinator`] handle and its rooms: submit, answers, approvals, watch,
+//!   integrity, decision queries, leases; every change through one path.
+//! - `lease`: what happens to a task's lease, as pure functions.
+//! - `dispatch`: which worker gets which waiting task, as a pure function.
+//! - [`hub`]: connected workers, their streams and part caches, and the tasks waiting for them.
+//! - [`task_ref`]: how tasks and step visits are named (`run/step#visit@attempt`).
+//! - `model`: stored events, step and task states.
 //! - [`record`]: the run record clients see.
-//! - [`chain`]: reading a run back checked against its state chain.
-//! - [`decisions`]: decision memory: stored with embeddings, ranked by meaning.
-//! - [`grpc`]: the tonic services, thin over [`service`].
+//! - [`parts`]: agent payloads by reference, each part encoded and hashed once per run.
+//! - `chain`: reading a run back checked against its state chain.
+//! - `decisions`: decision memory: stored with embeddings, ranked by meaning.
 //! - [`embed`]: text embedders (built-in hashed n-grams, OpenAI-compatible HTTP) and top-k cosine.
-//! - [`error`]: the coordinator's errors and their gRPC codes.
+//!
+//! Around them:
+//! - [`store`]: the store trait, its contract, and the memory and Redis stores.
+//! - `metrics`: counters, histograms and hub gauges, as Prometheus text or data for OTLP.
+//! - [`traces`]: OpenTelemetry spans of runs, one trace per run across processes.
+//! - [`clock`]: where the coordinator reads the time (paused in tests).
+//! - `error`: the coordinator's [`Error`]s.
 
-pub mod chain;
-pub mod decisions;
+mod chain;
+pub mod clock;
+mod decisions;
+mod dispatch;
 pub mod embed;
-pub mod error;
+mod error;
 pub mod grpc;
 pub mod hub;
-pub mod lease;
-pub mod metrics;
-pub mod model;
+mod lease;
+mod metrics;
+mod model;
 pub mod parts;
 pub mod record;
 pub mod service;
 pub mod store;
+pub mod task_ref;
 pub mod traces;
 
 pub use error::Error;

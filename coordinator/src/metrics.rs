@@ -4,7 +4,6 @@
 //! depth, oldest queued task, workers, free slots) are read from it when scraped. The queue depth
 //! and the age of the oldest queued task, per agent, are the signals to scale workers on.
 
-use std::net::SocketAddr;
 use std::time::Duration;
 
 use prometheus_client::encoding::prometheus_protobuf;
@@ -243,38 +242,4 @@ impl Metrics {
                 .set(oldest.as_secs_f64());
         }
     }
-}
-
-/// Serves `GET /metrics` on `listener` until `shutdown` completes, with the text `render`
-/// produces.
-pub async fn serve(
-    listener: tokio::net::TcpListener,
-    render: impl Fn() -> String + Clone + Send + Sync + 'static,
-    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
-) -> std::io::Result<()> {
-    let app = axum::Router::new().route(
-        "/metrics",
-        axum::routing::get(move || {
-            let render = render.clone();
-            async move {
-                (
-                    [(
-                        axum::http::header::CONTENT_TYPE,
-                        "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                    )],
-                    render(),
-                )
-            }
-        }),
-    );
-    axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown)
-        .await
-}
-
-/// Binds the metrics listener, saying where it listens (port 0 picks a free one).
-pub async fn bind(address: SocketAddr) -> std::io::Result<tokio::net::TcpListener> {
-    let listener = tokio::net::TcpListener::bind(address).await?;
-    tracing::info!(address = %listener.local_addr()?, "metrics listening on /metrics");
-    Ok(listener)
 }

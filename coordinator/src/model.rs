@@ -1,39 +1,18 @@
 //! What the coordinator stores besides the engine's own types: encoded with serde as JSON.
-
-use std::sync::Arc;
+//!
+//! - [`LoggedEvent`] / [`StoredEvent`]: the event log, agent data by reference.
+//! - [`StepState`] and its [`StepStatus`]: the scheduling view of a step, as `GetRun` shows it.
+//! - [`TaskEntry`] and its [`TaskState`]: a task in flight with its lease.
+//!
+//! States are enums whose serde names are the strings stored since the first release, so the
+//! stored bytes are the same.
 
 use baton_core::handoff::AgentNotes;
 use baton_core::{Decision, Event, TaskId};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-/// Key of a task and of a result: `"<step>#<visit>"`.
-pub fn task_key(task: &TaskId) -> String {
-    format!("{}#{}", task.step_id, task.visit)
-}
-
-/// The id a worker sees: `"<run>/<step>#<visit>@<attempt>"`. The attempt is the fencing token:
-/// an answer is accepted only for the task's current attempt.
-pub fn task_id(run_id: &str, task: &TaskId, attempt: u32) -> String {
-    format!("{run_id}/{}@{attempt}", task_key(task))
-}
-
-/// Splits a worker-facing task id back into run id, task and attempt.
-pub fn parse_task_id(task_id: &str) -> Option<(&str, TaskId, u32)> {
-    let (run_id, key) = task_id.split_once('/')?;
-    let (step_id, visit) = key.rsplit_once('#')?;
-    let (visit, attempt) = visit.split_once('@')?;
-    let visit = visit.parse().ok()?;
-    let attempt = attempt.parse().ok()?;
-    Some((
-        run_id,
-        TaskId {
-            step_id: Arc::from(step_id),
-            visit,
-        },
-        attempt,
-    ))
-}
+use crate::task_ref::task_key;
 
 /// An event of the log, with the time it was applied at: the engine stamps decisions and
 /// handoffs with it, so a replay must apply each event at its original time.
@@ -78,6 +57,37 @@ pub enum StoredEvent {
 }
 
 impl StoredEvent {
+    /// The event as the log keeps it: an agent's data by its result key (the data is stored
+    /// once, under that key, by the same transition), with the worker that answered. `None`
+    /// for [`Event::Halt`], which is never logged: it stops a run whose log cannot be trusted.
+    pub fn of(event: &Event, worker_id: &str) -> Option<Self> {
+        Some(match event {
+            Event::AgentSucceeded { task, notes, .. } => StoredEvent::AgentSucceeded {
+                task: task.clone(),
+                result: task_key(task),
+                worker_id: worker_id.to_owned(),
+                notes: notes.clone(),
+            },
+            Event::AgentFailed { task, error } => StoredEvent::AgentFailed {
+                task: task.clone(),
+                error: error.clone(),
+                worker_id: worker_id.to_owned(),
+            },
+            Event::ApprovalDecided { step_id, decision } => StoredEvent::ApprovalDecided {
+                step_id: step_id.clone(),
+                decision: decision.clone(),
+            },
+            Event::ApprovalTimedOut { step_id, visit } => StoredEvent::ApprovalTimedOut {
+                step_id: step_id.clone(),
+                visit: *visit,
+            },
+            Event::Cancel { reason } => StoredEvent::Cancel {
+                reason: reason.clone(),
+            },
+            Event::Halt { .. } => return None,
+        })
+    }
+
     /// Rebuilds the engine event, fetching an agent's data with `result`.
     pub fn to_event(&self, result: impl Fn(&str) -> Option<Value>) -> Result<Event, String> {
         Ok(match self {
@@ -110,11 +120,99 @@ impl StoredEvent {
     }
 }
 
+/// Where a step stands, as `GetRun` shows it: its task's state while an agent step is in
+/// flight, a parallel step's `running`, an approval's `waiting`, then how its last visit ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum StepStatus {
+    /// Never entered.
+    #[default]
+    Pending,
+    Queued,
+    Running,
+    /// Its last attempt failed; the next one waits out its backoff.
+    Retrying,
+    /// An approval waiting for a decision.
+    Waiting,
+    Succeeded,
+    Failed,
+    Rejected,
+    /// Abandoned when its run stopped.
+    Cancelled,
+}
+
+impl StepStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StepStatus::Pending => "pending",
+            StepStatus::Queued => "queued",
+            StepStatus::Running => "running",
+            StepStatus::Retrying => "retrying",
+            StepStatus::Waiting => "waiting",
+            StepStatus::Succeeded => "succeeded",
+            StepStatus::Failed => "failed",
+            StepStatus::Rejected => "rejected",
+            StepStatus::Cancelled => "cancelled",
+        }
+    }
+}
+
+impl From<baton_core::StepStatus> for StepStatus {
+    fn from(settled: baton_core::StepStatus) -> Self {
+        match settled {
+            baton_core::StepStatus::Succeeded => StepStatus::Succeeded,
+            baton_core::StepStatus::Failed => StepStatus::Failed,
+            baton_core::StepStatus::Rejected => StepStatus::Rejected,
+        }
+    }
+}
+
+/// A step's state follows its task's while the task is in flight.
+impl From<TaskState> for StepStatus {
+    fn from(task: TaskState) -> Self {
+        match task {
+            TaskState::Queued => StepStatus::Queued,
+            TaskState::Running => StepStatus::Running,
+            TaskState::Retrying => StepStatus::Retrying,
+            TaskState::Waiting | TaskState::TimingOut => StepStatus::Waiting,
+        }
+    }
+}
+
+/// The tokens one call to a model used, as an agent reported it.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct ModelUsage {
+    pub model: String,
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+}
+
+/// What one attempt of a step visit used, one entry per call to a model.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct AttemptUsage {
+    pub visit: u32,
+    pub attempt: u32,
+    #[serde(flatten)]
+    pub usage: ModelUsage,
+}
+
+impl AttemptUsage {
+    pub fn of(visit: u32, attempt: u32, usage: &[ModelUsage]) -> Vec<AttemptUsage> {
+        usage
+            .iter()
+            .map(|usage| AttemptUsage {
+                visit,
+                attempt,
+                usage: usage.clone(),
+            })
+            .collect()
+    }
+}
+
 /// The scheduling view of a step, as `GetRun` reports it.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct StepState {
-    /// pending, queued, running, waiting, succeeded, failed or rejected.
-    pub status: String,
+    pub status: StepStatus,
     pub visits: u32,
     pub attempts: u32,
     #[serde(default, skip_serializing_if = "String::is_empty")]
@@ -128,6 +226,9 @@ pub struct StepState {
     /// The visit `since_ms` belongs to.
     #[serde(default, skip_serializing_if = "is_zero_u32")]
     pub since_visit: u32,
+    /// The tokens its attempts used (every visit), recorded when a visit settles.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub usage: Vec<AttemptUsage>,
 }
 
 fn is_zero_u32(n: &u32) -> bool {
@@ -136,6 +237,23 @@ fn is_zero_u32(n: &u32) -> bool {
 
 fn is_zero(n: &i64) -> bool {
     *n == 0
+}
+
+/// Where a task in flight is ([`crate::lease`] has the life of a task).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TaskState {
+    /// Waiting for a worker, in its holder's queue or due for a claim.
+    #[default]
+    Queued,
+    /// On a worker.
+    Running,
+    /// Waiting out the backoff before its next attempt; nobody holds it.
+    Retrying,
+    /// An approval step's timer, waiting for a decision.
+    Waiting,
+    /// An approval whose timer came due, claimed by a coordinator that is failing the step.
+    TimingOut,
 }
 
 /// An agent task that is queued, running or waiting to be retried, with its lease.
@@ -147,8 +265,7 @@ fn is_zero(n: &i64) -> bool {
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct TaskEntry {
     pub agent: String,
-    /// queued, running or retrying (waiting out its backoff).
-    pub state: String,
+    pub state: TaskState,
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub worker_id: String,
     /// Which delivery of the step visit this is, from 1: the fencing token of its answer.
@@ -169,6 +286,9 @@ pub struct TaskEntry {
     /// The last failure, while it is retried.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub error: String,
+    /// The tokens the failed attempts used, carried to the step when its visit settles.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub usage: Vec<AttemptUsage>,
 }
 
 impl TaskEntry {
@@ -214,17 +334,56 @@ mod tests {
     }
 
     #[test]
-    fn task_ids_round_trip_even_with_hyphens_and_hashes() {
-        let task = TaskId {
-            step_id: "parallel-tests".into(),
-            visit: 12,
+    fn states_are_stored_by_their_old_names() {
+        let entry = TaskEntry {
+            agent: "coder".into(),
+            state: TaskState::TimingOut,
+            attempt: 2,
+            ..TaskEntry::default()
         };
-        let id = task_id("0193-abc", &task, 3);
-        assert_eq!(id, "0193-abc/parallel-tests#12@3");
-        assert_eq!(parse_task_id(&id), Some(("0193-abc", task, 3)));
-        assert_eq!(parse_task_id("no-slash"), None);
-        assert_eq!(parse_task_id("run/step#x@1"), None);
-        assert_eq!(parse_task_id("run/step#1"), None, "the attempt is required");
-        assert_eq!(parse_task_id("run/step#1@x"), None);
+        let text = String::from_utf8(entry.encode()).unwrap();
+        assert!(text.contains(r#""state":"timing_out""#), "{text}");
+        let step = StepState {
+            status: StepStatus::Retrying,
+            visits: 1,
+            ..StepState::default()
+        };
+        assert_eq!(
+            serde_json::to_string(&step).unwrap(),
+            r#"{"status":"retrying","visits":1,"attempts":0}"#
+        );
+        for status in [StepStatus::Pending, StepStatus::Cancelled] {
+            let text = serde_json::to_string(&status).unwrap();
+            assert_eq!(text, format!("\"{}\"", status.as_str()));
+        }
+    }
+
+    #[test]
+    fn a_stored_event_is_built_from_the_engine_event_it_records() {
+        let task = TaskId {
+            step_id: "plan".into(),
+            visit: 2,
+        };
+        let succeeded = Event::AgentSucceeded {
+            task: task.clone(),
+            data: json!({"big": "data"}),
+            notes: AgentNotes::default(),
+        };
+        let stored = StoredEvent::of(&succeeded, "w1").unwrap();
+        assert_eq!(
+            stored,
+            StoredEvent::AgentSucceeded {
+                task,
+                result: "plan#2".into(),
+                worker_id: "w1".into(),
+                notes: AgentNotes::default(),
+            }
+        );
+        let rebuilt = stored.to_event(|key| (key == "plan#2").then(|| json!({"big": "data"})));
+        assert_eq!(rebuilt.unwrap(), succeeded);
+        assert_eq!(
+            StoredEvent::of(&Event::Halt { error: "x".into() }, ""),
+            None
+        );
     }
 }

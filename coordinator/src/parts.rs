@@ -10,8 +10,22 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use baton_core::{AgentPayload, Manifest};
-use baton_proto::Json;
 use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+/// One part of a payload: JSON bytes, named by their SHA-256 (lowercase hex).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Part {
+    pub json: Vec<u8>,
+    pub sha256: String,
+}
+
+impl Part {
+    pub fn new(json: Vec<u8>) -> Self {
+        let sha256 = hex::encode(Sha256::digest(&json));
+        Self { json, sha256 }
+    }
+}
 
 /// The encoded parts of one run's payloads, by the identity of the shared value.
 ///
@@ -20,14 +34,14 @@ use serde_json::Value;
 /// across every context that holds it, so each result is encoded once per coordinator.
 #[derive(Default)]
 pub struct PartEncoder {
-    encoded: HashMap<usize, (Arc<Value>, Arc<Json>)>,
+    encoded: HashMap<usize, (Arc<Value>, Arc<Part>)>,
 }
 
 /// A payload ready for the hub: its manifest and its parts in [`Manifest::parts`] order.
 #[derive(Debug, Clone)]
 pub struct TaskPayload {
-    pub manifest: Json,
-    pub parts: Vec<Arc<Json>>,
+    pub manifest: Arc<Part>,
+    pub parts: Vec<Arc<Part>>,
 }
 
 impl PartEncoder {
@@ -39,17 +53,20 @@ impl PartEncoder {
             parts.push(part);
             digest
         });
-        let manifest = Json::new(serde_json::to_vec(&manifest).expect("a manifest serialises"));
-        TaskPayload { manifest, parts }
+        let manifest = Part::new(serde_json::to_vec(&manifest).expect("a manifest serialises"));
+        TaskPayload {
+            manifest: Arc::new(manifest),
+            parts,
+        }
     }
 
-    fn part(&mut self, value: &Arc<Value>) -> Arc<Json> {
+    fn part(&mut self, value: &Arc<Value>) -> Arc<Part> {
         let key = Arc::as_ptr(value) as usize;
         self.encoded
             .entry(key)
             .or_insert_with(|| {
                 let bytes = serde_json::to_vec(value.as_ref()).expect("a JSON value serialises");
-                (value.clone(), Arc::new(Json::new(bytes)))
+                (value.clone(), Arc::new(Part::new(bytes)))
             })
             .1
             .clone()
@@ -89,8 +106,7 @@ mod tests {
             "reference is plan"
         );
 
-        let manifest: Manifest =
-            serde_json::from_slice(first.manifest.verified().unwrap()).unwrap();
+        let manifest: Manifest = serde_json::from_slice(&first.manifest.json).unwrap();
         let by_digest: HashMap<&str, &[u8]> = first
             .parts
             .iter()
@@ -101,7 +117,12 @@ mod tests {
         assert_eq!(assembled, payload.to_json());
         assert_eq!(
             manifest.context[0].1,
-            baton_proto::sha256_hex(br#"{"files":["a.ts"]}"#)
+            // sha256 of {"files":["a.ts"]}, as any tool computes it
+            Part::new(br#"{"files":["a.ts"]}"#.to_vec()).sha256
+        );
+        assert_eq!(
+            Part::new(b"abc".to_vec()).sha256,
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
         );
     }
 }

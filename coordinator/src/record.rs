@@ -2,12 +2,70 @@
 
 use std::collections::BTreeMap;
 
-use baton_core::workflow::{StepKind, Workflow};
+use baton_core::workflow::{StepKind, StepType, Workflow};
 use baton_core::{Run, Waiting};
-use baton_proto::v1;
 use serde_json::{Value, json};
 
 use crate::model::StepState;
+pub use crate::model::{AttemptUsage, ModelUsage, StepStatus};
+
+/// A run as `GetRun` shows it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunRecord {
+    pub run_id: String,
+    pub workflow_id: String,
+    /// running, succeeded, failed or cancelled.
+    pub status: String,
+    pub error: String,
+    /// The context as agents see it, JSON.
+    pub context: Vec<u8>,
+    /// Every step in workflow order.
+    pub steps: Vec<StepView>,
+    /// What a running run waits for.
+    pub waiting: Vec<WaitingFor>,
+    /// The head of the run's state chain.
+    pub state_sha256: String,
+    pub created_ms: i64,
+    pub updated_ms: i64,
+    /// The run's memory, JSON ([`memory`]).
+    pub memory: Vec<u8>,
+    /// The run's trace, empty when it has none.
+    pub trace_id: String,
+    /// The tokens every step's attempts used, summed per model (in the order models first
+    /// appear).
+    pub usage: Vec<ModelUsage>,
+}
+
+/// One step of a run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StepView {
+    pub step_id: String,
+    pub step_type: StepType,
+    pub status: StepStatus,
+    pub attempts: u32,
+    pub visits: u32,
+    pub worker_id: String,
+    /// The parallel step it is a branch of, empty for none.
+    pub parent: String,
+    /// An agent step's agent, empty for other steps.
+    pub agent: String,
+    pub error: String,
+    /// The tokens its attempts used, one entry per call to a model.
+    pub usage: Vec<AttemptUsage>,
+}
+
+/// What a running run waits for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum WaitingFor {
+    /// A worker for an agent step; `served` says whether a connected worker serves the agent.
+    Agent {
+        step_id: String,
+        agent: String,
+        served: bool,
+    },
+    /// A person's decision on an approval step.
+    Approval { step_id: String, message: String },
+}
 
 /// The run's memory: its message history, the decisions its agents reported, and every
 /// handoff into an agent step.
@@ -19,22 +77,16 @@ pub fn memory(run: &Run) -> Value {
     })
 }
 
-/// Every step in workflow order, with its state ("pending" if never entered).
-pub fn step_states(workflow: &Workflow, steps: &BTreeMap<String, StepState>) -> Vec<v1::StepState> {
+/// Every step in workflow order, with its state (pending if never entered).
+pub fn step_states(workflow: &Workflow, steps: &BTreeMap<String, StepState>) -> Vec<StepView> {
     workflow
         .steps()
         .iter()
         .map(|step| {
-            let state = steps
-                .get(step.id.as_ref())
-                .cloned()
-                .unwrap_or_else(|| StepState {
-                    status: "pending".into(),
-                    ..StepState::default()
-                });
-            v1::StepState {
+            let state = steps.get(step.id.as_ref()).cloned().unwrap_or_default();
+            StepView {
                 step_id: step.id.to_string(),
-                r#type: step.step_type().as_str().into(),
+                step_type: step.step_type(),
                 status: state.status,
                 attempts: state.attempts,
                 visits: state.visits,
@@ -48,95 +100,42 @@ pub fn step_states(workflow: &Workflow, steps: &BTreeMap<String, StepState>) -> 
                     _ => String::new(),
                 },
                 error: state.error,
+                usage: state.usage,
             }
         })
         .collect()
 }
 
+/// The tokens of every step's attempts, summed per model, in the order models first appear.
+pub fn usage_totals<'a>(steps: impl IntoIterator<Item = &'a StepState>) -> Vec<ModelUsage> {
+    let mut totals: Vec<ModelUsage> = Vec::new();
+    for used in steps.into_iter().flat_map(|state| &state.usage) {
+        let used = &used.usage;
+        match totals.iter_mut().find(|total| total.model == used.model) {
+            Some(total) => {
+                total.prompt_tokens += used.prompt_tokens;
+                total.completion_tokens += used.completion_tokens;
+            }
+            None => totals.push(used.clone()),
+        }
+    }
+    totals
+}
+
 /// What a running run waits for; `served` says whether a connected worker serves an agent.
-pub fn waiting(run: &Run, served: impl Fn(&str) -> bool) -> Vec<v1::Waiting> {
+pub fn waiting(run: &Run, served: impl Fn(&str) -> bool) -> Vec<WaitingFor> {
     run.waiting()
         .into_iter()
         .map(|waiting| match waiting {
-            Waiting::Agent { task, agent } => v1::Waiting {
-                kind: "agent".into(),
+            Waiting::Agent { task, agent } => WaitingFor::Agent {
                 step_id: task.step_id.to_string(),
                 served: served(&agent),
                 agent,
-                message: String::new(),
             },
-            Waiting::Approval { step_id, message } => v1::Waiting {
-                kind: "approval".into(),
+            Waiting::Approval { step_id, message } => WaitingFor::Approval {
                 step_id: step_id.to_string(),
-                agent: String::new(),
-                served: false,
                 message,
             },
         })
         .collect()
-}
-
-/// The run record as the CLI prints it with `--json`.
-pub fn record_to_json(record: &v1::RunRecord) -> Value {
-    let context: Value = record
-        .context
-        .as_ref()
-        .and_then(|c| serde_json::from_slice(&c.json).ok())
-        .unwrap_or(Value::Null);
-    let memory: Value = record
-        .memory
-        .as_ref()
-        .and_then(|m| serde_json::from_slice(&m.json).ok())
-        .unwrap_or(Value::Null);
-    let steps: Vec<Value> = record
-        .steps
-        .iter()
-        .map(|s| {
-            json!({
-                "id": s.step_id,
-                "type": s.r#type,
-                "status": s.status,
-                "attempts": s.attempts,
-                "visits": s.visits,
-                "worker_id": (!s.worker_id.is_empty()).then_some(&s.worker_id),
-                "parent": (!s.parent.is_empty()).then_some(&s.parent),
-                "agent": (!s.agent.is_empty()).then_some(&s.agent),
-                "error": (!s.error.is_empty()).then_some(&s.error),
-            })
-        })
-        .collect();
-    let waiting: Vec<Value> = record
-        .waiting
-        .iter()
-        .map(|w| match w.kind.as_str() {
-            "agent" => json!({
-                "kind": "agent", "step_id": w.step_id, "agent": w.agent, "served": w.served,
-                "note": if w.served {
-                    format!("step \"{}\" waits for a free worker serving agent \"{}\"", w.step_id, w.agent)
-                } else {
-                    format!("step \"{}\" waits for agent \"{}\": no connected worker serves it", w.step_id, w.agent)
-                },
-            }),
-            _ => json!({
-                "kind": "approval", "step_id": w.step_id, "message": w.message,
-                "note": format!("step \"{}\" waits for an approval: {}", w.step_id, w.message),
-            }),
-        })
-        .collect();
-    json!({
-        "run_id": record.run_id,
-        "workflow_id": record.workflow_id,
-        "status": record.status,
-        "error": (!record.error.is_empty()).then_some(&record.error),
-        "context": context,
-        "steps": steps,
-        "waiting": waiting,
-        "state_sha256": record.state_sha256,
-        "messages": memory["messages"],
-        "decisions": memory["decisions"],
-        "handoffs": memory["handoffs"],
-        "created_ms": record.created_ms,
-        "updated_ms": record.updated_ms,
-        "trace_id": (!record.trace_id.is_empty()).then_some(&record.trace_id),
-    })
 }

@@ -19,6 +19,7 @@ use std::borrow::Cow;
 use std::cell::Cell;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use baton_core::TaskId;
 use opentelemetry::global::{BoxedSpan, BoxedTracer};
 use opentelemetry::trace::{
     Event, Link, Span as _, SpanBuilder, SpanContext, SpanId, SpanKind, Status, TraceContextExt,
@@ -27,6 +28,8 @@ use opentelemetry::trace::{
 use opentelemetry::{Context, KeyValue};
 use opentelemetry_sdk::trace::{IdGenerator, RandomIdGenerator};
 use sha2::{Digest, Sha256};
+
+use crate::task_ref::{TaskRef, visit_key};
 
 pub use baton_proto::trace_context::{format_traceparent, parse_traceparent, trace_id_of};
 
@@ -183,6 +186,39 @@ pub struct SettledSpan<'a> {
     pub error: Option<&'a str>,
 }
 
+/// The span of one `SubmitRun` request; its context is the run's, which every later span of the
+/// run descends from.
+pub struct SubmitSpan {
+    span: Option<BoxedSpan>,
+    /// The context to store with the run: this span's, or the client's when traces are off
+    /// here; empty for none.
+    pub run_traceparent: String,
+}
+
+impl SubmitSpan {
+    /// Ends the span with the run the request started or found (`run_id`, whether it existed,
+    /// the workflow's id), or the error that refused it.
+    pub fn end(self, outcome: Result<(&str, bool, &str), String>) {
+        let Some(mut span) = self.span else {
+            return;
+        };
+        match outcome {
+            Ok((run_id, existing, workflow_id)) => {
+                span.set_attribute(KeyValue::new(attribute::RUN_ID, run_id.to_owned()));
+                span.set_attribute(KeyValue::new("baton.run.existing", existing));
+                if !workflow_id.is_empty() {
+                    span.set_attribute(KeyValue::new(
+                        attribute::WORKFLOW_ID,
+                        workflow_id.to_owned(),
+                    ));
+                }
+            }
+            Err(error) => span.set_status(Status::error(error)),
+        }
+        span.end();
+    }
+}
+
 /// The coordinator's tracer, or nothing when traces are off.
 pub struct Traces {
     tracer: Option<BoxedTracer>,
@@ -210,23 +246,35 @@ impl Traces {
     }
 
     /// Starts the `SubmitRun` span, a child of the client's `traceparent` when it names one.
-    pub fn submit(&self, client_traceparent: &str) -> Option<BoxedSpan> {
-        let tracer = self.tracer.as_ref()?;
-        let parent = match parse_traceparent(client_traceparent) {
-            Some(remote) => Context::new().with_remote_span_context(remote),
-            None => Context::new(),
+    pub fn submit(&self, client_traceparent: &str) -> SubmitSpan {
+        let span = self.tracer.as_ref().map(|tracer| {
+            let parent = match parse_traceparent(client_traceparent) {
+                Some(remote) => Context::new().with_remote_span_context(remote),
+                None => Context::new(),
+            };
+            // Named as the RPC semantic conventions name server spans.
+            SpanBuilder::from_name("baton.v1.RunService/SubmitRun")
+                .with_kind(SpanKind::Server)
+                .with_attributes([
+                    KeyValue::new("rpc.system", "grpc"),
+                    KeyValue::new("rpc.service", "baton.v1.RunService"),
+                    KeyValue::new("rpc.method", "SubmitRun"),
+                    KeyValue::new(attribute::COORDINATOR_ID, self.coordinator_id.clone()),
+                ])
+                .start_with_context(tracer, &parent)
+        });
+        // Untraced here, a run still belongs to its caller's trace.
+        let run_traceparent = match &span {
+            Some(span) => format_traceparent(span.span_context()),
+            None if parse_traceparent(client_traceparent).is_some() => {
+                client_traceparent.to_owned()
+            }
+            None => String::new(),
         };
-        // Named as the RPC semantic conventions name server spans.
-        let span = SpanBuilder::from_name("baton.v1.RunService/SubmitRun")
-            .with_kind(SpanKind::Server)
-            .with_attributes([
-                KeyValue::new("rpc.system", "grpc"),
-                KeyValue::new("rpc.service", "baton.v1.RunService"),
-                KeyValue::new("rpc.method", "SubmitRun"),
-                KeyValue::new(attribute::COORDINATOR_ID, self.coordinator_id.clone()),
-            ])
-            .start_with_context(tracer, &parent);
-        Some(span)
+        SubmitSpan {
+            span,
+            run_traceparent,
+        }
     }
 
     /// The `traceparent` a worker gets with attempt `attempt` of a task: the attempt span's
@@ -359,7 +407,7 @@ impl Traces {
         let Some(run_context) = parse_traceparent(run.traceparent) else {
             return;
         };
-        let key = format!("{}#{}", span.step.step_id, span.step.visit);
+        let key = visit_key(span.step.step_id, span.step.visit);
         let builder = SpanBuilder::from_name(format!("step {}", span.step.step_id))
             .with_kind(SpanKind::Internal)
             .with_start_time(span.started.min(span.settled))
@@ -393,7 +441,7 @@ impl Traces {
         let parent = match step.parallel {
             Some((id, visit)) => SpanContext::new(
                 run.trace_id(),
-                derived_span_id(run.trace_id(), &format!("{id}#{visit}")),
+                derived_span_id(run.trace_id(), &visit_key(id, visit)),
                 run.trace_flags(),
                 true,
                 run.trace_state().clone(),
@@ -404,9 +452,13 @@ impl Traces {
     }
 }
 
-/// The task id of attempt `attempt` of a step visit (as [`crate::model::task_id`] spells it).
+/// The task id of an attempt ([`TaskRef`]), which its span id is derived from.
 fn attempt_id(run_id: &str, step: StepSpan<'_>, attempt: u32) -> String {
-    format!("{run_id}/{}#{}@{attempt}", step.step_id, step.visit)
+    let task = TaskId {
+        step_id: step.step_id.into(),
+        visit: step.visit,
+    };
+    TaskRef::new(run_id, &task, attempt).to_string()
 }
 
 /// Starts the span `builder` describes with the id `span_id`.

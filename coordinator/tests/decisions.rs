@@ -3,6 +3,8 @@
 //! by shared words with the built-in embedder, by paraphrase with an OpenAI-compatible one (a
 //! stub server here that serves fixed vectors). Workers are played by channels.
 
+#[path = "support/client.rs"]
+mod client;
 #[path = "support/fake_worker.rs"]
 mod fake_worker;
 
@@ -17,6 +19,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use baton_coordinator::embed::{OpenAiConfig, OpenAiEmbedder};
+use baton_coordinator::grpc::{run_service, worker_service};
 use baton_coordinator::store::Store;
 use baton_coordinator::store::memory::MemoryStore;
 use baton_coordinator::{Config, Coordinator, Error};
@@ -63,10 +66,13 @@ impl FakeWorker {
 }
 
 async fn submit<S: Store>(coordinator: &Coordinator<S>, workflow: &str) -> String {
-    coordinator
-        .submit(workflow.as_bytes(), &json_bytes(&json!("dark mode")))
-        .await
-        .unwrap()
+    client::submit(
+        coordinator,
+        workflow.as_bytes(),
+        &json_bytes(&json!("dark mode")),
+    )
+    .await
+    .unwrap()
 }
 
 fn query_run(run_id: &str, text: &str, k: u32) -> QueryDecisionsRequest {
@@ -177,8 +183,7 @@ async fn decisions_are_stored_with_agent_time_and_rationale_and_handed_to_the_ne
         .unwrap();
     let after_ms = now_ms();
 
-    let found = coordinator
-        .query_decisions(query_run(&run_id, "theme", 10))
+    let found = run_service::query_decisions(&coordinator, query_run(&run_id, "theme", 10))
         .await
         .unwrap();
     assert_eq!(found.model, "baton-hashed-ngrams-v1-512");
@@ -217,7 +222,7 @@ async fn decisions_are_stored_with_agent_time_and_rationale_and_handed_to_the_ne
 
     // GetRun's record lists them in the run's memory.
     let record = coordinator.record(&run_id).await.unwrap();
-    let memory: Value = serde_json::from_slice(record.memory.unwrap().verified().unwrap()).unwrap();
+    let memory: Value = serde_json::from_slice(&record.memory).unwrap();
     let decisions = memory["decisions"].as_array().unwrap();
     assert_eq!(decisions.len(), 2, "{memory}");
     assert_eq!(decisions[0]["key"], "plan#1/0");
@@ -287,8 +292,7 @@ async fn builtin_embedder_finds_a_decision_by_shared_words_limited_by_k_and_filt
     );
 
     let text = "is the theme kept in local storage?";
-    let all = coordinator
-        .query_decisions(query_run(&run_id, text, 10))
+    let all = run_service::query_decisions(&coordinator, query_run(&run_id, text, 10))
         .await
         .unwrap();
     assert_eq!(all.matches.len(), 3);
@@ -299,39 +303,44 @@ async fn builtin_embedder_finds_a_decision_by_shared_words_limited_by_k_and_filt
         all.matches.iter().map(|m| m.score).collect::<Vec<_>>()
     );
 
-    let best = coordinator
-        .query_decisions(query_run(&run_id, text, 1))
+    let best = run_service::query_decisions(&coordinator, query_run(&run_id, text, 1))
         .await
         .unwrap();
     assert_eq!(summaries(&best), ["Store the theme in local storage"]);
 
-    let coder_only = coordinator
-        .query_decisions(QueryDecisionsRequest {
+    let coder_only = run_service::query_decisions(
+        &coordinator,
+        QueryDecisionsRequest {
             agent: "coder".into(),
             ..query_run(&run_id, text, 10)
-        })
-        .await
-        .unwrap();
+        },
+    )
+    .await
+    .unwrap();
     assert_eq!(summaries(&coder_only), ["Name the React hook useTheme"]);
     assert_eq!(coder_only.matches[0].key, "code#1/0");
 
-    let planner_only = coordinator
-        .query_decisions(QueryDecisionsRequest {
+    let planner_only = run_service::query_decisions(
+        &coordinator,
+        QueryDecisionsRequest {
             agent: "planner".into(),
             ..query_run(&run_id, text, 10)
-        })
-        .await
-        .unwrap();
+        },
+    )
+    .await
+    .unwrap();
     assert_eq!(planner_only.matches.len(), 2);
     assert!(planner_only.matches.iter().all(|m| m.agent == "planner"));
 
-    let nobody = coordinator
-        .query_decisions(QueryDecisionsRequest {
+    let nobody = run_service::query_decisions(
+        &coordinator,
+        QueryDecisionsRequest {
             agent: "reviewer".into(),
             ..query_run(&run_id, text, 10)
-        })
-        .await
-        .unwrap();
+        },
+    )
+    .await
+    .unwrap();
     assert!(nobody.matches.is_empty());
 }
 
@@ -444,8 +453,7 @@ async fn http_embedder_finds_a_decision_by_a_paraphrase_with_vectors_stored_at_w
         "the decisions are embedded when the result arrives"
     );
 
-    let found = coordinator
-        .query_decisions(query_run(&run_id, PARAPHRASE, 3))
+    let found = run_service::query_decisions(&coordinator, query_run(&run_id, PARAPHRASE, 3))
         .await
         .unwrap();
     assert_eq!(found.model, "openai:stub-model");
@@ -488,10 +496,9 @@ async fn a_result_is_accepted_while_the_embedder_is_down_and_its_decisions_are_e
     assert_eq!(code.step_id, "code", "the run moved on");
     let record = coordinator.record(&run_id).await.unwrap();
     let plan_step = record.steps.iter().find(|s| s.step_id == "plan").unwrap();
-    assert_eq!(plan_step.status, "succeeded");
+    assert_eq!(plan_step.status.as_str(), "succeeded");
 
-    let found = coordinator
-        .query_decisions(query_run(&run_id, PARAPHRASE, 1))
+    let found = run_service::query_decisions(&coordinator, query_run(&run_id, PARAPHRASE, 1))
         .await
         .unwrap();
     assert_eq!(summaries(&found), ["Store the theme in local storage"]);
@@ -521,8 +528,7 @@ async fn a_decision_the_embedder_refuses_does_not_hide_the_others() {
         .answer(&coordinator, &plan, json!({}), decisions)
         .await
         .expect("the result is accepted");
-    let found = coordinator
-        .query_decisions(query_run(&run_id, PARAPHRASE, 5))
+    let found = run_service::query_decisions(&coordinator, query_run(&run_id, PARAPHRASE, 5))
         .await
         .expect("the query still answers");
     assert_eq!(summaries(&found)[0], "Store the theme in local storage");
@@ -550,15 +556,17 @@ async fn a_workflow_query_covers_every_run_of_that_workflow_and_no_other() {
             .unwrap();
     }
 
-    let found = coordinator
-        .query_decisions(QueryDecisionsRequest {
+    let found = run_service::query_decisions(
+        &coordinator,
+        QueryDecisionsRequest {
             workflow_id: "theme-feature".into(),
             text: "store the theme".into(),
             k: 10,
             ..QueryDecisionsRequest::default()
-        })
-        .await
-        .unwrap();
+        },
+    )
+    .await
+    .unwrap();
     let runs: BTreeSet<(&str, &str)> = found
         .matches
         .iter()
@@ -581,7 +589,9 @@ async fn bad_queries_are_refused_naming_the_field() {
     let refused = |request: QueryDecisionsRequest| {
         let coordinator = coordinator.clone();
         async move {
-            let error = coordinator.query_decisions(request).await.unwrap_err();
+            let error = run_service::query_decisions(&coordinator, request)
+                .await
+                .unwrap_err();
             tonic::Status::from(error)
         }
     };
@@ -611,8 +621,7 @@ async fn bad_queries_are_refused_naming_the_field() {
     let too_many = refused(query_run(&run_id, "theme", 101)).await;
     invalid(too_many.clone(), "k: 101");
     invalid(too_many, "the limit is 100");
-    coordinator
-        .query_decisions(query_run(&run_id, "theme", 100))
+    run_service::query_decisions(&coordinator, query_run(&run_id, "theme", 100))
         .await
         .expect("100 is allowed");
 
@@ -651,15 +660,13 @@ async fn a_worker_queries_only_through_a_task_it_holds() {
         ..WorkerQueryDecisionsRequest::default()
     };
 
-    let own_run = coordinator
-        .worker_query_decisions(ask("w1", &code.task_id, false))
+    let own_run = worker_service::query_decisions(&coordinator, ask("w1", &code.task_id, false))
         .await
         .unwrap();
     assert_eq!(own_run.matches.len(), 1);
     assert_eq!(own_run.matches[0].run_id, held_run);
 
-    let workflow = coordinator
-        .worker_query_decisions(ask("w1", &code.task_id, true))
+    let workflow = worker_service::query_decisions(&coordinator, ask("w1", &code.task_id, true))
         .await
         .unwrap();
     let runs: BTreeSet<&str> = workflow.matches.iter().map(|m| m.run_id.as_str()).collect();
@@ -671,8 +678,7 @@ async fn a_worker_queries_only_through_a_task_it_holds() {
         // Answered already: w1 no longer holds it.
         ("w1", plans[&held_run].task_id.as_str()),
     ] {
-        let error = coordinator
-            .worker_query_decisions(ask(worker_id, task_id, true))
+        let error = worker_service::query_decisions(&coordinator, ask(worker_id, task_id, true))
             .await
             .unwrap_err();
         let status = tonic::Status::from(error);
@@ -708,13 +714,12 @@ async fn a_decision_without_a_summary_fails_the_step_naming_its_json_path() {
     );
 
     let record = coordinator.record(&run_id).await.unwrap();
-    assert_eq!(record.status, "failed");
+    assert_eq!(record.status.as_str(), "failed");
     let step = record.steps.iter().find(|s| s.step_id == "plan").unwrap();
-    assert_eq!(step.status, "failed");
+    assert_eq!(step.status.as_str(), "failed");
     assert!(step.error.contains("decisions[0]"), "{}", step.error);
     assert!(record.error.contains("decisions[0]"), "{}", record.error);
-    let found = coordinator
-        .query_decisions(query_run(&run_id, "no summary", 10))
+    let found = run_service::query_decisions(&coordinator, query_run(&run_id, "no summary", 10))
         .await
         .unwrap();
     assert!(found.matches.is_empty(), "nothing was stored");
@@ -760,15 +765,15 @@ async fn more_decisions_than_the_limit_are_refused_naming_the_limit() {
         .answer(&coordinator, &plan, json!({}), decisions(100))
         .await
         .unwrap();
-    let all = coordinator
-        .query_decisions(query_run(&at_limit, "decision number", 100))
-        .await
-        .unwrap();
+    let all =
+        run_service::query_decisions(&coordinator, query_run(&at_limit, "decision number", 100))
+            .await
+            .unwrap();
     assert_eq!(all.matches.len(), 100);
-    let default_k = coordinator
-        .query_decisions(query_run(&at_limit, "decision number", 0))
-        .await
-        .unwrap();
+    let default_k =
+        run_service::query_decisions(&coordinator, query_run(&at_limit, "decision number", 0))
+            .await
+            .unwrap();
     assert_eq!(default_k.matches.len(), 5, "k 0 means 5");
 }
 
@@ -811,16 +816,18 @@ async fn a_workflow_scope_query_for_a_workflow_without_an_id_names_the_problem()
     )
     .await;
     let plan = worker.next_task();
-    let error = coordinator
-        .worker_query_decisions(baton_proto::v1::WorkerQueryDecisionsRequest {
+    let error = worker_service::query_decisions(
+        &coordinator,
+        baton_proto::v1::WorkerQueryDecisionsRequest {
             worker_id: "w1".into(),
             task_id: plan.task_id.clone(),
             text: "theme".into(),
             workflow_scope: true,
             ..Default::default()
-        })
-        .await
-        .unwrap_err();
+        },
+    )
+    .await
+    .unwrap_err();
     let status = tonic::Status::from(error);
     assert_eq!(status.code(), tonic::Code::InvalidArgument);
     assert!(
@@ -857,7 +864,11 @@ async fn more_messages_than_the_limit_are_refused_naming_the_limit() {
         "{error}"
     );
     let record = coordinator.record(&run_id).await.unwrap();
-    assert_eq!(record.status, "failed", "the step failed with the reason");
+    assert_eq!(
+        record.status.as_str(),
+        "failed",
+        "the step failed with the reason"
+    );
 }
 
 /// Notes travel with their own SHA-256, checked like the data's.
@@ -869,22 +880,27 @@ async fn notes_that_do_not_match_their_digest_are_refused() {
     let plan = worker.next_task();
     let mut notes = json_bytes(&theme_decisions());
     notes.json[5] ^= 1;
-    let error = coordinator
-        .complete(
-            "w1",
-            TaskResult {
-                task_id: plan.task_id.clone(),
-                outcome: Some(task_result::Outcome::Data(json_bytes(&json!({})))),
-                notes: Some(notes),
-                non_retryable: false,
-            },
-        )
-        .await
-        .unwrap_err();
+    let error = worker_service::answer(
+        &coordinator,
+        "w1",
+        TaskResult {
+            task_id: plan.task_id.clone(),
+            outcome: Some(task_result::Outcome::Data(json_bytes(&json!({})))),
+            notes: Some(notes),
+            non_retryable: false,
+            usage: Vec::new(),
+        },
+    )
+    .await
+    .unwrap_err();
     let status = tonic::Status::from(error);
     assert_eq!(status.code(), tonic::Code::InvalidArgument);
     assert!(status.message().contains("SHA-256"), "{}", status.message());
     let record = coordinator.record(&run_id).await.unwrap();
-    assert_eq!(record.status, "failed", "the step fails with the reason");
+    assert_eq!(
+        record.status.as_str(),
+        "failed",
+        "the step fails with the reason"
+    );
     assert!(record.error.contains("refused"), "{}", record.error);
 }

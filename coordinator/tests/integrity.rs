@@ -4,8 +4,10 @@
 //!
 //! Each test runs a `Coordinator` on a `RedisStore` backed by its own throwaway `redis-server`
 //! (`support/redis_server.rs`), with workers played by channels, then edits the run's keys
-//! directly (layout: `coordinator/src/store/redis.rs`).
+//! directly (layout: `coordinator/src/store/redis/mod.rs`).
 
+#[path = "support/client.rs"]
+mod client;
 #[path = "support/fake_worker.rs"]
 mod fake_worker;
 #[path = "support/redis_server.rs"]
@@ -16,6 +18,7 @@ use std::collections::BTreeMap;
 
 use ::redis::AsyncCommands;
 use ::redis::aio::MultiplexedConnection;
+use baton_coordinator::record::WaitingFor;
 use baton_coordinator::store::Store;
 use baton_coordinator::store::redis::RedisStore;
 use baton_coordinator::{Config, Coordinator, Error};
@@ -232,8 +235,7 @@ fn failed_precondition(error: Error) -> bool {
 
 /// Submits `workflow` and answers plan; returns the run id. The worker is left connected.
 async fn run_past_plan(coordinator: &Coordinator<RedisStore>, workflow: &str) -> String {
-    let run_id = coordinator
-        .submit(workflow.as_bytes(), &input(json!("dark mode")))
+    let run_id = client::submit(coordinator, workflow.as_bytes(), &input(json!("dark mode")))
         .await
         .unwrap();
     let mut worker = FakeWorker::connect(coordinator, "w1", AGENTS).await;
@@ -250,9 +252,9 @@ async fn run_waiting_at_approval(redis: &Redis) -> String {
     let first = redis.coordinator().await;
     let run_id = run_past_plan(&first, WITH_APPROVAL).await;
     let record = first.record(&run_id).await.unwrap();
-    assert_eq!(record.status, "running");
+    assert_eq!(record.status.as_str(), "running");
     assert_eq!(record.waiting.len(), 1);
-    assert_eq!(record.waiting[0].kind, "approval");
+    assert!(matches!(record.waiting[0], WaitingFor::Approval { .. }));
     run_id
 }
 
@@ -264,8 +266,7 @@ async fn finished_run(redis: &Redis, workflow: &str) -> String {
 /// [`finished_run`] with the coder answering `code_data`.
 async fn finished_run_with(redis: &Redis, workflow: &str, code_data: Value) -> String {
     let first = redis.coordinator().await;
-    let run_id = first
-        .submit(workflow.as_bytes(), &input(json!("dark mode")))
+    let run_id = client::submit(&first, workflow.as_bytes(), &input(json!("dark mode")))
         .await
         .unwrap();
     let mut worker = FakeWorker::connect(&first, "w1", AGENTS).await;
@@ -282,7 +283,10 @@ async fn finished_run_with(redis: &Redis, workflow: &str, code_data: Value) -> S
     let code = worker.next_task();
     assert_eq!(code.step_id, "code");
     worker.answer(&first, &code, code_data, None).await;
-    assert_eq!(first.record(&run_id).await.unwrap().status, "succeeded");
+    assert_eq!(
+        first.record(&run_id).await.unwrap().status.as_str(),
+        "succeeded"
+    );
     run_id
 }
 
@@ -305,7 +309,7 @@ async fn running_run_with_corrupt_plan(corrupt: impl Fn(&[u8]) -> Vec<u8>, probl
     // A restart: the new coordinator knows the run from Redis alone.
     let second = redis.coordinator().await;
     let record = second.record(&run_id).await.unwrap();
-    assert_eq!(record.status, "failed", "{record:?}");
+    assert_eq!(record.status.as_str(), "failed", "{record:?}");
     assert!(
         record.error.contains("integrity") && record.error.contains("step \"plan\""),
         "{}",
@@ -437,7 +441,7 @@ async fn a_changed_result_of_a_finished_run_is_reported_and_nothing_stored_chang
         record.error
     );
     // The record keeps the status the store holds (nothing stored changes), with the error.
-    assert_eq!(record.status, "succeeded");
+    assert_eq!(record.status.as_str(), "succeeded");
     // Every GetRun reads a finished run back; the same mismatch is counted once.
     second.record(&run_id).await.unwrap();
     assert_eq!(second.stats().integrity_failures, 1);
@@ -519,7 +523,7 @@ async fn an_intact_run_verifies_after_a_restart() {
     );
     assert_eq!(verified.links, 1, "plan settled; the approval waits");
     assert_eq!(verified.state_sha256, record.state_sha256);
-    assert_eq!(record.status, "running");
+    assert_eq!(record.status.as_str(), "running");
 
     // Carried on to the end by the restarted coordinator, it still verifies.
     let mut worker = FakeWorker::connect(&second, "w2", AGENTS).await;
@@ -535,7 +539,7 @@ async fn an_intact_run_verifies_after_a_restart() {
     let verified = third.verify(&run_id).await.unwrap();
     let record = third.record(&run_id).await.unwrap();
     assert!(verified.ok, "{verified:?}");
-    assert_eq!(record.status, "succeeded");
+    assert_eq!(record.status.as_str(), "succeeded");
     let settled_visits: u32 = record.steps.iter().map(|s| s.visits).sum();
     assert_eq!(settled_visits, 3);
     assert_eq!(verified.links, settled_visits);
@@ -639,7 +643,7 @@ async fn an_unreadable_event_stops_the_run_and_is_counted() {
         .unwrap();
     let second = redis.coordinator().await;
     let record = second.record(&run_id).await.unwrap();
-    assert_eq!(record.status, "failed");
+    assert_eq!(record.status.as_str(), "failed");
     assert!(
         record
             .error

@@ -2,6 +2,8 @@
 //! what was acknowledged before the restart is there after it, and the coordinator's connection
 //! and scripts come back by themselves.
 
+#[path = "support/client.rs"]
+mod client;
 #[path = "support/fake_worker.rs"]
 mod fake_worker;
 #[path = "support/redis_server.rs"]
@@ -39,8 +41,7 @@ async fn acknowledged_transitions_survive_a_redis_restart_and_the_run_goes_on() 
     let runs: Vec<String> = {
         let mut runs = Vec::new();
         for n in 0..5 {
-            let run_id = coordinator
-                .submit(TWO_STEPS.as_bytes(), &json_bytes(&json!(n)))
+            let run_id = client::submit(&coordinator, TWO_STEPS.as_bytes(), &json_bytes(&json!(n)))
                 .await
                 .unwrap();
             runs.push(run_id);
@@ -93,8 +94,13 @@ async fn acknowledged_transitions_survive_a_redis_restart_and_the_run_goes_on() 
     }
     for run_id in &runs {
         let record = coordinator.record(run_id).await.unwrap();
-        assert_eq!(record.status, "succeeded", "{run_id}: {}", record.error);
-        let context: Value = serde_json::from_slice(&record.context.unwrap().json).unwrap();
+        assert_eq!(
+            record.status.as_str(),
+            "succeeded",
+            "{run_id}: {}",
+            record.error
+        );
+        let context: Value = serde_json::from_slice(&record.context).unwrap();
         assert_eq!(context["plan"], json!({"plan": run_id}));
         assert_eq!(context["code"], json!({"code": run_id}));
     }
@@ -107,8 +113,7 @@ async fn an_answer_that_arrives_while_redis_is_down_waits_for_it() {
     let store = RedisStore::connect(&redis.url()).await.unwrap();
     let coordinator = Coordinator::new(store, config());
     let mut worker = FakeWorker::connect(&coordinator, "w", &["planner", "coder"]).await;
-    let run_id = coordinator
-        .submit(TWO_STEPS.as_bytes(), &json_bytes(&json!("x")))
+    let run_id = client::submit(&coordinator, TWO_STEPS.as_bytes(), &json_bytes(&json!("x")))
         .await
         .unwrap();
     let plan = worker.wait_task().await;

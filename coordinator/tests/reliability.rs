@@ -1,13 +1,17 @@
 //! Leases, fencing, retries, timeouts and several coordinators, in process: coordinators share
-//! one in-memory store, and workers are played by channels. Timers run for real but short
-//! (leases of 300 ms, sweeps every 20 ms).
+//! one in-memory store, and workers are played by channels. Time is Tokio's, paused: leases of
+//! 300 ms and sweeps every 20 ms run in virtual time, so waits are exact and cost nothing, and
+//! nothing depends on how busy the machine is.
 
+#[path = "support/client.rs"]
+mod client;
 #[path = "support/fake_worker.rs"]
 mod fake_worker;
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use baton_coordinator::clock::{Clock, Instant};
 use baton_coordinator::store::Store;
 use baton_coordinator::store::memory::MemoryStore;
 use baton_coordinator::{Config, Coordinator, Error};
@@ -21,6 +25,7 @@ fn quick(id: &str) -> Config {
         lease_ms: 300,
         sweep_interval_ms: 20,
         worker_silence_ms: 400,
+        clock: Clock::following_tokio(),
         ..Config::default()
     }
 }
@@ -35,8 +40,7 @@ fn one_step(extra: Value) -> String {
 }
 
 async fn submit<S: Store>(coordinator: &Coordinator<S>, workflow: &str) -> String {
-    coordinator
-        .submit(workflow.as_bytes(), &json_bytes(&json!("go")))
+    client::submit(coordinator, workflow.as_bytes(), &json_bytes(&json!("go")))
         .await
         .unwrap()
 }
@@ -77,7 +81,7 @@ async fn answers(store: &MemoryStore, run_id: &str, key: &str) -> usize {
         .count()
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_silent_worker_loses_its_lease_and_its_late_answer_is_refused() {
     let coordinator = Coordinator::new(MemoryStore::new(), quick("c1"));
     let mut silent = FakeWorker::connect(&coordinator, "silent", &["worker"]).await;
@@ -86,9 +90,11 @@ async fn a_silent_worker_loses_its_lease_and_its_late_answer_is_refused() {
     assert_eq!(first.attempt, 1);
     let mut healthy = FakeWorker::connect(&coordinator, "healthy", &["worker"]).await;
     // The healthy worker heartbeats; the silent one says nothing and is cut off.
+    let deadline = Instant::now() + Duration::from_secs(10);
     let again = loop {
+        assert!(Instant::now() < deadline, "the task never came back");
         coordinator.hub().seen("healthy");
-        if let Ok(message) = healthy.stream.try_recv() {
+        if let Ok(message) = healthy.try_recv() {
             match message.message {
                 Some(coordinator_message::Message::Task(task)) => break task,
                 other => panic!("{other:?}"),
@@ -109,11 +115,11 @@ async fn a_silent_worker_loses_its_lease_and_its_late_answer_is_refused() {
         .unwrap();
     assert_eq!(finished(&coordinator, &run_id).await.0, "succeeded");
     let record = coordinator.record(&run_id).await.unwrap();
-    let context: Value = serde_json::from_slice(&record.context.unwrap().json).unwrap();
+    let context: Value = serde_json::from_slice(&record.context).unwrap();
     assert_eq!(context["work"], json!({"done": true}));
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_dead_coordinators_tasks_are_claimed_as_new_attempts_and_old_answers_fenced() {
     let store = Arc::new(MemoryStore::new());
     let dying = Coordinator::new(store.clone(), quick("dying"));
@@ -146,7 +152,7 @@ async fn a_dead_coordinators_tasks_are_claimed_as_new_attempts_and_old_answers_f
     assert_eq!(answers(&store, &run_id, "work").await, 1, "recorded once");
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_worker_that_moves_to_another_coordinator_keeps_its_task() {
     let store = Arc::new(MemoryStore::new());
     let leaving = Coordinator::new(store.clone(), quick("leaving"));
@@ -158,7 +164,7 @@ async fn a_worker_that_moves_to_another_coordinator_keeps_its_task() {
 
     // SIGTERM on the coordinator: its workers are sent elsewhere.
     leaving.shutdown().await;
-    match w1.stream.try_recv().unwrap().message {
+    match w1.try_recv().unwrap().message {
         Some(coordinator_message::Message::Goodbye(_)) => {}
         other => panic!("expected a goodbye, got {other:?}"),
     }
@@ -174,7 +180,7 @@ async fn a_worker_that_moves_to_another_coordinator_keeps_its_task() {
     assert_eq!(staying.stats().redeliveries, 0);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_failed_attempt_is_retried_after_a_backoff_until_it_succeeds() {
     let coordinator = Coordinator::new(MemoryStore::new(), quick("c1"));
     let mut worker = FakeWorker::connect(&coordinator, "w", &["worker"]).await;
@@ -191,7 +197,7 @@ async fn a_failed_attempt_is_retried_after_a_backoff_until_it_succeeds() {
         failed_at.push(Instant::now());
         let record = coordinator.record(&run_id).await.unwrap();
         let step = &record.steps[0];
-        assert_eq!(step.status, "retrying");
+        assert_eq!(step.status.as_str(), "retrying");
         assert_eq!(step.error, "flaky dependency");
         let next = worker.wait_task().await;
         delivered_at.push(Instant::now());
@@ -204,8 +210,12 @@ async fn a_failed_attempt_is_retried_after_a_backoff_until_it_succeeds() {
         .zip(&delivered_at)
         .map(|(failed, delivered)| *delivered - *failed)
         .collect();
+    // Delivered by the first sweep (every 20 ms) after the backoff is over.
+    let sweep = Duration::from_millis(20);
     assert!(waits[0] >= Duration::from_millis(80), "{waits:?}");
+    assert!(waits[0] <= Duration::from_millis(120) + sweep, "{waits:?}");
     assert!(waits[1] >= Duration::from_millis(160), "{waits:?}");
+    assert!(waits[1] <= Duration::from_millis(240) + sweep, "{waits:?}");
     worker
         .complete(&coordinator, &task, &json!({"ok": true}), None)
         .await
@@ -214,7 +224,7 @@ async fn a_failed_attempt_is_retried_after_a_backoff_until_it_succeeds() {
     assert_eq!(coordinator.stats().retries, 2);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn retries_run_out_and_the_step_fails_naming_the_count() {
     let coordinator = Coordinator::new(MemoryStore::new(), quick("c1"));
     let mut worker = FakeWorker::connect(&coordinator, "w", &["worker"]).await;
@@ -235,7 +245,7 @@ async fn retries_run_out_and_the_step_fails_naming_the_count() {
     assert!(error.contains("boom (failed 2 of 2 attempts)"), "{error}");
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn an_error_marked_not_retryable_fails_at_once_whatever_the_policy() {
     let coordinator = Coordinator::new(MemoryStore::new(), quick("c1"));
     let mut worker = FakeWorker::connect(&coordinator, "w", &["worker"]).await;
@@ -254,7 +264,7 @@ async fn an_error_marked_not_retryable_fails_at_once_whatever_the_policy() {
     assert!(worker.has_nothing(), "not delivered again");
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_step_without_retry_fails_on_its_first_error() {
     let coordinator = Coordinator::new(MemoryStore::new(), quick("c1"));
     let mut worker = FakeWorker::connect(&coordinator, "w", &["worker"]).await;
@@ -270,7 +280,7 @@ async fn a_step_without_retry_fails_on_its_first_error() {
     );
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_timed_out_attempt_is_stopped_on_its_worker_and_retried() {
     let coordinator = Coordinator::new(MemoryStore::new(), quick("c1"));
     let mut worker = FakeWorker::connect(&coordinator, "w", &["worker"]).await;
@@ -308,7 +318,7 @@ async fn a_timed_out_attempt_is_stopped_on_its_worker_and_retried() {
     );
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn any_coordinator_moves_any_run_on_and_no_transition_is_applied_twice() {
     let store = Arc::new(MemoryStore::new());
     let a = Coordinator::new(store.clone(), quick("a"));
@@ -346,7 +356,7 @@ async fn any_coordinator_moves_any_run_on_and_no_transition_is_applied_twice() {
     assert!(stored.tasks.is_empty());
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn two_coordinators_sweeping_the_same_due_tasks_deliver_each_once() {
     let store = Arc::new(MemoryStore::new());
     let a = Coordinator::new(store.clone(), quick("a"));
@@ -364,7 +374,7 @@ async fn two_coordinators_sweeping_the_same_due_tasks_deliver_each_once() {
     while delivered.len() < 20 && Instant::now() < deadline {
         for (worker, coordinator) in [(&mut on_a, &a), (&mut on_b, &b)] {
             coordinator.hub().seen(&worker.id);
-            while let Ok(message) = worker.stream.try_recv() {
+            while let Ok(message) = worker.try_recv() {
                 if let Some(coordinator_message::Message::Task(task)) = message.message {
                     worker
                         .complete(coordinator, &task, &json!({"by": worker.id}), None)
@@ -384,7 +394,7 @@ async fn two_coordinators_sweeping_the_same_due_tasks_deliver_each_once() {
     }
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn an_approval_nobody_decides_within_its_timeout_fails_its_step() {
     let store = Arc::new(MemoryStore::new());
     let coordinator = Coordinator::new(store.clone(), quick("c1"));
@@ -412,7 +422,7 @@ async fn an_approval_nobody_decides_within_its_timeout_fails_its_step() {
     assert!(verified.ok, "{verified:?}");
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn an_approval_decided_in_time_drops_its_timer() {
     let store = Arc::new(MemoryStore::new());
     let coordinator = Coordinator::new(store.clone(), quick("c1"));
@@ -425,7 +435,7 @@ async fn an_approval_decided_in_time_drops_its_timer() {
         .decide(&run_id, "sign-off", baton_core::Decision::approve())
         .await
         .unwrap();
-    assert_eq!(record.status, "succeeded");
+    assert_eq!(record.status.as_str(), "succeeded");
     let stored = store.load_run(&run_id).await.unwrap().unwrap();
     assert!(stored.tasks.is_empty());
     assert!(
@@ -434,7 +444,7 @@ async fn an_approval_decided_in_time_drops_its_timer() {
     );
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_cancelled_run_leaves_no_timer_behind() {
     let store = Arc::new(MemoryStore::new());
     let coordinator = Coordinator::new(store.clone(), quick("c1"));
@@ -447,7 +457,7 @@ async fn a_cancelled_run_leaves_no_timer_behind() {
     assert!(store.due_tasks("", i64::MAX, 10).await.unwrap().is_empty());
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_task_swept_up_when_workers_connect_keeps_its_retry_policy() {
     let coordinator = Coordinator::new(MemoryStore::new(), quick("c1"));
     let retry = json!({"retry": {"max_attempts": 3, "initial_interval_ms": 10}});
@@ -458,16 +468,18 @@ async fn a_task_swept_up_when_workers_connect_keeps_its_retry_policy() {
         FakeWorker::connect(&coordinator, "a", &["worker"]),
         FakeWorker::connect(&coordinator, "b", &["worker"]),
     );
+    let deadline = Instant::now() + Duration::from_secs(10);
     let (worker, task) = loop {
+        assert!(Instant::now() < deadline, "no worker got the task");
         if let Ok(CoordinatorMessage {
             message: Some(coordinator_message::Message::Task(task)),
-        }) = a.stream.try_recv()
+        }) = a.try_recv()
         {
             break (&a, task);
         }
         if let Ok(CoordinatorMessage {
             message: Some(coordinator_message::Message::Task(task)),
-        }) = b.stream.try_recv()
+        }) = b.try_recv()
         {
             break (&b, task);
         }
@@ -485,7 +497,7 @@ async fn a_task_swept_up_when_workers_connect_keeps_its_retry_policy() {
     );
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_reconnecting_worker_gets_no_more_tasks_than_it_has_slots() {
     let store = Arc::new(MemoryStore::new());
     let dying = Coordinator::new(store.clone(), quick("dying"));
@@ -497,34 +509,25 @@ async fn a_reconnecting_worker_gets_no_more_tasks_than_it_has_slots() {
     // Another run's task waits, due at once.
     submit(&survivor, &one_step(json!({}))).await;
     // w1 comes back with one slot, busy with the task it still runs.
-    let (tx, mut stream) = tokio::sync::mpsc::unbounded_channel();
-    survivor
-        .connect_worker(
-            "w1",
-            vec!["worker".into()],
-            1,
-            0,
-            vec![running.task_id.clone()],
-            tx,
-        )
+    let held = vec![running.task_id.clone()];
+    let mut w1 = FakeWorker::hello(&survivor, "w1", &["worker"], 1, held)
         .await
         .unwrap();
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert!(
-        stream.try_recv().is_err(),
+        w1.has_nothing(),
         "the slot is taken by the task it still runs"
     );
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_coordinator_shutting_down_takes_no_new_worker() {
     let coordinator = Coordinator::new(MemoryStore::new(), quick("c1"));
     coordinator.shutdown().await;
-    let (tx, _rx) = tokio::sync::mpsc::unbounded_channel();
-    let refused = coordinator
-        .connect_worker("w", vec!["worker".into()], 1, 0, Vec::new(), tx)
+    let refused = FakeWorker::hello(&coordinator, "w", &["worker"], 1, Vec::new())
         .await
-        .unwrap_err();
+        .err()
+        .expect("refused");
     assert_eq!(
         tonic::Status::from(refused).code(),
         tonic::Code::Unavailable

@@ -1,19 +1,24 @@
 //! The coordinator's logic on the in-memory store, with workers played by channels.
 
+#[path = "support/client.rs"]
+mod client;
 #[path = "support/fake_worker.rs"]
 mod fake_worker;
 
 use std::sync::Arc;
 
+use baton_coordinator::grpc::worker_service;
+use baton_coordinator::record::WaitingFor;
 use baton_coordinator::store::Store;
 use baton_coordinator::store::memory::MemoryStore;
 use baton_coordinator::{Config, Coordinator, Error};
 use baton_core::Decision;
 use baton_proto::Json;
-use baton_proto::v1::{CoordinatorMessage, Task, TaskResult, coordinator_message, task_result};
+use baton_proto::v1::{
+    CoordinatorMessage, SubmitRunResponse, Task, TaskResult, coordinator_message, task_result,
+};
 use fake_worker::{FakeWorker, json_bytes, payload};
 use serde_json::{Value, json};
-use tokio::sync::mpsc;
 
 const FEATURE: &str = include_str!("../../examples/feature-development/workflow.json");
 
@@ -37,10 +42,24 @@ fn quick() -> Config {
     }
 }
 
+/// Submits the spec's feature-development workflow with a string input and an idempotency key.
+async fn submit_keyed<S: Store>(
+    coordinator: &Coordinator<S>,
+    text: &str,
+    key: &str,
+) -> Result<SubmitRunResponse, Error> {
+    client::submit_once(
+        coordinator,
+        FEATURE.as_bytes(),
+        &input(json!(text)),
+        Some(key),
+    )
+    .await
+}
+
 /// Starts the spec's feature-development workflow with a string input.
 async fn start<S: Store>(coordinator: &Coordinator<S>, text: &str) -> String {
-    coordinator
-        .submit(FEATURE.as_bytes(), &input(json!(text)))
+    client::submit(coordinator, FEATURE.as_bytes(), &input(json!(text)))
         .await
         .unwrap()
 }
@@ -129,7 +148,7 @@ async fn a_run_survives_a_coordinator_restart_from_the_store_alone() {
         .answer(&second, &review, json!({"approved": true}))
         .await;
     let record = second.record(&run_id).await.unwrap();
-    assert_eq!(record.status, "succeeded");
+    assert_eq!(record.status.as_str(), "succeeded");
     let steps: Vec<(&str, &str, u32)> = record
         .steps
         .iter()
@@ -149,13 +168,13 @@ async fn a_run_survives_a_coordinator_restart_from_the_store_alone() {
 #[tokio::test]
 async fn bad_input_is_refused_with_what_is_wrong_and_nothing_is_stored() {
     let coordinator = Coordinator::new(MemoryStore::new(), Config::default());
-    let invalid = coordinator
-        .submit(
-            br#"{"steps": [{"id": "plan", "type": "agnet"}]}"#,
-            &input(json!(null)),
-        )
-        .await
-        .unwrap_err();
+    let invalid = client::submit(
+        &coordinator,
+        br#"{"steps": [{"id": "plan", "type": "agnet"}]}"#,
+        &input(json!(null)),
+    )
+    .await
+    .unwrap_err();
     assert!(matches!(invalid, Error::InvalidWorkflow(_)));
     let status = tonic::Status::from(invalid);
     assert_eq!(status.code(), tonic::Code::InvalidArgument);
@@ -165,8 +184,7 @@ async fn bad_input_is_refused_with_what_is_wrong_and_nothing_is_stored() {
         status.message()
     );
 
-    let malformed = coordinator
-        .submit(b"{\"steps\": [", &input(json!(null)))
+    let malformed = client::submit(&coordinator, b"{\"steps\": [", &input(json!(null)))
         .await
         .unwrap_err();
     assert!(
@@ -176,8 +194,7 @@ async fn bad_input_is_refused_with_what_is_wrong_and_nothing_is_stored() {
     );
 
     let big = Json::new(serde_json::to_vec(&"x".repeat(5 << 20)).unwrap());
-    let too_large = coordinator
-        .submit(FEATURE.as_bytes(), &big)
+    let too_large = client::submit(&coordinator, FEATURE.as_bytes(), &big)
         .await
         .unwrap_err();
     let status = tonic::Status::from(too_large);
@@ -190,8 +207,7 @@ async fn bad_input_is_refused_with_what_is_wrong_and_nothing_is_stored() {
 
     let mut tampered = input(json!("toggle"));
     tampered.json[1] = b'T';
-    let digest = coordinator
-        .submit(FEATURE.as_bytes(), &tampered)
+    let digest = client::submit(&coordinator, FEATURE.as_bytes(), &tampered)
         .await
         .unwrap_err();
     assert_eq!(
@@ -223,18 +239,19 @@ async fn refusals_change_nothing() {
     let mut worker = FakeWorker::connect(&coordinator, "w1", &["planner"]).await;
     let plan = worker.next_task();
     let stranger = FakeWorker::connect(&coordinator, "w2", &["planner"]).await;
-    let not_held = coordinator
-        .complete(
-            &stranger.id,
-            TaskResult {
-                task_id: plan.task_id.clone(),
-                outcome: Some(task_result::Outcome::Data(input(json!(1)))),
-                notes: None,
-                non_retryable: false,
-            },
-        )
-        .await
-        .unwrap_err();
+    let not_held = worker_service::answer(
+        &coordinator,
+        &stranger.id,
+        TaskResult {
+            task_id: plan.task_id.clone(),
+            outcome: Some(task_result::Outcome::Data(input(json!(1)))),
+            notes: None,
+            non_retryable: false,
+            usage: Vec::new(),
+        },
+    )
+    .await
+    .unwrap_err();
     assert_eq!(
         tonic::Status::from(not_held).code(),
         tonic::Code::PermissionDenied
@@ -250,10 +267,10 @@ async fn refusals_change_nothing() {
     worker
         .answer(&coordinator, &plan, json!({"files": []}))
         .await;
-    assert_eq!(
-        coordinator.record(&run_id).await.unwrap().waiting[0].kind,
-        "approval"
-    );
+    assert!(matches!(
+        coordinator.record(&run_id).await.unwrap().waiting[0],
+        WaitingFor::Approval { .. }
+    ));
 }
 
 #[tokio::test]
@@ -264,24 +281,25 @@ async fn a_corrupted_result_fails_its_step_instead_of_stalling_the_run() {
     let plan = worker.next_task();
     let mut corrupted = input(json!({"files": []}));
     corrupted.json[2] = b'F';
-    let refused = coordinator
-        .complete(
-            &worker.id,
-            TaskResult {
-                task_id: plan.task_id.clone(),
-                outcome: Some(task_result::Outcome::Data(corrupted)),
-                notes: None,
-                non_retryable: false,
-            },
-        )
-        .await
-        .unwrap_err();
+    let refused = worker_service::answer(
+        &coordinator,
+        &worker.id,
+        TaskResult {
+            task_id: plan.task_id.clone(),
+            outcome: Some(task_result::Outcome::Data(corrupted)),
+            notes: None,
+            non_retryable: false,
+            usage: Vec::new(),
+        },
+    )
+    .await
+    .unwrap_err();
     assert!(
         matches!(refused, Error::Digest(_)),
         "the worker is told why"
     );
     let record = coordinator.record(&run_id).await.unwrap();
-    assert_eq!(record.status, "failed");
+    assert_eq!(record.status.as_str(), "failed");
     assert!(
         record
             .error
@@ -301,14 +319,18 @@ async fn an_unserved_agent_is_named_in_the_record_and_served_once_a_worker_comes
     let coordinator = Coordinator::new(MemoryStore::new(), Config::default());
     let run_id = start(&coordinator, "toggle").await;
     let record = coordinator.record(&run_id).await.unwrap();
-    assert_eq!(record.status, "running");
+    assert_eq!(record.status.as_str(), "running");
     assert_eq!(record.waiting.len(), 1);
     assert_eq!(
-        (record.waiting[0].agent.as_str(), record.waiting[0].served),
-        ("planner", false)
+        record.waiting[0],
+        WaitingFor::Agent {
+            step_id: "plan".into(),
+            agent: "planner".into(),
+            served: false
+        }
     );
     let plan_step = record.steps.iter().find(|s| s.step_id == "plan").unwrap();
-    assert_eq!(plan_step.status, "queued");
+    assert_eq!(plan_step.status.as_str(), "queued");
     let mut worker = FakeWorker::connect(&coordinator, "late", &["planner"]).await;
     let task = worker.next_task();
     assert_eq!(task.step_id, "plan");
@@ -358,7 +380,7 @@ async fn cancel_drops_queued_tasks_and_ends_the_run() {
     );
     let mut worker = FakeWorker::connect(&coordinator, "w", &["planner"]).await;
     assert!(
-        worker.stream.try_recv().is_err(),
+        worker.try_recv().is_err(),
         "the cancelled run's task is not sent"
     );
     let again = coordinator.cancel(&run_id, "twice").await.unwrap_err();
@@ -372,9 +394,7 @@ async fn cancel_drops_queued_tasks_and_ends_the_run() {
 async fn cancelling_frees_the_slot_for_a_task_of_another_run() {
     let coordinator = Coordinator::new(MemoryStore::new(), Config::default());
     let first = start(&coordinator, "one").await;
-    let (tx, mut stream) = mpsc::unbounded_channel();
-    coordinator
-        .connect_worker("solo", vec!["planner".into()], 1, 0, Vec::new(), tx)
+    let mut stream = FakeWorker::hello(&coordinator, "solo", &["planner"], 1, Vec::new())
         .await
         .unwrap();
     let second = start(&coordinator, "two").await;
@@ -545,6 +565,42 @@ impl Store for FlakyStore {
             .claim_idempotency_key(key, run_id, request_sha256, ttl_s)
             .await
     }
+
+    async fn append_output(
+        &self,
+        pieces: Vec<(String, baton_coordinator::store::OutputPiece)>,
+    ) -> Result<(), baton_coordinator::store::Error> {
+        self.inner.append_output(pieces).await
+    }
+
+    async fn read_output(
+        &self,
+        run_id: &str,
+        after: Option<baton_coordinator::store::OutputOffset>,
+    ) -> Result<
+        Vec<(
+            baton_coordinator::store::OutputOffset,
+            baton_coordinator::store::OutputPiece,
+        )>,
+        baton_coordinator::store::Error,
+    > {
+        self.inner.read_output(run_id, after).await
+    }
+
+    async fn wait_output(
+        &self,
+        after: Vec<(String, baton_coordinator::store::OutputOffset)>,
+        block: std::time::Duration,
+    ) -> Result<
+        Vec<(
+            String,
+            baton_coordinator::store::OutputOffset,
+            baton_coordinator::store::OutputPiece,
+        )>,
+        baton_coordinator::store::Error,
+    > {
+        self.inner.wait_output(after, block).await
+    }
 }
 
 #[tokio::test]
@@ -566,7 +622,7 @@ async fn a_result_waits_out_a_store_blip_and_is_recorded_once() {
     );
     assert!(worker.has_nothing(), "the task was not sent again");
     let record = coordinator.record(&run_id).await.unwrap();
-    assert_eq!(record.waiting[0].kind, "approval");
+    assert!(matches!(record.waiting[0], WaitingFor::Approval { .. }));
     let stored = store.inner.load_run(&run_id).await.unwrap().unwrap();
     let answers = stored
         .events
@@ -587,8 +643,10 @@ async fn a_payload_that_does_not_arrive_intact_is_sent_again_whole_then_fails_it
         reason: "a payload part is corrupt".into(),
     };
     for _ in 0..baton_coordinator::hub::MAX_RESENDS {
-        coordinator.resend("w", resend(&plan)).await.unwrap();
-        match worker.stream.try_recv() {
+        worker_service::resend(&coordinator, "w", resend(&plan))
+            .await
+            .unwrap();
+        match worker.try_recv() {
             Ok(CoordinatorMessage {
                 message: Some(coordinator_message::Message::ResetPartCache(_)),
             }) => {}
@@ -600,20 +658,22 @@ async fn a_payload_that_does_not_arrive_intact_is_sent_again_whole_then_fails_it
     }
     // Another worker cannot ask for a task it does not hold.
     assert!(matches!(
-        coordinator.resend("someone-else", resend(&plan)).await,
+        worker_service::resend(&coordinator, "someone-else", resend(&plan)).await,
         Err(Error::TaskNotHeld { .. })
     ));
     // One resend too many: the step fails, naming why, and the run with it.
-    coordinator.resend("w", resend(&plan)).await.unwrap();
+    worker_service::resend(&coordinator, "w", resend(&plan))
+        .await
+        .unwrap();
     let record = coordinator.record(&run_id).await.unwrap();
     let step = record.steps.iter().find(|s| s.step_id == "plan").unwrap();
-    assert_eq!(step.status, "failed");
+    assert_eq!(step.status.as_str(), "failed");
     assert!(
         step.error.contains("never arrived intact") && step.error.contains("corrupt"),
         "{}",
         step.error
     );
-    assert_eq!(record.status, "failed");
+    assert_eq!(record.status.as_str(), "failed");
 }
 
 /// `[[[...1...]]]`, `depth` levels deep.
@@ -624,8 +684,7 @@ fn nested(depth: usize) -> Value {
 #[tokio::test]
 async fn data_nested_deeper_than_agents_can_parse_is_refused_by_name() {
     let coordinator = Coordinator::new(MemoryStore::new(), Config::default());
-    let error = coordinator
-        .submit(FEATURE.as_bytes(), &input(nested(101)))
+    let error = client::submit(&coordinator, FEATURE.as_bytes(), &input(nested(101)))
         .await
         .unwrap_err();
     assert!(
@@ -636,21 +695,22 @@ async fn data_nested_deeper_than_agents_can_parse_is_refused_by_name() {
     let mut worker = FakeWorker::connect(&coordinator, "w", &["planner"]).await;
     let run_id = start(&coordinator, "dark mode").await;
     let plan = worker.next_task();
-    coordinator
-        .complete(
-            "w",
-            TaskResult {
-                task_id: plan.task_id.clone(),
-                outcome: Some(task_result::Outcome::Data(input(nested(101)))),
-                notes: None,
-                non_retryable: false,
-            },
-        )
-        .await
-        .unwrap_err();
+    worker_service::answer(
+        &coordinator,
+        "w",
+        TaskResult {
+            task_id: plan.task_id.clone(),
+            outcome: Some(task_result::Outcome::Data(input(nested(101)))),
+            notes: None,
+            non_retryable: false,
+            usage: Vec::new(),
+        },
+    )
+    .await
+    .unwrap_err();
     let record = coordinator.record(&run_id).await.unwrap();
     let step = record.steps.iter().find(|s| s.step_id == "plan").unwrap();
-    assert_eq!(step.status, "failed");
+    assert_eq!(step.status.as_str(), "failed");
     assert!(
         step.error.contains("the result nests 101 levels deep"),
         "{}",
@@ -663,21 +723,11 @@ async fn data_nested_deeper_than_agents_can_parse_is_refused_by_name() {
 async fn the_same_idempotency_key_and_request_give_the_same_run() {
     let coordinator = Coordinator::new(MemoryStore::new(), Config::default());
     let mut worker = FakeWorker::connect(&coordinator, "w1", &["planner"]).await;
-    let first = coordinator
-        .submit_once(
-            FEATURE.as_bytes(),
-            &input(json!("toggle")),
-            Some("order-42"),
-        )
+    let first = submit_keyed(&coordinator, "toggle", "order-42")
         .await
         .unwrap();
     assert!(!first.existing);
-    let again = coordinator
-        .submit_once(
-            FEATURE.as_bytes(),
-            &input(json!("toggle")),
-            Some("order-42"),
-        )
+    let again = submit_keyed(&coordinator, "toggle", "order-42")
         .await
         .unwrap();
     assert_eq!(again.run_id, first.run_id);
@@ -685,17 +735,12 @@ async fn the_same_idempotency_key_and_request_give_the_same_run() {
     assert_eq!(coordinator.list(10).await.unwrap().len(), 1, "one run");
     worker.next_task();
     assert!(
-        worker.stream.try_recv().is_err(),
+        worker.try_recv().is_err(),
         "the planner was dispatched once"
     );
 
     // Without a key, or with another one, a new run starts.
-    let other = coordinator
-        .submit_once(
-            FEATURE.as_bytes(),
-            &input(json!("toggle")),
-            Some("order-43"),
-        )
+    let other = submit_keyed(&coordinator, "toggle", "order-43")
         .await
         .unwrap();
     assert_ne!(other.run_id, first.run_id);
@@ -705,12 +750,8 @@ async fn the_same_idempotency_key_and_request_give_the_same_run() {
 #[tokio::test]
 async fn an_idempotency_key_reused_for_another_request_is_refused_naming_its_run() {
     let coordinator = Coordinator::new(MemoryStore::new(), Config::default());
-    let first = coordinator
-        .submit_once(FEATURE.as_bytes(), &input(json!("toggle")), Some("k"))
-        .await
-        .unwrap();
-    let error = coordinator
-        .submit_once(FEATURE.as_bytes(), &input(json!("another")), Some("k"))
+    let first = submit_keyed(&coordinator, "toggle", "k").await.unwrap();
+    let error = submit_keyed(&coordinator, "another", "k")
         .await
         .unwrap_err();
     let status = tonic::Status::from(error);
@@ -728,8 +769,7 @@ async fn an_idempotency_key_reused_for_another_request_is_refused_naming_its_run
 
     let too_long = "x".repeat(257);
     let status = tonic::Status::from(
-        coordinator
-            .submit_once(FEATURE.as_bytes(), &input(json!("toggle")), Some(&too_long))
+        submit_keyed(&coordinator, "toggle", &too_long)
             .await
             .unwrap_err(),
     );
@@ -756,10 +796,7 @@ async fn a_claimed_key_whose_run_was_never_created_gets_its_run_on_retry() {
         .claim_idempotency_key("k", "01900000-0000-7000-8000-00000000000a", &digest, 60)
         .await
         .unwrap();
-    let submitted = coordinator
-        .submit_once(FEATURE.as_bytes(), &input(json!("toggle")), Some("k"))
-        .await
-        .unwrap();
+    let submitted = submit_keyed(&coordinator, "toggle", "k").await.unwrap();
     assert_eq!(submitted.run_id, "01900000-0000-7000-8000-00000000000a");
     assert!(!submitted.existing, "this submission started it");
     assert_eq!(

@@ -1,37 +1,37 @@
 //! Baton's core: the workflow language and the context engine, with no I/O.
 //!
-//! Layout:
+//! Layout (a module without a link is private; what other crates need of it is re-exported here):
 //! - [`workflow`]: the JSON workflow model, its parser and validator.
 //! - [`diagnostics`]: problems found in a workflow, each with its JSON path and step id.
 //! - [`eval`]: paths, conditions and jq transforms, evaluated without `eval`.
-//! - [`context`]: the run's immutable, structurally shared context.
+//! - `context`: the run's immutable, structurally shared context ([`Context`]).
 //! - [`payload`]: what an agent receives (`{input, context, <ref>}`), whole or by reference.
-//! - [`blob_cache`]: the bounded cache of payload parts a worker keeps, mirrored by the
-//!   coordinator.
+//! - `blob_cache`: the bounded cache of payload parts a worker keeps, mirrored by the
+//!   coordinator ([`BlobLru`]).
 //! - [`messages`]: a run's message history, merged with LangGraph's `add_messages` semantics.
 //! - [`handoff`]: what agents hand on besides data: decisions and handoff records.
 //! - [`integrity`]: canonical JSON hashing (RFC 8785) and the per-run state chain.
-//! - [`engine`]: the run state machine, `(Run, Event) -> (Run, [Action])`.
-//! - [`limits`]: ceilings on every size a workflow author controls.
+//! - `engine`: the run state machine, `(Run, Event) -> (Run, [Action])` ([`Run`]).
+//! - `limits`: ceilings on every size a workflow author controls ([`Limits`]).
 
-pub mod blob_cache;
-pub mod context;
+mod blob_cache;
+mod context;
 pub mod diagnostics;
-pub mod engine;
+mod engine;
 pub mod eval;
 pub mod handoff;
 pub mod integrity;
-pub mod limits;
+mod limits;
 pub mod messages;
 pub mod payload;
 pub mod workflow;
 
 pub use blob_cache::BlobLru;
-pub use context::{Context, StepResult};
+pub use context::{Context, StepResult, VisibleContext};
 pub use diagnostics::{Diagnostic, Diagnostics, Severity};
 pub use engine::{
-    Action, AgentTask, Decision, EngineError, Event, Run, RunStatus, StepRecord, StepStatus,
-    TaskId, Transition, Waiting,
+    Action, AgentTask, Decision, EngineError, Event, MessageHistory, Run, RunStatus, StepRecord,
+    StepStatus, TaskId, Transition, Waiting,
 };
 pub use limits::Limits;
 pub use payload::{AgentPayload, Manifest};

@@ -1395,12 +1395,16 @@ fn a_malformed_step_does_not_cause_a_bogus_error_where_it_is_referenced() {
 // Examples and limits
 // ---------------------------------------------------------------------------------------------
 
+/// The workflows under `dir`: every `.json` file but the JSON Schemas of `schemas/` folders
+/// (an `llm` agent's reply schemas live next to their workflow).
 fn json_files(dir: &Path, out: &mut Vec<PathBuf>) {
     let entries = std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
     for entry in entries {
         let path = entry.unwrap().path();
         if path.is_dir() {
-            json_files(&path, out);
+            if !path.ends_with("schemas") {
+                json_files(&path, out);
+            }
         } else if path.extension().is_some_and(|ext| ext == "json") {
             out.push(path);
         }

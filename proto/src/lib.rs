@@ -16,8 +16,9 @@ pub use v1::Json;
 /// The version of the worker stream's protocol, sent in `Hello.protocol`. 2: payloads by
 /// reference (a manifest and parts), `ResendTask` and `ResetPartCache`. 3: the manifest names
 /// the message history and carries the handoff record; results may carry notes. 4: attempts
-/// (fencing tokens) in task ids, `Hello.held`, `Goodbye`, non-retryable errors.
-pub const WORKER_PROTOCOL: u32 = 4;
+/// (fencing tokens) in task ids, `Hello.held`, `Goodbye`, non-retryable errors. 5: live output
+/// (`TaskOutput`) and the tokens a result used (`TaskResult.usage`).
+pub const WORKER_PROTOCOL: u32 = 5;
 
 /// The encoded descriptors of `baton.v1`, served by reflection.
 pub const FILE_DESCRIPTOR_SET: &[u8] = tonic::include_file_descriptor_set!("baton_descriptor");

@@ -22,7 +22,8 @@ use std::time::{Duration, Instant};
 
 use baton_proto::v1::run_service_client::RunServiceClient;
 use baton_proto::v1::{
-    ListRunsRequest, RunEvent, RunRecord, WatchRunRequest, run_event, worker_message,
+    ListRunsRequest, RunEvent, RunRecord, SubmitRunRequest, WatchRunRequest, run_event,
+    worker_message,
 };
 use serde_json::Value;
 use tonic::Streaming;
@@ -43,6 +44,54 @@ pub fn root() -> PathBuf {
         .join("..")
         .canonicalize()
         .expect("the repository root exists")
+}
+
+/// Submits `workflow` (JSON text) with `input`; the new run's id.
+pub async fn submit(
+    client: &mut RunServiceClient<Channel>,
+    workflow: impl Into<Vec<u8>>,
+    input: &Value,
+) -> String {
+    client
+        .submit_run(SubmitRunRequest {
+            workflow: workflow.into(),
+            input: Some(baton_proto::Json::new(
+                serde_json::to_vec(input).expect("JSON"),
+            )),
+            idempotency_key: String::new(),
+        })
+        .await
+        .expect("SubmitRun")
+        .into_inner()
+        .run_id
+}
+
+/// Fails unless the README prints `cargo run --release -p baton-cli -- ARGS` (its lines joined
+/// where they end in `\\`), an argument with a space in double quotes: a test that runs one of
+/// its recipes calls this with the arguments it runs, so the two cannot drift apart.
+pub fn assert_readme_runs(args: &[&str]) {
+    let readme = std::fs::read_to_string(root().join("README.md")).expect("README.md");
+    let joined = readme.replace("\\\n", " ");
+    let collapsed: String = joined
+        .lines()
+        .map(|line| line.split_whitespace().collect::<Vec<_>>().join(" "))
+        .collect::<Vec<_>>()
+        .join("\n");
+    let quoted: Vec<String> = args
+        .iter()
+        .map(|arg| {
+            if arg.contains(' ') {
+                format!("\"{arg}\"")
+            } else {
+                (*arg).to_owned()
+            }
+        })
+        .collect();
+    let recipe = format!("cargo run --release -p baton-cli -- {}", quoted.join(" "));
+    assert!(
+        collapsed.lines().any(|line| line == recipe),
+        "README.md does not print the recipe this test runs:\n{recipe}"
+    );
 }
 
 /// The `baton` binary cargo built for this test run.

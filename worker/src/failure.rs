@@ -1,5 +1,7 @@
 //! Why an agent failed, and whether running it again could help.
 
+use crate::output::ModelCall;
+
 /// An agent's failure: the message the step's error shows, and whether a retry could succeed.
 ///
 /// A retryable failure (the default, and what a plain `String` error becomes) leaves the step
@@ -9,6 +11,8 @@
 pub struct Failure {
     message: String,
     retryable: bool,
+    /// The calls to models the failed attempt made: their tokens count all the same.
+    calls: Vec<ModelCall>,
 }
 
 impl Failure {
@@ -17,6 +21,7 @@ impl Failure {
         Self {
             message: message.into(),
             retryable: true,
+            calls: Vec::new(),
         }
     }
 
@@ -25,6 +30,7 @@ impl Failure {
         Self {
             message: message.into(),
             retryable: false,
+            calls: Vec::new(),
         }
     }
 
@@ -34,6 +40,16 @@ impl Failure {
 
     pub fn is_retryable(&self) -> bool {
         self.retryable
+    }
+
+    /// Adds the calls to models the attempt made before it failed.
+    pub fn with_calls(mut self, calls: impl IntoIterator<Item = ModelCall>) -> Self {
+        self.calls.extend(calls);
+        self
+    }
+
+    pub fn calls(&self) -> &[ModelCall] {
+        &self.calls
     }
 }
 

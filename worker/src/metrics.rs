@@ -28,6 +28,9 @@ pub struct WorkerMetrics {
     duration: Family<Labels, Histogram, fn() -> Histogram>,
     running: Gauge,
     sessions: Counter<u64, AtomicU64>,
+    llm_tokens: Family<Labels, Counter>,
+    llm_request: Family<Labels, Histogram, fn() -> Histogram>,
+    llm_first_token: Family<Labels, Histogram, fn() -> Histogram>,
 }
 
 impl WorkerMetrics {
@@ -57,12 +60,35 @@ impl WorkerMetrics {
             "Streams opened to a coordinator (more than one: it reconnected)",
             sessions.clone(),
         );
+        let llm_tokens = Family::<Labels, Counter>::default();
+        let llm_request: Family<Labels, Histogram, fn() -> Histogram> =
+            Family::new_with_constructor(seconds_histogram);
+        let llm_first_token: Family<Labels, Histogram, fn() -> Histogram> =
+            Family::new_with_constructor(seconds_histogram);
+        registry.register(
+            "llm_tokens",
+            "Tokens models used, by agent, model and kind (prompt or completion)",
+            llm_tokens.clone(),
+        );
+        registry.register(
+            "llm_request_seconds",
+            "How long calls to models took, by agent and model",
+            llm_request.clone(),
+        );
+        registry.register(
+            "llm_time_to_first_token_seconds",
+            "How long streamed calls to models took to their first token, by agent and model",
+            llm_first_token.clone(),
+        );
         Arc::new(WorkerMetrics {
             registry,
             tasks,
             duration,
             running,
             sessions,
+            llm_tokens,
+            llm_request,
+            llm_first_token,
         })
     }
 
@@ -79,6 +105,32 @@ impl WorkerMetrics {
             agent: agent.to_owned(),
             started: Instant::now(),
             done: false,
+        }
+    }
+
+    /// The calls to models an attempt made: their tokens, durations and time to first token.
+    pub(crate) fn model_calls(&self, agent: &str, calls: &[crate::ModelCall]) {
+        for call in calls {
+            let by_model = vec![
+                ("agent".to_owned(), agent.to_owned()),
+                ("model".to_owned(), call.model.clone()),
+            ];
+            for (kind, tokens) in [
+                ("prompt", call.prompt_tokens),
+                ("completion", call.completion_tokens),
+            ] {
+                let mut labels = by_model.clone();
+                labels.push(("kind".to_owned(), kind.to_owned()));
+                self.llm_tokens.get_or_create(&labels).inc_by(tokens);
+            }
+            self.llm_request
+                .get_or_create(&by_model)
+                .observe(call.duration.as_secs_f64());
+            if let Some(first) = call.first_token {
+                self.llm_first_token
+                    .get_or_create(&by_model)
+                    .observe(first.as_secs_f64());
+            }
         }
     }
 

@@ -15,6 +15,27 @@ pub struct Output {
     pub data: Value,
     pub messages: Vec<Value>,
     pub decisions: Vec<Value>,
+    /// The calls to models that produced it (for the run record, metrics and spans).
+    pub calls: Vec<ModelCall>,
+}
+
+/// One call to a model: which, the tokens it used, and how long it took. Agents that call
+/// models report them with their answer (or their failure); the runtime counts the tokens in
+/// the run record and in its metrics, and names them on the execution's span.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ModelCall {
+    /// The provider, as OpenTelemetry's `gen_ai.system` names it (`openai` for any
+    /// OpenAI-compatible server).
+    pub system: String,
+    pub model: String,
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+    /// Why the model stopped (`stop`, `length`...), when it said.
+    pub finish_reason: Option<String>,
+    /// From sending the request to the end of the reply.
+    pub duration: std::time::Duration,
+    /// From sending the request to the first token, when the reply was streamed.
+    pub first_token: Option<std::time::Duration>,
 }
 
 impl Output {
@@ -37,6 +58,12 @@ impl Output {
     /// `metadata`), or a removal marker.
     pub fn raw_message(mut self, message: Value) -> Self {
         self.messages.push(message);
+        self
+    }
+
+    /// Adds the calls to models that produced this answer.
+    pub fn with_calls(mut self, calls: impl IntoIterator<Item = ModelCall>) -> Self {
+        self.calls.extend(calls);
         self
     }
 
@@ -102,6 +129,7 @@ impl Output {
             data,
             messages,
             decisions,
+            calls: Vec::new(),
         })
     }
 }

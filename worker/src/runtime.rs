@@ -35,15 +35,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use baton_proto::Json;
-use baton_proto::v1::{TaskResult, WorkerMessage, task_result, worker_message};
+use baton_proto::v1::{TaskOutput, TaskResult, WorkerMessage, task_result, worker_message};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 
 pub use builder::WorkerBuilder;
 pub use task::Task;
 
+use crate::live::{self, OutputSink};
 use crate::payload::Payload;
 use crate::traces::ExecutionSpan;
-use crate::{Failure, Output};
+use crate::{Failure, ModelCall, Output};
 use task::Origin;
 use tracing::Instrument as _;
 
@@ -184,15 +185,24 @@ impl Worker {
         origin: Origin,
     ) -> WorkerMessage {
         let task_id = task.task_id.clone();
+        let agent = task.agent.clone();
         let running = self.metrics.task_started(&task.agent);
-        let span = ExecutionSpan::start(self.traces, &self.id, &task);
+        let mut span = ExecutionSpan::start(self.traces, &self.id, &task);
         let (trace_id, span_id) = span.ids();
         // Every log line of the execution names its trace, so a log leads to the trace.
         let logs = tracing::info_span!("task", %task_id, %trace_id, %span_id);
-        let answer = self
-            .run_agent(task, payload, origin, span.traceparent.clone())
-            .instrument(logs.clone())
-            .await;
+        let (output, pieces) = OutputSink::channel();
+        let (done, agent_done) = tokio::sync::oneshot::channel();
+        // The agent's live output goes out as it comes, and all of it before the answer.
+        let run = async {
+            let answer = self
+                .run_agent(task, payload, origin, span.traceparent.clone(), output)
+                .instrument(logs.clone())
+                .await;
+            let _ = done.send(());
+            answer
+        };
+        let (answer, ()) = tokio::join!(run, self.forward_output(&task_id, pieces, agent_done));
         if let Err(failure) = &answer {
             logs.in_scope(|| {
                 tracing::warn!(
@@ -202,6 +212,13 @@ impl Worker {
                 )
             });
         }
+        let calls = match &answer {
+            Ok(output) => output.calls.as_slice(),
+            Err(failure) => failure.calls(),
+        };
+        self.metrics.model_calls(&agent, calls);
+        span.record_calls(calls);
+        let usage = calls.iter().map(usage).collect();
         span.finish(answer.as_ref().err().map(Failure::message));
         running.finished(answer.is_ok());
         let (outcome, notes, non_retryable) = match answer {
@@ -224,7 +241,49 @@ impl Worker {
                 outcome: Some(outcome),
                 notes,
                 non_retryable,
+                usage,
             })),
+        }
+    }
+
+    /// Sends the agent's live output to the coordinator, piece by piece, until the agent is
+    /// done. Output is not queued across a reconnect: with no session, it is dropped.
+    async fn forward_output(
+        &self,
+        task_id: &str,
+        mut pieces: live::Receiver,
+        mut agent_done: tokio::sync::oneshot::Receiver<()>,
+    ) {
+        let mut closed = false;
+        loop {
+            let piece = if closed {
+                pieces.next().await
+            } else {
+                tokio::select! {
+                    piece = pieces.next() => piece,
+                    _ = &mut agent_done => {
+                        // What the agent wrote still goes; nothing after it.
+                        pieces.close();
+                        closed = true;
+                        continue;
+                    }
+                }
+            };
+            let Some(piece) = piece else {
+                return;
+            };
+            let sender = self.current.lock().expect("session lock").clone();
+            let Some(sender) = sender else {
+                continue;
+            };
+            let message = WorkerMessage {
+                message: Some(worker_message::Message::Output(TaskOutput {
+                    task_id: task_id.to_owned(),
+                    text: piece.text,
+                    restart: piece.restart,
+                })),
+            };
+            let _ = sender.send(message).await;
         }
     }
 
@@ -234,6 +293,7 @@ impl Worker {
         payload: Payload,
         origin: Origin,
         traceparent: String,
+        output: OutputSink,
     ) -> AgentResult {
         let handler = self.agents.get(&task.agent).ok_or_else(|| {
             Failure::retryable(format!(
@@ -241,7 +301,7 @@ impl Worker {
                 task.agent
             ))
         })?;
-        let task = Task::new(self.id.clone(), origin, task, payload, traceparent);
+        let task = Task::new(self.id.clone(), origin, task, payload, traceparent, output);
         // The handler runs as its own task, so that a panic fails the step instead of leaving
         // it unanswered, and a step's timeout_ms stops it. Neither says anything about the
         // next attempt, so both are retryable.
@@ -277,6 +337,15 @@ impl Worker {
             observer(&task, &result);
         }
         result
+    }
+}
+
+/// A call to a model as the result reports it.
+fn usage(call: &ModelCall) -> baton_proto::v1::Usage {
+    baton_proto::v1::Usage {
+        model: call.model.clone(),
+        prompt_tokens: call.prompt_tokens,
+        completion_tokens: call.completion_tokens,
     }
 }
 

@@ -29,7 +29,7 @@ pub fn agents_into(mut builder: WorkerBuilder, file: AgentsFile) -> WorkerBuilde
                     env.push(("TRACEPARENT".to_owned(), task.traceparent.clone()));
                 }
                 agent
-                    .run(&task.payload, &env)
+                    .run(&task.payload, &env, &task.output)
                     .await
                     .map_err(|error| agent.failure(error))
             }

@@ -58,6 +58,31 @@ impl ExecutionSpan {
         }
     }
 
+    /// Names the calls to models the execution made, as OpenTelemetry's GenAI conventions do
+    /// (`gen_ai.*`; tokens summed over the calls, the model and provider of the last one).
+    pub(crate) fn record_calls(&mut self, calls: &[crate::ModelCall]) {
+        let (Some(span), Some(last)) = (self.span.as_mut(), calls.last()) else {
+            return;
+        };
+        let input: u64 = calls.iter().map(|call| call.prompt_tokens).sum();
+        let output: u64 = calls.iter().map(|call| call.completion_tokens).sum();
+        let reasons: Vec<opentelemetry::StringValue> = calls
+            .iter()
+            .filter_map(|call| call.finish_reason.clone())
+            .map(Into::into)
+            .collect();
+        span.set_attribute(KeyValue::new("gen_ai.system", last.system.clone()));
+        span.set_attribute(KeyValue::new("gen_ai.request.model", last.model.clone()));
+        span.set_attribute(KeyValue::new("gen_ai.usage.input_tokens", input as i64));
+        span.set_attribute(KeyValue::new("gen_ai.usage.output_tokens", output as i64));
+        if !reasons.is_empty() {
+            span.set_attribute(KeyValue::new(
+                "gen_ai.response.finish_reasons",
+                opentelemetry::Value::Array(reasons.into()),
+            ));
+        }
+    }
+
     /// Ends the span, with the agent's error as its status.
     pub(crate) fn finish(mut self, error: Option<&str>) {
         if let Some(mut span) = self.span.take() {

@@ -6,17 +6,19 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use baton_coordinator::hub::{Hub, ReadyTask};
+use baton_coordinator::parts::Part;
+use baton_coordinator::task_ref::TaskRef;
+use baton_core::TaskId;
 use baton_core::payload::{Manifest, assemble};
-use baton_proto::Json;
-use baton_proto::v1::{Task, coordinator_message};
+use baton_proto::v1::{CoordinatorMessage, coordinator_message};
 use baton_worker::payload::PartCache;
 use proptest::prelude::*;
 use tokio::sync::mpsc;
 
 /// A task naming `picks` (indexes into `pool`): the first as the input, the rest as context,
 /// and the first again as the message history (a task may name one part twice).
-fn task(n: usize, pool: &[Arc<Json>], picks: &[usize]) -> (ReadyTask, Vec<u8>) {
-    let mut parts: Vec<Arc<Json>> = picks.iter().map(|&i| pool[i].clone()).collect();
+fn task(n: usize, pool: &[Arc<Part>], picks: &[usize]) -> (ReadyTask, Vec<u8>) {
+    let mut parts: Vec<Arc<Part>> = picks.iter().map(|&i| pool[i].clone()).collect();
     let manifest = Manifest {
         input: parts[0].sha256.clone(),
         reference: None,
@@ -36,21 +38,12 @@ fn task(n: usize, pool: &[Arc<Json>], picks: &[usize]) -> (ReadyTask, Vec<u8>) {
         .map(|part| (part.sha256.as_str(), part.json.as_slice()))
         .collect();
     let expected = assemble(&manifest, |d| all.get(d).copied()).unwrap();
-    let ready = ReadyTask {
-        run_id: "r".into(),
-        task_key: format!("t{n}#1"),
-        agent: "x".into(),
-        message: Task {
-            task_id: format!("r/t{n}#1"),
-            manifest: Some(Json::new(serde_json::to_vec(&manifest).unwrap())),
-            ..Task::default()
-        },
-        parts,
-        resends: 0,
-        started: None,
-        ready_at: std::time::Instant::now(),
-        trace: None,
+    let step = TaskId {
+        step_id: format!("t{n}").into(),
+        visit: 1,
     };
+    let manifest = Arc::new(Part::new(serde_json::to_vec(&manifest).unwrap()));
+    let ready = ReadyTask::new(TaskRef::new("r", &step, 1), "x", manifest, parts);
     (ready, expected)
 }
 
@@ -62,23 +55,25 @@ proptest! {
         budget in 0u64..600,
         worker_extra in prop_oneof![Just(0u64), 0u64..400],
     ) {
-        let pool: Vec<Arc<Json>> = sizes
+        let pool: Vec<Arc<Part>> = sizes
             .iter()
             .enumerate()
-            .map(|(i, size)| Arc::new(Json::new(format!("\"{i}{}\"", "x".repeat(*size)).into_bytes())))
+            .map(|(i, size)| Arc::new(Part::new(format!("\"{i}{}\"", "x".repeat(*size)).into_bytes())))
             .collect();
         let hub = Hub::default();
         let (tx, mut rx) = mpsc::unbounded_channel();
         hub.connect("w", ["x".to_owned()], 1, budget, tx).unwrap();
+        hub.open("w");
         // A worker may keep more than it told the coordinator (the coordinator clamps what it
         // is told): it then holds a superset of what the coordinator believes.
         let mut cache = PartCache::new(budget + worker_extra);
         for (n, picks) in tasks.iter().enumerate() {
             let picks: Vec<usize> = picks.iter().map(|i| i.index(pool.len())).collect();
             let (ready, expected) = task(n, &pool, &picks);
-            hub.submit(ready).expect("the worker has room");
-            let Some(coordinator_message::Message::Task(sent)) = rx.try_recv().unwrap().message
-            else {
+            prop_assert_eq!(hub.submit(ready).len(), 1, "the worker has room");
+            // As the worker gets it, over the wire.
+            let message: CoordinatorMessage = rx.try_recv().unwrap().into();
+            let Some(coordinator_message::Message::Task(sent)) = message.message else {
                 panic!("expected a task");
             };
             let payload = cache.receive(sent.manifest, sent.parts).unwrap();

@@ -2,9 +2,10 @@
 
 use std::time::Duration;
 
+use baton_coordinator::record::RunRecord;
+use baton_coordinator::service::Submission;
 use baton_coordinator::store::memory::MemoryStore;
 use baton_coordinator::{Config, Coordinator};
-use baton_proto::Json;
 use baton_worker::Worker;
 use serde_json::json;
 
@@ -24,12 +25,13 @@ async fn coordinator() -> (Coordinator<MemoryStore>, String) {
 async fn run_one_step(
     coordinator: &Coordinator<MemoryStore>,
     step: serde_json::Value,
-) -> baton_proto::v1::RunRecord {
+) -> RunRecord {
     let workflow = json!({"steps": [step]}).to_string();
     let run_id = coordinator
-        .submit(workflow.as_bytes(), &Json::new(b"\"x\"".to_vec()))
+        .submit(Submission::new(workflow.as_bytes(), &json!("x")))
         .await
-        .unwrap();
+        .unwrap()
+        .run_id;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     loop {
         let record = coordinator.record(&run_id).await.unwrap();
@@ -61,7 +63,7 @@ async fn a_handler_gets_the_payload_and_its_answer_is_the_steps_data() {
     )
     .await;
     assert_eq!(record.status, "succeeded");
-    let context: serde_json::Value = serde_json::from_slice(&record.context.unwrap().json).unwrap();
+    let context: serde_json::Value = serde_json::from_slice(&record.context).unwrap();
     assert_eq!(context, json!({"e": {"saw": "x", "step": "e"}}));
 }
 
@@ -132,9 +134,10 @@ async fn accumulate(steps: usize, cache_bytes: u64) -> (serde_json::Value, u64) 
         .collect();
     let workflow = json!({"steps": chain}).to_string();
     let run_id = coordinator
-        .submit(workflow.as_bytes(), &Json::new(b"\"x\"".to_vec()))
+        .submit(Submission::new(workflow.as_bytes(), &json!("x")))
         .await
-        .unwrap();
+        .unwrap()
+        .run_id;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     let record = loop {
         let record = coordinator.record(&run_id).await.unwrap();
@@ -145,7 +148,7 @@ async fn accumulate(steps: usize, cache_bytes: u64) -> (serde_json::Value, u64) 
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
     assert_eq!(record.status, "succeeded", "{record:?}");
-    let context = serde_json::from_slice(&record.context.unwrap().json).unwrap();
+    let context = serde_json::from_slice(&record.context).unwrap();
     let stats = coordinator.stats();
     assert_eq!(stats.tasks_dispatched, steps as u64);
     (context, stats.bytes_to_workers)
@@ -222,9 +225,10 @@ async fn handlers_hand_on_messages_and_decisions_and_can_query_them_mid_step() {
     ]})
     .to_string();
     let run_id = coordinator
-        .submit(workflow.as_bytes(), &Json::new(b"\"x\"".to_vec()))
+        .submit(Submission::new(workflow.as_bytes(), &json!("x")))
         .await
-        .unwrap();
+        .unwrap()
+        .run_id;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     let record = loop {
         let record = coordinator.record(&run_id).await.unwrap();
@@ -238,7 +242,7 @@ async fn handlers_hand_on_messages_and_decisions_and_can_query_them_mid_step() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
     assert_eq!(record.status, "succeeded", "{}", record.error);
-    let context: serde_json::Value = serde_json::from_slice(&record.context.unwrap().json).unwrap();
+    let context: serde_json::Value = serde_json::from_slice(&record.context).unwrap();
     assert_eq!(
         context["code"],
         json!({
@@ -301,9 +305,10 @@ async fn cancelling_a_run_stops_its_running_handler_and_frees_the_slot() {
     tokio::spawn(worker.run(std::future::pending()));
     let workflow = json!({"steps": [{"id": "h", "type": "agent", "agent": "hang"}]}).to_string();
     let run_id = coordinator
-        .submit(workflow.as_bytes(), &Json::new(b"\"x\"".to_vec()))
+        .submit(Submission::new(workflow.as_bytes(), &json!("x")))
         .await
-        .unwrap();
+        .unwrap()
+        .run_id;
     eventually("the handler starting", || started.load(Ordering::SeqCst)).await;
     assert!(!stopped.load(Ordering::SeqCst));
     let record = coordinator.cancel(&run_id, "not needed").await.unwrap();
@@ -337,9 +342,10 @@ async fn cancelling_a_run_kills_its_command_agents_process() {
     tokio::spawn(worker.run(std::future::pending()));
     let workflow = json!({"steps": [{"id": "s", "type": "agent", "agent": "slow"}]}).to_string();
     let run_id = coordinator
-        .submit(workflow.as_bytes(), &Json::new(b"\"x\"".to_vec()))
+        .submit(Submission::new(workflow.as_bytes(), &json!("x")))
         .await
-        .unwrap();
+        .unwrap()
+        .run_id;
     eventually("the agent writing its pid", || {
         std::fs::read_to_string(&pid_file).is_ok_and(|pid| pid.ends_with('\n'))
     })
@@ -387,9 +393,8 @@ async fn a_worker_shutting_down_finishes_its_task_and_takes_no_new_one() {
         let _ = stopped.await;
     }));
     let workflow = json!({"steps": [{"id": "s", "type": "agent", "agent": "slow"}]}).to_string();
-    let input = Json::new(b"\"x\"".to_vec());
-    let submit = || coordinator.submit(workflow.as_bytes(), &input);
-    let first = submit().await.unwrap();
+    let submit = || coordinator.submit(Submission::new(workflow.as_bytes(), &json!("x")));
+    let first = submit().await.unwrap().run_id;
     eventually("the first task starting", || {
         calls.load(Ordering::SeqCst) == 1
     })
@@ -397,7 +402,7 @@ async fn a_worker_shutting_down_finishes_its_task_and_takes_no_new_one() {
     stop.send(()).unwrap();
     // Give the drain message time to arrive, then offer the worker another run.
     tokio::time::sleep(Duration::from_millis(100)).await;
-    let second = submit().await.unwrap();
+    let second = submit().await.unwrap().run_id;
     tokio::time::timeout(Duration::from_secs(20), running)
         .await
         .expect("the worker stops once its task is answered")
@@ -415,7 +420,63 @@ async fn a_worker_shutting_down_finishes_its_task_and_takes_no_new_one() {
     let waiting = coordinator.record(&second).await.unwrap();
     assert_eq!(waiting.status, "running");
     assert_eq!(
-        waiting.steps[0].status, "queued",
+        waiting.steps[0].status.as_str(),
+        "queued",
         "it waits for another worker"
     );
+}
+
+/// An SDK handler streams live output with `task.stream`: a watcher sees it while the handler
+/// still runs, in order, and the step's data is the handler's answer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handler_streams_live_output_that_watchers_see_while_it_runs() {
+    use baton_coordinator::service::RunEvent;
+    use futures::StreamExt;
+
+    let (coordinator, url) = coordinator().await;
+    let (go, gate) = tokio::sync::watch::channel(false);
+    let worker = Worker::builder()
+        .coordinator(url)
+        .id("sdk")
+        .agent("talker", move |task| {
+            let mut gate = gate.clone();
+            async move {
+                task.stream("Thinking");
+                task.stream(" about it");
+                // Held until the test saw the first words.
+                let _ = gate.wait_for(|open| *open).await;
+                task.stream("... done");
+                Ok(json!({"answer": 42}))
+            }
+        })
+        .build();
+    tokio::spawn(worker.run(std::future::pending()));
+    let workflow = json!({"steps": [{"id": "talk", "type": "agent", "agent": "talker"}]});
+    let run_id = coordinator
+        .submit(Submission::new(workflow.to_string(), &json!("x")))
+        .await
+        .unwrap()
+        .run_id;
+    let mut events = coordinator.watch(&run_id).await.unwrap();
+    let mut streamed = String::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while let Ok(Some(event)) = tokio::time::timeout_at(deadline, events.next()).await {
+        match event.unwrap() {
+            RunEvent::StepOutput { text, step_id, .. } => {
+                assert_eq!(step_id, "talk");
+                streamed.push_str(&text);
+                if streamed == "Thinking about it" {
+                    go.send(true).unwrap();
+                }
+            }
+            RunEvent::RunFinished(record) => {
+                assert_eq!(record.status, "succeeded");
+                let context: serde_json::Value = serde_json::from_slice(&record.context).unwrap();
+                assert_eq!(context["talk"], json!({"answer": 42}));
+                break;
+            }
+            _ => {}
+        }
+    }
+    assert_eq!(streamed, "Thinking about it... done");
 }

@@ -1,4 +1,5 @@
-//! The processes a benchmark runs against: Redis, a coordinator, workers.
+//! The processes a benchmark runs against: Redis, a coordinator (two for the streaming
+//! workload, whose watcher reads through the second), workers.
 
 use std::net::TcpListener;
 use std::process::Stdio;
@@ -10,6 +11,10 @@ use tokio::process::{Child, Command};
 pub struct Cluster {
     pub redis_url: String,
     pub coordinator_url: String,
+    /// The process id of the coordinator the workers are connected to.
+    pub coordinator_pid: Option<u32>,
+    /// A second coordinator no worker is connected to, and its process id, when asked for.
+    pub second_coordinator: Option<(String, Option<u32>)>,
     /// Killed on drop (kill_on_drop), Redis last.
     children: Vec<Child>,
     _redis_dir: Option<tempfile::TempDir>,
@@ -36,11 +41,17 @@ where
 }
 
 impl Cluster {
+    /// Starts the processes: `redis-server` unless `redis` names one, a coordinator (and a
+    /// second one, with `second_coordinator`), and `workers` workers running `concurrency`
+    /// tasks each, whose `blob64k` agent returns `blob_bytes` bytes, serving the agents of
+    /// `agents_file` too when given.
     pub async fn start(
         redis: Option<&str>,
         workers: usize,
         concurrency: usize,
-        scale: f64,
+        blob_bytes: usize,
+        agents_file: Option<&std::path::Path>,
+        second_coordinator: bool,
     ) -> anyhow::Result<Self> {
         let me = std::env::current_exe().context("cannot find the baton binary")?;
         let mut children = Vec::new();
@@ -73,50 +84,39 @@ impl Cluster {
                 let probe = url.clone();
                 wait_for("redis-server", Duration::from_secs(10), || {
                     let probe = probe.clone();
-                    async move { super::workloads::redis_used_memory(&probe).await.is_ok() }
+                    async move { super::redis_server::used_memory(&probe).await.is_ok() }
                 })
                 .await?;
                 url
             }
         };
-        let port = free_port()?;
-        let coordinator_url = format!("http://127.0.0.1:{port}");
-        children.push(
-            Command::new(&me)
-                .args([
-                    "coordinator",
-                    "--listen",
-                    &format!("127.0.0.1:{port}"),
-                    "--no-metrics",
-                    "--redis",
-                    &redis_url,
-                ])
-                .env("RUST_LOG", "warn")
-                .kill_on_drop(true)
-                .spawn()?,
-        );
-        let url = coordinator_url.clone();
-        wait_for("the coordinator", Duration::from_secs(20), || {
-            let url = url.clone();
-            async move { crate::client::connect(&url).await.is_ok() }
-        })
-        .await?;
+        let (coordinator_url, coordinator) = start_coordinator(&me, &redis_url).await?;
+        let coordinator_pid = coordinator.id();
+        children.push(coordinator);
+        let second_coordinator = if second_coordinator {
+            let (url, child) = start_coordinator(&me, &redis_url).await?;
+            let pid = child.id();
+            children.push(child);
+            Some((url, pid))
+        } else {
+            None
+        };
         for n in 0..workers {
+            let mut worker = Command::new(&me);
+            worker.arg("worker");
+            if let Some(path) = agents_file {
+                worker.arg("--agents").arg(path);
+            }
             children.push(
-                Command::new(&me)
-                    .args([
-                        "worker",
-                        "--bench-agents",
-                        "--coordinator",
-                        &coordinator_url,
-                    ])
+                worker
+                    .args(["--bench-agents", "--coordinator", &coordinator_url])
                     .args([
                         "--concurrency",
                         &concurrency.to_string(),
                         "--id",
                         &format!("bench-{n}"),
                         "--bench-blob-bytes",
-                        &super::workloads::scaled(64 * 1024, scale).to_string(),
+                        &blob_bytes.to_string(),
                         "--no-metrics",
                     ])
                     .env("RUST_LOG", "warn")
@@ -141,10 +141,40 @@ impl Cluster {
         Ok(Self {
             redis_url,
             coordinator_url,
+            coordinator_pid,
+            second_coordinator,
             children,
             _redis_dir: redis_dir,
         })
     }
+}
+
+/// Starts a coordinator on a free port against `redis_url` and waits until it answers.
+async fn start_coordinator(
+    me: &std::path::Path,
+    redis_url: &str,
+) -> anyhow::Result<(String, Child)> {
+    let port = free_port()?;
+    let url = format!("http://127.0.0.1:{port}");
+    let child = Command::new(me)
+        .args([
+            "coordinator",
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--no-metrics",
+            "--redis",
+            redis_url,
+        ])
+        .env("RUST_LOG", "warn")
+        .kill_on_drop(true)
+        .spawn()?;
+    let probe = url.clone();
+    wait_for("a coordinator", Duration::from_secs(20), || {
+        let probe = probe.clone();
+        async move { crate::client::connect(&probe).await.is_ok() }
+    })
+    .await?;
+    Ok((url, child))
 }
 
 impl Drop for Cluster {

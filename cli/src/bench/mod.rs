@@ -1,4 +1,12 @@
-//! `baton bench`: the four workloads of the benchmark on a real cluster of separate processes.
+//! `baton bench`: the five workloads of the benchmark on a real cluster of separate processes.
+//!
+//! - this file: the arguments, the order of a benchmark, and the built-in agents it runs.
+//! - `cluster`: the processes it runs against: Redis, a coordinator, workers.
+//! - `redis_server`: that Redis's memory use, and emptying it between repetitions.
+//! - `workloads`: the workloads, how each is timed, and the line printed for it.
+//! - `streaming`: W5, live output from a worker on one coordinator to a watcher on another.
+//! - `model_server`: W5's stand-in OpenAI-compatible model, streaming tokens.
+//! - `runs`: submitting a run, watching it, checking it succeeded; the sizes `--scale` shrinks.
 //!
 //! Starts its own `redis-server` on a free loopback port (unless `--redis` is given; that server
 //! may be flushed), one `baton coordinator` and N `baton worker` processes of this same binary,
@@ -11,8 +19,15 @@
 //! - W2 fan-out: a parallel step of 500 agent branches, then one agent step that gets them all.
 //! - W3 throughput: 200 concurrent runs of a 3-step chain.
 //! - W4 accumulation: W1 where each step returns 64 KiB and receives every earlier result.
+//! - W5 streaming: an `llm` agent streams a stand-in model's 20,000 tokens as live output; a
+//!   watcher on a second coordinator reads them (tokens per second, latency per token,
+//!   coordinators' CPU).
 
 mod cluster;
+mod model_server;
+mod redis_server;
+mod runs;
+mod streaming;
 mod workloads;
 
 use std::process::ExitCode;
@@ -36,7 +51,7 @@ pub struct Args {
     #[arg(long, default_value_t = 3)]
     reps: usize,
     /// Which workloads, comma-separated.
-    #[arg(long, value_delimiter = ',', default_value = "W1,W2,W3,W4")]
+    #[arg(long, value_delimiter = ',', default_value = "W1,W2,W3,W4,W5")]
     workloads: Vec<Workload>,
     /// Multiplies every size (steps, branches, runs, blob size); CI runs 0.02 so the bench
     /// cannot rot without taking minutes.
@@ -48,11 +63,29 @@ pub struct Args {
 }
 
 pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
+    // W5's model, and the agents file of the llm agent that asks it.
+    let streaming = args.workloads.contains(&Workload::W5);
+    let model = if streaming {
+        Some(model_server::ModelServer::start().await?)
+    } else {
+        None
+    };
+    let agents_dir = tempfile::tempdir()?;
+    let agents_file = match &model {
+        Some(model) => {
+            let path = agents_dir.path().join("agents.toml");
+            std::fs::write(&path, model_server::agents_toml(&model.base_url))?;
+            Some(path)
+        }
+        None => None,
+    };
     let cluster = cluster::Cluster::start(
         args.redis.as_deref(),
         args.workers,
         args.concurrency,
-        args.scale,
+        runs::scaled(64 * 1024, args.scale),
+        agents_file.as_deref(),
+        streaming,
     )
     .await?;
     eprintln!(
@@ -71,7 +104,8 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
 
 /// The built-in agents: `noop` returns `{"ok": true, "i": n}` without reading its payload;
 /// `blob64k` adds a string of `blob_bytes` (64 KiB unless scaled down) and takes its payload's
-/// bytes first, as a `command` agent would to write them to its stdin.
+/// bytes first, as a `command` agent would to write them to its stdin. (W5's `stream` agent is
+/// an `llm` agent of an agents file: see [`model_server`].)
 pub fn agents(builder: WorkerBuilder, blob_bytes: usize) -> WorkerBuilder {
     let counter = Arc::new(AtomicU64::new(0));
     let noop_counter = counter.clone();

@@ -1,16 +1,16 @@
-//! The four workloads, how each is timed, and the line printed for it.
+//! The workloads, how each is timed, and the line printed for it (W5's are in `streaming`).
 
 use std::str::FromStr;
 use std::time::{Duration, Instant};
 
-use anyhow::Context as _;
-use baton_proto::Json;
 use baton_proto::v1::run_service_client::RunServiceClient;
-use baton_proto::v1::{GetStatsRequest, SubmitRunRequest, WatchRunRequest, run_event};
+use baton_proto::v1::{GetStatsRequest, run_event};
 use serde_json::{Value, json};
 use tonic::transport::Channel;
 
 use super::cluster::Cluster;
+use super::redis_server;
+use super::runs::{scaled, submit, succeeded, watch};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Workload {
@@ -18,6 +18,7 @@ pub enum Workload {
     W2,
     W3,
     W4,
+    W5,
 }
 
 impl FromStr for Workload {
@@ -29,15 +30,12 @@ impl FromStr for Workload {
             "W2" => Ok(Workload::W2),
             "W3" => Ok(Workload::W3),
             "W4" => Ok(Workload::W4),
+            "W5" => Ok(Workload::W5),
             other => Err(format!(
-                "unknown workload {other:?}; expected W1, W2, W3 or W4"
+                "unknown workload {other:?}; expected W1, W2, W3, W4 or W5"
             )),
         }
     }
-}
-
-pub fn scaled(n: usize, scale: f64) -> usize {
-    ((n as f64 * scale).round() as usize).max(1)
 }
 
 fn chain(steps: usize, agent: &str) -> String {
@@ -66,21 +64,8 @@ async fn one_run(
     input: &Value,
 ) -> anyhow::Result<(Duration, Vec<Duration>)> {
     let start = Instant::now();
-    let run_id = client
-        .submit_run(SubmitRunRequest {
-            workflow: workflow.as_bytes().to_vec(),
-            input: Some(Json::new(serde_json::to_vec(input)?)),
-            idempotency_key: String::new(),
-        })
-        .await?
-        .into_inner()
-        .run_id;
-    let mut events = client
-        .watch_run(WatchRunRequest {
-            run_id: run_id.clone(),
-        })
-        .await?
-        .into_inner();
+    let run_id = submit(client, workflow.as_bytes().to_vec(), input).await?;
+    let mut events = watch(client, &run_id).await?;
     let mut gaps = Vec::new();
     let mut last = start;
     while let Some(event) = events.message().await? {
@@ -92,13 +77,7 @@ async fn one_run(
             }
             Some(run_event::Event::RunFinished(finished)) => {
                 let elapsed = start.elapsed();
-                let record = finished.record.context("no final record")?;
-                anyhow::ensure!(
-                    record.status == "succeeded",
-                    "run {run_id} {}: {}",
-                    record.status,
-                    record.error
-                );
+                succeeded(&run_id, finished)?;
                 return Ok((elapsed, gaps));
             }
             _ => {}
@@ -147,6 +126,7 @@ async fn once(
             let (time, gaps) = one_run(&mut client, &chain(steps, "blob64k"), &input).await?;
             Ok((time, gaps, steps))
         }
+        Workload::W5 => unreachable!("W5 is measured by streaming::measure"),
     }
 }
 
@@ -167,6 +147,9 @@ pub async fn measure(
     reps: usize,
     scale: f64,
 ) -> anyhow::Result<Value> {
+    if workload == Workload::W5 {
+        return super::streaming::measure(cluster, reps, scale).await;
+    }
     let mut client = crate::client::connect(&cluster.coordinator_url).await?;
     let mut times = Vec::new();
     let mut gaps = Vec::new();
@@ -175,15 +158,15 @@ pub async fn measure(
     let mut steps = 0;
     let stats_before = client.get_stats(GetStatsRequest {}).await?.into_inner();
     for _ in 0..reps {
-        flush(&cluster.redis_url).await?;
-        let memory_before = redis_used_memory(&cluster.redis_url).await?;
+        redis_server::flush(&cluster.redis_url).await?;
+        let memory_before = redis_server::used_memory(&cluster.redis_url).await?;
         let bytes_before = client
             .get_stats(GetStatsRequest {})
             .await?
             .into_inner()
             .bytes_to_workers;
         let (time, run_gaps, run_steps) = once(workload, cluster, scale).await?;
-        let memory_after = redis_used_memory(&cluster.redis_url).await?;
+        let memory_after = redis_server::used_memory(&cluster.redis_url).await?;
         let bytes_after = client
             .get_stats(GetStatsRequest {})
             .await?
@@ -249,28 +232,4 @@ fn profile(
          payloads {act:.1} us; wall time per transition {wall:.1} us (the rest is gRPC, \
          workers, the client and contention)"
     )
-}
-
-async fn connection(url: &str) -> anyhow::Result<redis::aio::MultiplexedConnection> {
-    let client = redis::Client::open(url)?;
-    Ok(client.get_multiplexed_async_connection().await?)
-}
-
-/// Redis's `used_memory`, in bytes.
-pub async fn redis_used_memory(url: &str) -> anyhow::Result<u64> {
-    let mut connection = connection(url).await?;
-    let info: String = redis::cmd("INFO")
-        .arg("memory")
-        .query_async(&mut connection)
-        .await?;
-    info.lines()
-        .find_map(|line| line.strip_prefix("used_memory:"))
-        .and_then(|value| value.trim().parse().ok())
-        .context("INFO memory has no used_memory")
-}
-
-async fn flush(url: &str) -> anyhow::Result<()> {
-    let mut connection = connection(url).await?;
-    let () = redis::cmd("FLUSHDB").query_async(&mut connection).await?;
-    Ok(())
 }

@@ -1,9 +1,19 @@
-//! The gRPC edge: decode, call the service, map the error. Nothing is decided here.
+//! The gRPC edge: decode, convert to the service's domain types, call the service, convert
+//! back, map the error. Nothing about runs is decided here; no `baton.v1` type goes below it.
 //!
 //! - [`run_service`]: `baton.v1.RunService` for clients.
 //! - [`worker_service`]: `baton.v1.WorkerService`, the workers' long-lived task stream.
+//! - [`requests`]: proto requests into domain types, with the checks of what the wire carries
+//!   (digests, sizes, depth, the limits on an answer's notes).
+//! - `replies`: domain types back into proto messages.
+//! - `status`: the coordinator's errors as gRPC status codes, the one place they are mapped.
+//! - [`faults`]: a test hook that corrupts payloads on the wire.
 
+pub mod faults;
+mod replies;
+pub mod requests;
 pub mod run_service;
+mod status;
 pub mod worker_service;
 
 use std::future::Future;
@@ -14,7 +24,9 @@ use baton_proto::v1::worker_service_server::WorkerServiceServer;
 use tokio::net::TcpListener;
 use tokio_stream::wrappers::TcpListenerStream;
 
+pub use self::faults::Faults;
 use crate::service::Coordinator;
+use crate::store::Store;
 
 /// Accepted connections, with Nagle's algorithm off: small messages (a task, a result) go out at
 /// once instead of waiting up to 40 ms for a delayed ACK.
@@ -32,7 +44,6 @@ fn incoming(
 pub(crate) async fn stopped(mut stop: tokio::sync::watch::Receiver<bool>) {
     let _ = stop.wait_for(|stopping| *stopping).await;
 }
-use crate::store::Store;
 
 /// Largest gRPC message accepted: room for a payload that carries a large context.
 pub const MAX_MESSAGE_BYTES: usize = 96 << 20;
@@ -45,6 +56,16 @@ pub async fn serve<S: Store>(
     listener: TcpListener,
     coordinator: Coordinator<S>,
     shutdown: impl Future<Output = ()> + Send,
+) -> Result<(), tonic::transport::Error> {
+    serve_with(listener, coordinator, shutdown, Faults::none()).await
+}
+
+/// [`serve`], with faults injected on the wire (tests only).
+pub async fn serve_with<S: Store>(
+    listener: TcpListener,
+    coordinator: Coordinator<S>,
+    shutdown: impl Future<Output = ()> + Send,
+    faults: Faults,
 ) -> Result<(), tonic::transport::Error> {
     let (health_reporter, health_service) = tonic_health::server::health_reporter();
     health_reporter
@@ -66,7 +87,8 @@ pub async fn serve<S: Store>(
     let runs = RunServiceServer::new(run_service::Runs::new(coordinator.clone(), stop.clone()))
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_MESSAGE_BYTES);
-    let workers = WorkerServiceServer::new(worker_service::Workers::new(coordinator, stop))
+    let workers = worker_service::Workers::new(coordinator, stop).with_faults(faults);
+    let workers = WorkerServiceServer::new(workers)
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_MESSAGE_BYTES);
     tonic::transport::Server::builder()

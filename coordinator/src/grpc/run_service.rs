@@ -1,19 +1,18 @@
-//! `baton.v1.RunService`.
+//! `baton.v1.RunService`: what clients ask of runs.
+//!
+//! Each call converts its request ([`super::requests`]), calls the service and converts the
+//! reply back. The calls that check more than a field or two are also functions of their own,
+//! so that in-process tests go through the same checks a client's request does.
 
 use std::pin::Pin;
 
-use baton_core::Decision;
-use baton_proto::v1::run_event;
+use baton_proto::v1;
 use baton_proto::v1::run_service_server::RunService;
-use baton_proto::v1::{
-    CancelRunRequest, DecideApprovalRequest, GetRunRequest, GetStatsRequest, ListRunsRequest,
-    ListRunsResponse, QueryDecisionsRequest, QueryDecisionsResponse, RunEvent, RunRecord, Stats,
-    SubmitRunRequest, SubmitRunResponse, VerifyRunRequest, VerifyRunResponse, WatchRunRequest,
-};
-use futures::Stream;
-use tokio::sync::broadcast::error::RecvError;
+use futures::{Stream, StreamExt};
 use tonic::{Request, Response, Status};
 
+use super::requests;
+use crate::error::Error;
 use crate::service::Coordinator;
 use crate::store::Store;
 
@@ -28,14 +27,45 @@ impl<S: Store> Runs<S> {
     }
 }
 
-type EventStream = Pin<Box<dyn Stream<Item = Result<RunEvent, Status>> + Send>>;
+/// `SubmitRun`, in the caller's trace: `traceparent` (W3C, may be empty) is the parent of the
+/// run's `SubmitRun` span, whose context is stored with the run.
+pub async fn submit<S: Store>(
+    coordinator: &Coordinator<S>,
+    mut request: v1::SubmitRunRequest,
+    traceparent: &str,
+) -> Result<v1::SubmitRunResponse, Error> {
+    let input = requests::submitted_input(&mut request)?;
+    let span = coordinator.traces().submit(traceparent);
+    let run_traceparent = span.run_traceparent.clone();
+    let submitted =
+        match requests::submission(request, input, run_traceparent, coordinator.config()) {
+            Ok(submission) => coordinator.submit(submission).await,
+            Err(refused) => Err(refused),
+        };
+    span.end(match &submitted {
+        Ok(run) => Ok((&run.run_id, run.existing, &run.workflow_id)),
+        Err(error) => Err(error.to_string()),
+    });
+    submitted.map(Into::into)
+}
+
+/// `QueryDecisions`.
+pub async fn query_decisions<S: Store>(
+    coordinator: &Coordinator<S>,
+    request: v1::QueryDecisionsRequest,
+) -> Result<v1::QueryDecisionsResponse, Error> {
+    let query = requests::decision_query(request, coordinator.config())?;
+    Ok(coordinator.query_decisions(query).await?.into())
+}
+
+type EventStream = Pin<Box<dyn Stream<Item = Result<v1::RunEvent, Status>> + Send>>;
 
 #[tonic::async_trait]
 impl<S: Store> RunService for Runs<S> {
     async fn submit_run(
         &self,
-        request: Request<SubmitRunRequest>,
-    ) -> Result<Response<SubmitRunResponse>, Status> {
+        request: Request<v1::SubmitRunRequest>,
+    ) -> Result<Response<v1::SubmitRunResponse>, Status> {
         // W3C trace context travels as gRPC metadata; a malformed one is ignored, as the
         // standard asks, rather than refusing the run.
         let traceparent = request
@@ -44,220 +74,90 @@ impl<S: Store> RunService for Runs<S> {
             .and_then(|value| value.to_str().ok())
             .unwrap_or_default()
             .to_owned();
-        let request = request.into_inner();
-        let input = request
-            .input
-            .ok_or_else(|| Status::invalid_argument("input: a run needs an input (JSON)"))?;
-        let key = (!request.idempotency_key.is_empty()).then_some(request.idempotency_key.as_str());
-        let submitted = self
-            .coordinator
-            .submit_traced(&request.workflow, &input, key, &traceparent)
-            .await?;
-        Ok(Response::new(SubmitRunResponse {
-            run_id: submitted.run_id,
-            existing: submitted.existing,
-        }))
+        let submitted = submit(&self.coordinator, request.into_inner(), &traceparent).await?;
+        Ok(Response::new(submitted))
     }
 
     async fn get_run(
         &self,
-        request: Request<GetRunRequest>,
-    ) -> Result<Response<RunRecord>, Status> {
-        let record = self
-            .coordinator
-            .record(&request.into_inner().run_id)
-            .await?;
-        Ok(Response::new(record))
+        request: Request<v1::GetRunRequest>,
+    ) -> Result<Response<v1::RunRecord>, Status> {
+        let run_id = request.into_inner().run_id;
+        let record = self.coordinator.record(&run_id).await?;
+        Ok(Response::new(record.into()))
     }
 
     async fn list_runs(
         &self,
-        request: Request<ListRunsRequest>,
-    ) -> Result<Response<ListRunsResponse>, Status> {
-        let runs = self
-            .coordinator
-            .list(request.into_inner().limit as usize)
-            .await?;
-        Ok(Response::new(ListRunsResponse { runs }))
+        request: Request<v1::ListRunsRequest>,
+    ) -> Result<Response<v1::ListRunsResponse>, Status> {
+        let limit = request.into_inner().limit as usize;
+        let runs = self.coordinator.list(limit).await?;
+        Ok(Response::new(v1::ListRunsResponse {
+            runs: runs.into_iter().map(Into::into).collect(),
+        }))
     }
 
     type WatchRunStream = EventStream;
 
     async fn watch_run(
         &self,
-        request: Request<WatchRunRequest>,
+        request: Request<v1::WatchRunRequest>,
     ) -> Result<Response<Self::WatchRunStream>, Status> {
         let run_id = request.into_inner().run_id;
-        let (past, future) = self.coordinator.watch(&run_id).await?;
-        let stream = watch_stream(self.coordinator.clone(), run_id, past, future);
-        let stream = futures::StreamExt::take_until(stream, super::stopped(self.stop.clone()));
-        Ok(Response::new(Box::pin(stream)))
+        let events = self.coordinator.watch(&run_id).await?;
+        let events = events
+            .map(|event| event.map(Into::into).map_err(Status::from))
+            .take_until(super::stopped(self.stop.clone()));
+        Ok(Response::new(Box::pin(events)))
     }
 
     async fn cancel_run(
         &self,
-        request: Request<CancelRunRequest>,
-    ) -> Result<Response<RunRecord>, Status> {
+        request: Request<v1::CancelRunRequest>,
+    ) -> Result<Response<v1::RunRecord>, Status> {
         let request = request.into_inner();
         let record = self
             .coordinator
             .cancel(&request.run_id, &request.reason)
             .await?;
-        Ok(Response::new(record))
+        Ok(Response::new(record.into()))
     }
 
-    async fn get_stats(&self, _: Request<GetStatsRequest>) -> Result<Response<Stats>, Status> {
-        Ok(Response::new(self.coordinator.stats()))
+    async fn get_stats(
+        &self,
+        _: Request<v1::GetStatsRequest>,
+    ) -> Result<Response<v1::Stats>, Status> {
+        Ok(Response::new(self.coordinator.stats().into()))
     }
 
     async fn query_decisions(
         &self,
-        request: Request<QueryDecisionsRequest>,
-    ) -> Result<Response<QueryDecisionsResponse>, Status> {
-        let response = self
-            .coordinator
-            .query_decisions(request.into_inner())
-            .await?;
-        Ok(Response::new(response))
+        request: Request<v1::QueryDecisionsRequest>,
+    ) -> Result<Response<v1::QueryDecisionsResponse>, Status> {
+        let found = query_decisions(&self.coordinator, request.into_inner()).await?;
+        Ok(Response::new(found))
     }
 
     async fn verify_run(
         &self,
-        request: Request<VerifyRunRequest>,
-    ) -> Result<Response<VerifyRunResponse>, Status> {
-        let response = self
-            .coordinator
-            .verify(&request.into_inner().run_id)
-            .await?;
-        Ok(Response::new(response))
+        request: Request<v1::VerifyRunRequest>,
+    ) -> Result<Response<v1::VerifyRunResponse>, Status> {
+        let run_id = request.into_inner().run_id;
+        let verified = self.coordinator.verify(&run_id).await?;
+        Ok(Response::new(verified.into()))
     }
 
     async fn decide_approval(
         &self,
-        request: Request<DecideApprovalRequest>,
-    ) -> Result<Response<RunRecord>, Status> {
+        request: Request<v1::DecideApprovalRequest>,
+    ) -> Result<Response<v1::RunRecord>, Status> {
         let request = request.into_inner();
-        let decision = Decision {
-            approved: request.approved,
-            comment: (!request.comment.is_empty()).then_some(request.comment),
-            approver: (!request.approver.is_empty()).then_some(request.approver),
-        };
+        let decision = requests::decision(&request);
         let record = self
             .coordinator
             .decide(&request.run_id, &request.step_id, decision)
             .await?;
-        Ok(Response::new(record))
-    }
-}
-
-/// The past events, then live ones until the run finishes.
-/// How long a watch waits for this coordinator's own events before it asks the store whether
-/// another coordinator moved the run on.
-const CATCH_UP_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
-
-/// A watch: what happened so far, then this coordinator's events as they come, and, whenever
-/// it hears nothing for a second, what the store says happened meanwhile (another coordinator
-/// may be the one moving the run on). Events are told once each.
-fn watch_stream<S: Store>(
-    coordinator: Coordinator<S>,
-    run_id: String,
-    past: Vec<RunEvent>,
-    future: Option<tokio::sync::broadcast::Receiver<RunEvent>>,
-) -> impl Stream<Item = Result<RunEvent, Status>> + Send {
-    let watch = Watch {
-        coordinator,
-        run_id,
-        pending: past.into(),
-        told: std::collections::HashSet::new(),
-        settled: 0,
-        // Set by the RunFinished event (among `past` for a run already over).
-        done: false,
-        receiver: future,
-    };
-    futures::stream::unfold(watch, |mut watch| async move {
-        loop {
-            if let Some(event) = watch.pending.pop_front() {
-                if !watch.tell(&event) {
-                    continue;
-                }
-                return Some((Ok(event), watch));
-            }
-            if watch.done {
-                return None;
-            }
-            let heard = match watch.receiver.as_mut() {
-                Some(receiver) => tokio::time::timeout(CATCH_UP_EVERY, receiver.recv())
-                    .await
-                    .ok(),
-                None => {
-                    tokio::time::sleep(CATCH_UP_EVERY).await;
-                    None
-                }
-            };
-            match heard {
-                Some(Ok(event)) => watch.pending.push_back(event),
-                Some(Err(RecvError::Lagged(_))) => {
-                    watch.done = true;
-                    return Some((
-                        Err(Status::aborted(
-                            "the watcher fell behind the run; watch it again to catch up",
-                        )),
-                        watch,
-                    ));
-                }
-                // Closed: this coordinator will tell nothing more; the store still can.
-                Some(Err(RecvError::Closed)) => watch.receiver = None,
-                // Nothing heard for a while: ask the store.
-                None => match watch
-                    .coordinator
-                    .catch_up(&watch.run_id, watch.settled)
-                    .await
-                {
-                    Ok(events) => watch.pending.extend(events),
-                    Err(error) => {
-                        tracing::debug!(run_id = %watch.run_id, %error, "watch cannot catch up yet")
-                    }
-                },
-            }
-        }
-    })
-}
-
-struct Watch<S: Store> {
-    coordinator: Coordinator<S>,
-    run_id: String,
-    pending: std::collections::VecDeque<RunEvent>,
-    /// Step visits settled and approvals requested already told, as `f <step>#<visit>` and
-    /// `a <step>#<visit>`.
-    told: std::collections::HashSet<String>,
-    /// How many step visits were told settled: where a catch-up starts.
-    settled: usize,
-    done: bool,
-    receiver: Option<tokio::sync::broadcast::Receiver<RunEvent>>,
-}
-
-impl<S: Store> Watch<S> {
-    /// Whether `event` is news; notes it.
-    fn tell(&mut self, event: &RunEvent) -> bool {
-        match &event.event {
-            Some(run_event::Event::StepFinished(step)) => {
-                let new = self
-                    .told
-                    .insert(format!("f {}#{}", step.step_id, step.visit));
-                if new {
-                    self.settled += 1;
-                }
-                new
-            }
-            Some(run_event::Event::ApprovalRequested(approval)) => self
-                .told
-                .insert(format!("a {}#{}", approval.step_id, approval.visit)),
-            Some(run_event::Event::RunFinished(_)) => {
-                let first = !self.done;
-                self.done = true;
-                first
-            }
-            _ => true,
-        }
+        Ok(Response::new(record.into()))
     }
 }

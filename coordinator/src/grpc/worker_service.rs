@@ -1,30 +1,83 @@
-//! `baton.v1.WorkerService`: one long-lived stream per worker.
+//! `baton.v1.WorkerService`: one long-lived stream per worker, and agents' decision queries.
+//!
+//! What a worker sends is converted and checked here ([`super::requests`]); what the hub sends
+//! it goes out as `baton.v1` messages, through the wire faults of a test, if any.
 
 use std::pin::Pin;
 
+use baton_proto::v1;
 use baton_proto::v1::worker_service_server::WorkerService;
-use baton_proto::v1::{
-    CoordinatorMessage, QueryDecisionsResponse, TaskRejected, WorkerMessage,
-    WorkerQueryDecisionsRequest, coordinator_message, worker_message,
-};
+use baton_proto::v1::{CoordinatorMessage, WorkerMessage, worker_message};
 use futures::{Stream, StreamExt};
 use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::UnboundedReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
+use super::{Faults, requests};
 use crate::error::Error;
-use crate::service::Coordinator;
+use crate::hub::ToWorker;
+use crate::service::{Coordinator, WorkerHello};
 use crate::store::Store;
+use crate::task_ref::TaskRef;
 
 pub struct Workers<S: Store> {
     coordinator: Coordinator<S>,
     stop: watch::Receiver<bool>,
+    faults: Faults,
 }
 
 impl<S: Store> Workers<S> {
     pub fn new(coordinator: Coordinator<S>, stop: watch::Receiver<bool>) -> Self {
-        Self { coordinator, stop }
+        Self {
+            coordinator,
+            stop,
+            faults: Faults::none(),
+        }
     }
+
+    /// Injects `faults` into every worker's stream (tests only).
+    pub fn with_faults(self, faults: Faults) -> Self {
+        Self { faults, ..self }
+    }
+}
+
+/// A worker's answer to a task: converted, checked, and recorded.
+pub async fn answer<S: Store>(
+    coordinator: &Coordinator<S>,
+    worker_id: &str,
+    result: v1::TaskResult,
+) -> Result<(), Error> {
+    let answer = requests::answer(result, coordinator.config())?;
+    coordinator.complete(worker_id, answer).await
+}
+
+/// A worker could not rebuild a task's payload and asks for it again.
+pub async fn resend<S: Store>(
+    coordinator: &Coordinator<S>,
+    worker_id: &str,
+    request: v1::ResendTask,
+) -> Result<(), Error> {
+    let task: TaskRef = request.task_id.parse()?;
+    coordinator.resend(worker_id, task, &request.reason).await
+}
+
+/// A piece of an agent's live output, from the worker running it.
+pub fn output<S: Store>(
+    coordinator: &Coordinator<S>,
+    worker_id: &str,
+    output: v1::TaskOutput,
+) -> Result<(), Error> {
+    let (task, text, restart) = requests::output_piece(output, coordinator.config())?;
+    coordinator.live_output(worker_id, &task, text, restart)
+}
+
+/// An agent's decision query, through the task its worker holds.
+pub async fn query_decisions<S: Store>(
+    coordinator: &Coordinator<S>,
+    request: v1::WorkerQueryDecisionsRequest,
+) -> Result<v1::QueryDecisionsResponse, Error> {
+    let query = requests::worker_query(request, coordinator.config())?;
+    Ok(coordinator.worker_query_decisions(query).await?.into())
 }
 
 type MessageStream = Pin<Box<dyn Stream<Item = Result<CoordinatorMessage, Status>> + Send>>;
@@ -35,13 +88,10 @@ impl<S: Store> WorkerService for Workers<S> {
 
     async fn query_decisions(
         &self,
-        request: Request<WorkerQueryDecisionsRequest>,
-    ) -> Result<Response<QueryDecisionsResponse>, Status> {
-        let response = self
-            .coordinator
-            .worker_query_decisions(request.into_inner())
-            .await?;
-        Ok(Response::new(response))
+        request: Request<v1::WorkerQueryDecisionsRequest>,
+    ) -> Result<Response<v1::QueryDecisionsResponse>, Status> {
+        let found = query_decisions(&self.coordinator, request.into_inner()).await?;
+        Ok(Response::new(found))
     }
 
     async fn task_stream(
@@ -52,35 +102,16 @@ impl<S: Store> WorkerService for Workers<S> {
         let hello = match inbound.message().await? {
             Some(WorkerMessage {
                 message: Some(worker_message::Message::Hello(hello)),
-            }) => hello,
+            }) => WorkerHello::try_from(hello)?,
             _ => return Err(Error::NoHello.into()),
         };
-        if hello.protocol != baton_proto::WORKER_PROTOCOL {
-            return Err(Error::Protocol {
-                worker: hello.protocol,
-                coordinator: baton_proto::WORKER_PROTOCOL,
-            }
-            .into());
-        }
-        if hello.worker_id.is_empty() {
-            return Err(Status::invalid_argument(
-                "hello.worker_id: a worker needs an id",
-            ));
-        }
+        let worker_id = hello.worker_id.clone();
         let (outbound, receiver) = mpsc::unbounded_channel();
         let (connection, closed) = self
             .coordinator
-            .connect_worker(
-                &hello.worker_id,
-                hello.agents.clone(),
-                hello.capacity.max(1) as usize,
-                hello.cache_bytes,
-                hello.held,
-                outbound.clone(),
-            )
+            .connect_worker(hello, outbound.clone())
             .await?;
         let coordinator = self.coordinator.clone();
-        let worker_id = hello.worker_id;
         tokio::spawn(async move {
             // Results being recorded: the stream's end waits for them, so that an answer that
             // arrived before the end is not taken for lost.
@@ -98,16 +129,10 @@ impl<S: Store> WorkerService for Workers<S> {
                         let outbound = outbound.clone();
                         completing.spawn(async move {
                             let task_id = result.task_id.clone();
-                            if let Err(error) = coordinator.complete(&worker_id, result).await {
+                            if let Err(error) = answer(&coordinator, &worker_id, result).await {
                                 tracing::warn!(%worker_id, %task_id, %error, "result refused");
-                                let _ = outbound.send(CoordinatorMessage {
-                                    message: Some(coordinator_message::Message::Rejected(
-                                        TaskRejected {
-                                            task_id,
-                                            message: error.to_string(),
-                                        },
-                                    )),
-                                });
+                                let message = error.to_string();
+                                let _ = outbound.send(ToWorker::Rejected { task_id, message });
                             }
                         });
                     }
@@ -118,10 +143,18 @@ impl<S: Store> WorkerService for Workers<S> {
                         let (coordinator, worker_id) = (coordinator.clone(), worker_id.clone());
                         completing.spawn(async move {
                             let task_id = request.task_id.clone();
-                            if let Err(error) = coordinator.resend(&worker_id, request).await {
+                            if let Err(error) = resend(&coordinator, &worker_id, request).await {
                                 tracing::warn!(%worker_id, %task_id, %error, "resend refused");
                             }
                         });
+                    }
+                    Ok(WorkerMessage {
+                        message: Some(worker_message::Message::Output(output)),
+                    }) => {
+                        // Live output is for watchers: a piece refused is dropped, quietly.
+                        if let Err(error) = self::output(&coordinator, &worker_id, output) {
+                            tracing::debug!(%worker_id, %error, "live output refused");
+                        }
                     }
                     Ok(WorkerMessage {
                         message: Some(worker_message::Message::Drain(_)),
@@ -140,8 +173,9 @@ impl<S: Store> WorkerService for Workers<S> {
             completing.join_all().await;
             coordinator.disconnect_worker(&worker_id, connection).await;
         });
+        let faults = self.faults.clone();
         let stream = UnboundedReceiverStream::new(receiver)
-            .map(Ok)
+            .map(move |message| Ok(faults.apply(message.into())))
             .take_until(super::stopped(self.stop.clone()))
             // The coordinator let the worker go (silent too long): end the stream, so that a
             // worker that is in fact alive notices and reconnects.

@@ -2,6 +2,8 @@
 //!
 //! - [`memory`]: in one process, for `baton dev` and fast tests.
 //! - [`redis`]: the production store; every key of a run carries the run's hash tag.
+//! - [`timed`]: any store, with the latency of every call observed (for `/metrics`).
+//! - `output`: a run's live output ([`OutputPiece`], [`OutputOffset`]).
 //!
 //! The store keeps bytes (JSON the coordinator encodes), so that both implementations hold
 //! exactly the same documents and the coordinator owns their meaning. Both pass the same
@@ -22,11 +24,15 @@
 //! - status, error, the chain's head and last update time.
 
 pub mod memory;
+mod output;
 pub mod redis;
 pub mod timed;
 
 use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
+use std::time::Duration;
+
+pub use output::{OUTPUT_KEPT_AFTER_END, OUTPUT_MAX_BYTES, OutputOffset, OutputPiece};
 
 /// Why a store call failed.
 #[derive(Debug, thiserror::Error)]
@@ -184,6 +190,15 @@ pub enum Claim {
 ///   seconds if it is free, and otherwise returns what it holds (never changing it).
 /// - `decisions` returns every decision of a run by key (empty for an unknown run);
 ///   `runs_of_workflow` the ids of the newest `limit` runs created with that workflow id.
+/// - Live output ([`OutputPiece`]): `append_output` appends pieces to each run's output, in the
+///   order given, only while the run's status is `running` (pieces for a run that ended or does
+///   not exist are dropped, not an error). Each piece gets an offset greater than every earlier
+///   one of its run. A run keeps the newest [`OUTPUT_MAX_BYTES`] of text: the oldest pieces go
+///   first. Once the transition that ends a run is written, its output takes no more pieces,
+///   stays readable for [`OUTPUT_KEPT_AFTER_END`], then is gone.
+/// - `read_output` returns a run's pieces after an offset (all with `None`), oldest first (empty
+///   for an unknown or ended run); `wait_output` returns the pieces after each run's offset,
+///   waiting up to `block` for some to come (empty when none did).
 pub trait Store: Send + Sync + 'static {
     fn create_run(
         &self,
@@ -248,6 +263,25 @@ pub trait Store: Send + Sync + 'static {
         request_sha256: &str,
         ttl_s: u64,
     ) -> impl Future<Output = Result<Claim, Error>> + Send;
+
+    /// Appends live output, `(run id, piece)` in order.
+    fn append_output(
+        &self,
+        pieces: Vec<(String, OutputPiece)>,
+    ) -> impl Future<Output = Result<(), Error>> + Send;
+
+    fn read_output(
+        &self,
+        run_id: &str,
+        after: Option<OutputOffset>,
+    ) -> impl Future<Output = Result<Vec<(OutputOffset, OutputPiece)>, Error>> + Send;
+
+    /// Pieces after `(run id, offset)` of each run, as `(run id, offset, piece)`.
+    fn wait_output(
+        &self,
+        after: Vec<(String, OutputOffset)>,
+        block: Duration,
+    ) -> impl Future<Output = Result<Vec<(String, OutputOffset, OutputPiece)>, Error>> + Send;
 }
 
 /// A shared store is a store: two coordinators (or a coordinator and a test) can use one.
@@ -338,5 +372,28 @@ impl<S: Store> Store for std::sync::Arc<S> {
         ttl_s: u64,
     ) -> impl Future<Output = Result<Claim, Error>> + Send {
         S::claim_idempotency_key(self, key, run_id, request_sha256, ttl_s)
+    }
+
+    fn append_output(
+        &self,
+        pieces: Vec<(String, OutputPiece)>,
+    ) -> impl Future<Output = Result<(), Error>> + Send {
+        S::append_output(self, pieces)
+    }
+
+    fn read_output(
+        &self,
+        run_id: &str,
+        after: Option<OutputOffset>,
+    ) -> impl Future<Output = Result<Vec<(OutputOffset, OutputPiece)>, Error>> + Send {
+        S::read_output(self, run_id, after)
+    }
+
+    fn wait_output(
+        &self,
+        after: Vec<(String, OutputOffset)>,
+        block: Duration,
+    ) -> impl Future<Output = Result<Vec<(String, OutputOffset, OutputPiece)>, Error>> + Send {
+        S::wait_output(self, after, block)
     }
 }

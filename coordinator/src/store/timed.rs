@@ -6,8 +6,10 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::TransitionWrite;
-use super::{Claim, DueTask, Error, RunHeader, RunSummary, Store, StoredRun, TaskSwap};
+use super::{
+    Claim, DueTask, Error, OutputOffset, OutputPiece, RunHeader, RunSummary, Store, StoredRun,
+    TaskSwap, TransitionWrite,
+};
 
 /// Told the operation and how long it took, whether it succeeded or not.
 pub type Observer = Arc<dyn Fn(&'static str, Duration) + Send + Sync>;
@@ -117,5 +119,28 @@ impl<S: Store> Store for Timed<S> {
                 .claim_idempotency_key(key, run_id, request_sha256, ttl_s),
         )
         .await
+    }
+
+    async fn append_output(&self, pieces: Vec<(String, OutputPiece)>) -> Result<(), Error> {
+        self.time("append_output", self.inner.append_output(pieces))
+            .await
+    }
+
+    async fn read_output(
+        &self,
+        run_id: &str,
+        after: Option<OutputOffset>,
+    ) -> Result<Vec<(OutputOffset, OutputPiece)>, Error> {
+        self.time("read_output", self.inner.read_output(run_id, after))
+            .await
+    }
+
+    /// Not timed: it waits for output by design, so its duration says nothing about the store.
+    async fn wait_output(
+        &self,
+        after: Vec<(String, OutputOffset)>,
+        block: Duration,
+    ) -> Result<Vec<(String, OutputOffset, OutputPiece)>, Error> {
+        self.inner.wait_output(after, block).await
     }
 }

@@ -1,16 +1,24 @@
-//! A worker played by a test, talking to a `Coordinator` in-process (no gRPC): the tasks it is
-//! sent arrive on its stream, its answers go straight to `Coordinator::complete`.
+//! A worker played by a test, talking to a `Coordinator` in process (no network): the tasks it
+//! is sent arrive on its stream as the `baton.v1` messages a real worker gets, and its hello and
+//! answers go through the gRPC edge's conversions and checks, as a real worker's do.
 
 #![allow(dead_code)]
 
 use std::collections::HashMap;
 
+use baton_coordinator::grpc::worker_service;
+use baton_coordinator::hub::ToWorker;
+use baton_coordinator::service::WorkerHello;
 use baton_coordinator::store::Store;
 use baton_coordinator::{Coordinator, Error};
 use baton_proto::Json;
-use baton_proto::v1::{CoordinatorMessage, Task, TaskResult, coordinator_message, task_result};
+use baton_proto::v1::{
+    CoordinatorMessage, Hello, ResendTask, Task, TaskOutput, TaskResult, Usage,
+    coordinator_message, task_result,
+};
 use serde_json::Value;
 use tokio::sync::mpsc;
+use tokio::sync::mpsc::error::TryRecvError;
 
 /// JSON bytes with their SHA-256.
 pub fn json_bytes(value: &Value) -> Json {
@@ -21,7 +29,7 @@ pub struct FakeWorker {
     pub id: String,
     /// Its connection's number, for `Coordinator::disconnect_worker`.
     pub connection: u64,
-    pub stream: mpsc::UnboundedReceiver<CoordinatorMessage>,
+    stream: mpsc::UnboundedReceiver<ToWorker>,
 }
 
 impl FakeWorker {
@@ -41,23 +49,34 @@ impl FakeWorker {
         agents: &[&str],
         held: Vec<String>,
     ) -> Self {
+        Self::hello(coordinator, id, agents, 8, held).await.unwrap()
+    }
+
+    /// Says hello as a worker with `capacity` slots that still runs `held`: connected, or why
+    /// not.
+    pub async fn hello<S: Store>(
+        coordinator: &Coordinator<S>,
+        id: &str,
+        agents: &[&str],
+        capacity: u32,
+        held: Vec<String>,
+    ) -> Result<Self, Error> {
         let (tx, rx) = mpsc::unbounded_channel();
-        let (connection, _closed) = coordinator
-            .connect_worker(
-                id,
-                agents.iter().map(|a| a.to_string()).collect(),
-                8,
-                0,
-                held,
-                tx,
-            )
-            .await
-            .unwrap();
-        FakeWorker {
+        let hello = Hello {
+            worker_id: id.into(),
+            agents: agents.iter().map(|a| a.to_string()).collect(),
+            capacity,
+            cache_bytes: 0,
+            protocol: baton_proto::WORKER_PROTOCOL,
+            held,
+        };
+        let hello = WorkerHello::try_from(hello)?;
+        let (connection, _closed) = coordinator.connect_worker(hello, tx).await?;
+        Ok(FakeWorker {
             id: id.into(),
             connection,
             stream: rx,
-        }
+        })
     }
 
     /// The next message, waiting for it up to 10 s: what only a timer sends (a lease that runs
@@ -67,6 +86,12 @@ impl FakeWorker {
             .await
             .unwrap_or_else(|_| panic!("{} got nothing for 10 s", self.id))
             .expect("stream open")
+            .into()
+    }
+
+    /// The next message sent to it, if any.
+    pub fn try_recv(&mut self) -> Result<CoordinatorMessage, TryRecvError> {
+        self.stream.try_recv().map(Into::into)
     }
 
     /// The next task, waiting for it up to 10 s.
@@ -81,7 +106,7 @@ impl FakeWorker {
 
     /// The next message, which must be a task.
     pub fn next_task(&mut self) -> Task {
-        match self.stream.try_recv() {
+        match self.try_recv() {
             Ok(CoordinatorMessage {
                 message: Some(coordinator_message::Message::Task(task)),
             }) => task,
@@ -103,17 +128,14 @@ impl FakeWorker {
         data: &Value,
         notes: Option<&Value>,
     ) -> Result<(), Error> {
-        coordinator
-            .complete(
-                &self.id,
-                TaskResult {
-                    task_id: task.task_id.clone(),
-                    outcome: Some(task_result::Outcome::Data(json_bytes(data))),
-                    notes: notes.map(json_bytes),
-                    non_retryable: false,
-                },
-            )
-            .await
+        let result = TaskResult {
+            task_id: task.task_id.clone(),
+            outcome: Some(task_result::Outcome::Data(json_bytes(data))),
+            notes: notes.map(json_bytes),
+            non_retryable: false,
+            usage: Vec::new(),
+        };
+        self.send(coordinator, result).await
     }
 }
 
@@ -126,18 +148,102 @@ impl FakeWorker {
         error: &str,
         non_retryable: bool,
     ) -> Result<(), Error> {
-        coordinator
-            .complete(
-                &self.id,
-                TaskResult {
-                    task_id: task.task_id.clone(),
-                    outcome: Some(task_result::Outcome::Error(error.to_owned())),
-                    notes: None,
-                    non_retryable,
-                },
-            )
-            .await
+        let result = TaskResult {
+            task_id: task.task_id.clone(),
+            outcome: Some(task_result::Outcome::Error(error.to_owned())),
+            notes: None,
+            non_retryable,
+            usage: Vec::new(),
+        };
+        self.send(coordinator, result).await
     }
+
+    /// Sends any result, as it is.
+    pub async fn send<S: Store>(
+        &self,
+        coordinator: &Coordinator<S>,
+        result: TaskResult,
+    ) -> Result<(), Error> {
+        worker_service::answer(coordinator, &self.id, result).await
+    }
+
+    /// Streams `text` as the live output of `task`.
+    pub fn stream<S: Store>(
+        &self,
+        coordinator: &Coordinator<S>,
+        task: &Task,
+        text: &str,
+        restart: bool,
+    ) -> Result<(), Error> {
+        let output = TaskOutput {
+            task_id: task.task_id.clone(),
+            text: text.to_owned(),
+            restart,
+        };
+        worker_service::output(coordinator, &self.id, output)
+    }
+
+    /// Answers `task` with `data`, reporting the tokens the attempt used.
+    pub async fn complete_with_usage<S: Store>(
+        &self,
+        coordinator: &Coordinator<S>,
+        task: &Task,
+        data: &Value,
+        usage: &[(&str, u64, u64)],
+    ) -> Result<(), Error> {
+        let result = TaskResult {
+            task_id: task.task_id.clone(),
+            outcome: Some(task_result::Outcome::Data(json_bytes(data))),
+            notes: None,
+            non_retryable: false,
+            usage: usage_of(usage),
+        };
+        self.send(coordinator, result).await
+    }
+
+    /// Fails `task` (retryable), reporting the tokens the attempt used.
+    pub async fn fail_with_usage<S: Store>(
+        &self,
+        coordinator: &Coordinator<S>,
+        task: &Task,
+        error: &str,
+        usage: &[(&str, u64, u64)],
+    ) -> Result<(), Error> {
+        let result = TaskResult {
+            task_id: task.task_id.clone(),
+            outcome: Some(task_result::Outcome::Error(error.to_owned())),
+            notes: None,
+            non_retryable: false,
+            usage: usage_of(usage),
+        };
+        self.send(coordinator, result).await
+    }
+
+    /// Asks for `task` again: the payload did not arrive intact.
+    pub async fn resend<S: Store>(
+        &self,
+        coordinator: &Coordinator<S>,
+        task_id: &str,
+        reason: &str,
+    ) -> Result<(), Error> {
+        let request = ResendTask {
+            task_id: task_id.to_owned(),
+            reason: reason.to_owned(),
+        };
+        worker_service::resend(coordinator, &self.id, request).await
+    }
+}
+
+/// `(model, prompt tokens, completion tokens)` as a result reports them.
+fn usage_of(usage: &[(&str, u64, u64)]) -> Vec<Usage> {
+    usage
+        .iter()
+        .map(|(model, prompt_tokens, completion_tokens)| Usage {
+            model: (*model).to_owned(),
+            prompt_tokens: *prompt_tokens,
+            completion_tokens: *completion_tokens,
+        })
+        .collect()
 }
 
 /// The payload a worker with no part cache rebuilds: every part comes with the task.

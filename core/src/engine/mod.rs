@@ -5,12 +5,15 @@
 //! end); feeding the same events to [`Run::replay`] rebuilds the same run, so any coordinator can
 //! pick a run up from its stored events.
 //!
+//! - `mod.rs`: the run and what goes in and out of it ([`Run`], [`Event`], [`Action`]).
+//! - [`transition`]: entering and settling steps, the body of [`Run::apply`].
+//! - [`handoffs`]: what agents hand on to the next agent step: decisions, messages, handoffs.
 //! - [`route`]: where a settled step leads (pure, per step).
 //! - [`parallel`]: how branch outcomes merge into the parallel step's data.
-//! - [`transition`]: entering and settling steps, the body of [`Run::apply`].
 
-pub mod parallel;
-pub mod route;
+mod handoffs;
+mod parallel;
+mod route;
 mod transition;
 
 use std::sync::Arc;
@@ -135,7 +138,7 @@ impl RunStatus {
         self != RunStatus::Running
     }
 
-    pub fn as_str(self) -> &'static str {
+    pub const fn as_str(self) -> &'static str {
         match self {
             RunStatus::Running => "running",
             RunStatus::Succeeded => "succeeded",

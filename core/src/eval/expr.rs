@@ -23,10 +23,10 @@ use winnow::ascii::{digit1, multispace0};
 use winnow::combinator::{alt, cut_err, delimited, opt, preceded, repeat};
 use winnow::error::{ContextError, ErrMode, StrContext, StrContextValue};
 use winnow::prelude::*;
-use winnow::token::{any, take_while};
+use winnow::token::take_while;
 
 use super::Scope;
-use super::path::{Path, path};
+use super::path::{Path, path, quoted_string};
 
 /// A parsed condition.
 #[derive(Debug, Clone, PartialEq)]
@@ -384,45 +384,6 @@ fn number(input: &mut &str) -> ModalResult<Number> {
         .ok()
         .and_then(Number::from_f64)
         .ok_or_else(|| ErrMode::Cut(ContextError::new()))
-}
-
-/// A single- or double-quoted string with JSON escapes (`\"`, `\\`, `\n`, `\u00e9`, ...).
-pub(crate) fn quoted_string(input: &mut &str) -> ModalResult<String> {
-    let quote = alt(('"', '\'')).parse_next(input)?;
-    let mut out = String::new();
-    loop {
-        let c: char = cut_err(any)
-            .context(StrContext::Expected(StrContextValue::Description(
-                "a closing quote",
-            )))
-            .parse_next(input)?;
-        if c == quote {
-            return Ok(out);
-        }
-        if c != '\\' {
-            out.push(c);
-            continue;
-        }
-        let escaped = cut_err(any).parse_next(input)?;
-        match escaped {
-            'n' => out.push('\n'),
-            't' => out.push('\t'),
-            'r' => out.push('\r'),
-            'b' => out.push('\u{8}'),
-            'f' => out.push('\u{c}'),
-            'u' => {
-                let hex: &str = cut_err(take_while(4, |c: char| c.is_ascii_hexdigit()))
-                    .context(StrContext::Expected(StrContextValue::Description(
-                        "four hex digits after \\u",
-                    )))
-                    .parse_next(input)?;
-                let code =
-                    u32::from_str_radix(hex, 16).map_err(|_| ErrMode::Cut(ContextError::new()))?;
-                out.push(char::from_u32(code).unwrap_or(char::REPLACEMENT_CHARACTER));
-            }
-            other => out.push(other),
-        }
-    }
 }
 
 #[cfg(test)]

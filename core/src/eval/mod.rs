@@ -2,13 +2,17 @@
 //!
 //! - [`path`]: `context.<step>.<field>[0]`, the spec's safe path syntax (transforms).
 //! - [`expr`]: JavaScript-like conditions over paths (`context.parallel-tests.success === true`).
-//! - [`jq`]: `jq:` transforms, run by the jaq interpreter for reshaping paths cannot do.
-//! - [`transform`]: what a transform step evaluates, one of the two above.
+//! - `jq`: `jq:` transforms, run by the jaq interpreter for reshaping paths cannot do
+//!   ([`JqProgram`]).
+//! - `transform`: what a transform step evaluates, a path or a jq program ([`Transform`]).
 
 pub mod expr;
-pub mod jq;
+mod jq;
 pub mod path;
-pub mod transform;
+mod transform;
+
+pub use jq::JqProgram;
+pub use transform::Transform;
 
 use serde_json::Value;
 

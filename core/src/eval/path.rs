@@ -10,12 +10,11 @@ use std::fmt;
 use serde_json::Value;
 use winnow::ascii::{digit1, multispace0};
 use winnow::combinator::{alt, cut_err, delimited, preceded, repeat};
-use winnow::error::{StrContext, StrContextValue};
+use winnow::error::{ContextError, ErrMode, StrContext, StrContextValue};
 use winnow::prelude::*;
-use winnow::token::take_while;
+use winnow::token::{any, take_while};
 
 use super::Scope;
-use super::expr::quoted_string;
 
 /// Where a path starts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -134,9 +133,7 @@ pub(crate) fn path(input: &mut &str) -> ModalResult<Path> {
         alt(("context".value(Root::Context), "input".value(Root::Input))).parse_next(input)?;
     // `contexts.x` or `inputs` are not paths.
     if input.starts_with(is_segment_char) {
-        return Err(winnow::error::ErrMode::Backtrack(
-            winnow::error::ContextError::new(),
-        ));
+        return Err(ErrMode::Backtrack(ContextError::new()));
     }
     let segments: Vec<Segment> = repeat(0.., segment).parse_next(input)?;
     let text = start[..start.len() - input.len()].to_owned();
@@ -178,6 +175,46 @@ fn segment(input: &mut &str) -> ModalResult<Segment> {
         ),
     ))
     .parse_next(input)
+}
+
+/// A single- or double-quoted string with JSON escapes (`\"`, `\\`, `\n`, `\u00e9`, ...): a key
+/// inside `[...]`, and a string literal in conditions, which read their strings the same way.
+pub(crate) fn quoted_string(input: &mut &str) -> ModalResult<String> {
+    let quote = alt(('"', '\'')).parse_next(input)?;
+    let mut out = String::new();
+    loop {
+        let c: char = cut_err(any)
+            .context(StrContext::Expected(StrContextValue::Description(
+                "a closing quote",
+            )))
+            .parse_next(input)?;
+        if c == quote {
+            return Ok(out);
+        }
+        if c != '\\' {
+            out.push(c);
+            continue;
+        }
+        let escaped = cut_err(any).parse_next(input)?;
+        match escaped {
+            'n' => out.push('\n'),
+            't' => out.push('\t'),
+            'r' => out.push('\r'),
+            'b' => out.push('\u{8}'),
+            'f' => out.push('\u{c}'),
+            'u' => {
+                let hex: &str = cut_err(take_while(4, |c: char| c.is_ascii_hexdigit()))
+                    .context(StrContext::Expected(StrContextValue::Description(
+                        "four hex digits after \\u",
+                    )))
+                    .parse_next(input)?;
+                let code =
+                    u32::from_str_radix(hex, 16).map_err(|_| ErrMode::Cut(ContextError::new()))?;
+                out.push(char::from_u32(code).unwrap_or(char::REPLACEMENT_CHARACTER));
+            }
+            other => out.push(other),
+        }
+    }
 }
 
 #[cfg(test)]

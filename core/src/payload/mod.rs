@@ -7,6 +7,9 @@
 //! `on_error`, then `"messages"` (the run's message history, always) and `"handoff"` (the record
 //! of the agents that handed over, when there were any). The payload holds a context snapshot, not a copy: it is serialised straight from
 //! the shared results.
+//!
+//! - `manifest`: the payload by reference, each part named by its SHA-256 ([`Manifest`]), and its
+//!   parts spliced back together ([`assemble`]).
 
 use std::sync::Arc;
 

@@ -1,21 +1,31 @@
 //! The workflow language: a JSON document of steps, parsed and validated into a [`Workflow`].
 //!
-//! - [`raw`]: the document as written (serde), every field optional so nothing is lost before
+//! - [`parse`]: document text to [`Workflow`], reporting every problem at once with its JSON path;
+//!   it runs the passes below in order.
+//! - `json`: the text to JSON, comments and trailing commas allowed, nesting bounded.
+//! - `raw`: the document as written (serde), every field optional so nothing is lost before
 //!   validation can say what is wrong.
-//! - [`parse`]: document text to [`Workflow`], reporting every problem at once with its JSON path.
-//! - [`graph`]: routing edges between top-level steps, for reachability.
+//! - `steps`: each step read by itself, checked against its type, and built into a [`Step`].
+//! - `validate`: the rules that need the whole document: ids, references, expressions, limits,
+//!   reachability, and "did you mean" hints.
+//! - `checker`: what the passes share: the steps as found, and each problem with its step.
+//! - `graph`: routing edges between top-level steps, for reachability.
 //!
 //! A [`Workflow`] only exists once it is valid: the engine never sees a dangling reference.
 
-pub mod graph;
+mod checker;
+mod graph;
+mod json;
 pub mod parse;
-pub mod raw;
+mod raw;
+mod steps;
+mod validate;
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use crate::eval::Transform;
 use crate::eval::expr::Expr;
-use crate::eval::transform::Transform;
 
 pub use parse::{ParseError, parse_workflow, parse_workflow_with};
 

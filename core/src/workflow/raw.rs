@@ -24,6 +24,11 @@ pub struct RawStep {
     pub id: Option<String>,
     #[serde(rename = "type")]
     pub step_type: Option<String>,
+    /// Known, so that it does not land in `unknown`, and read so that it must be a string.
+    #[expect(
+        dead_code,
+        reason = "a step's description is for people; the engine never reads it"
+    )]
     pub description: Option<String>,
     pub agent: Option<String>,
     pub next: Option<String>,

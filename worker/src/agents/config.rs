@@ -1,27 +1,49 @@
-//! Reading and checking an agents file (`agents.toml`).
+//! Reading and checking an agents file (`agents.toml`): the part every kind shares.
+//!
+//! Here: reading the TOML into one table of fields per agent (with where each stands, for
+//! line numbers), the dispatch on `kind`, the fields no kind takes, and the errors
+//! ([`ConfigError`], [`Problem`]). Each kind checks its own fields in its folder
+//! (`command/config.rs`, `template/config.rs`): a `FIELDS` list and a `check` function that
+//! turns the agent's table into the agent, reporting through [`Checker`].
+//!
+//! The kinds come in as a table of [`Kind`]s (`KINDS`, next to `Agent` in `mod.rs`), so that
+//! this file depends on no kind: the kinds' checks use it, not the other way round. The
+//! messages that list the kinds or say which kind a field belongs to follow from that table.
+//!
+//! `sources`: the text of a field given inline or in a file (a template, a prompt), and the
+//! errors of one that does not compile.
 
 use std::collections::BTreeMap;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use serde::Deserialize;
 use toml::{Spanned, Value};
 
-use super::Agent;
-use super::command::CommandAgent;
-use super::template::{Template, TemplateAgent};
+mod sources;
 
-/// Fields each kind accepts.
-const COMMAND_FIELDS: &[&str] = &[
-    "kind",
-    "command",
-    "timeout_ms",
-    "env",
-    "output",
-    "non_retryable_exit_codes",
-];
-const TEMPLATE_FIELDS: &[&str] = &["kind", "template", "template_file"];
+pub(super) use sources::Source;
+
+/// One kind of agent, `A` being what any agent is: its name in `kind = "..."`, the fields it
+/// takes besides `kind`, and how its table becomes an agent.
+pub(super) struct Kind<A> {
+    pub(super) name: &'static str,
+    pub(super) fields: &'static [&'static str],
+    pub(super) check: fn(&Checker, Fields) -> Result<A, ConfigError>,
+}
+
+/// The kinds as a message lists them: `"command", "template" or "llm"`.
+fn kind_names<A>(kinds: &[Kind<A>]) -> String {
+    let quoted: Vec<String> = kinds
+        .iter()
+        .map(|kind| format!("{:?}", kind.name))
+        .collect();
+    match quoted.split_last() {
+        Some((last, [])) => last.clone(),
+        Some((last, others)) => format!("{} or {last}", others.join(", ")),
+        None => String::new(),
+    }
+}
 
 /// An agents file that cannot be used. Every message starts with the file (and line, when
 /// known); problems with one agent name the agent and the field.
@@ -57,8 +79,8 @@ pub enum ConfigError {
 pub enum Problem {
     #[error("is missing ({hint})")]
     Missing { hint: String },
-    #[error("has unknown value {0:?} (expected \"command\" or \"template\")")]
-    UnknownKind(String),
+    #[error("has unknown value {kind:?} (expected {expected})")]
+    UnknownKind { kind: String, expected: String },
     #[error("is not a known field (expected one of: {expected})")]
     UnknownField { expected: String },
     #[error("does not apply to kind \"{kind}\" (it belongs to kind \"{belongs_to}\")")]
@@ -74,11 +96,18 @@ pub enum Problem {
     Invalid(String),
     #[error("does not compile: {0}")]
     TemplateCompile(String),
+    /// A file named by a field (`template_file`, `prompt_file`...) holds a template that does
+    /// not compile; the reason gives the line and column in that file.
+    #[error("names {}, which does not compile: {reason}", path.display())]
+    FileCompile { path: PathBuf, reason: String },
     #[error("names {}, which cannot be read: {source}", path.display())]
-    TemplateFile {
+    UnreadableFile {
         path: PathBuf,
         source: std::io::Error,
     },
+    /// The field names an environment variable (`api_key_env`) that is not set, or empty.
+    #[error("names the environment variable {variable}, which is unset or empty")]
+    UnsetVariable { variable: String },
 }
 
 fn location(file: &Path, line: Option<usize>) -> String {
@@ -88,7 +117,8 @@ fn location(file: &Path, line: Option<usize>) -> String {
     }
 }
 
-type Fields = BTreeMap<String, Spanned<Value>>;
+/// One agent's fields by name, each with where it stands in the file.
+pub(super) type Fields = BTreeMap<String, Spanned<Value>>;
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -128,12 +158,19 @@ impl<'de> Deserialize<'de> for AgentTable {
     }
 }
 
-/// Parses the agents of `text`; `file` only labels errors, `base_dir` must be absolute.
-pub(super) fn parse_agents(
+/// How an agents file reads environment variables (`api_key_env`): the process's own
+/// (`std::env::var`), or what a caller hands in.
+pub(super) type Env<'a> = &'a dyn Fn(&str) -> Option<String>;
+
+/// Parses the agents of `text`, each of one of `kinds`; `file` only labels errors, `base_dir`
+/// must be absolute.
+pub(super) fn parse_agents<A>(
     text: &str,
     base_dir: &Path,
     file: &Path,
-) -> Result<BTreeMap<String, Agent>, ConfigError> {
+    env: Env,
+    kinds: &[Kind<A>],
+) -> Result<BTreeMap<String, A>, ConfigError> {
     let raw: RawFile = toml::from_str(text).map_err(|e| ConfigError::Toml {
         file: file.to_owned(),
         line: e.span().map(|span| line_of(text, span.start)),
@@ -146,10 +183,11 @@ pub(super) fn parse_agents(
             text,
             file,
             base_dir,
+            env,
             agent: &name,
             table_line: line_of(text, table_span.start),
         };
-        let agent = checker.agent(table.into_inner().0)?;
+        let agent = checker.agent(kinds, table.into_inner().0)?;
         agents.insert(name, agent);
     }
     Ok(agents)
@@ -165,17 +203,41 @@ fn line_of(text: &str, offset: usize) -> usize {
         + 1
 }
 
-/// Checks one agent's table.
-struct Checker<'a> {
+/// Checks one agent's table: what a kind's `check` reports its problems through, so that each
+/// names the file, the line, the agent and the field.
+pub(super) struct Checker<'a> {
     text: &'a str,
     file: &'a Path,
     base_dir: &'a Path,
+    env: Env<'a>,
     agent: &'a str,
     table_line: usize,
 }
 
 impl Checker<'_> {
-    fn error(&self, field: &str, span: Option<Range<usize>>, problem: Problem) -> ConfigError {
+    /// The agent's name (its key in the file).
+    pub(super) fn agent_name(&self) -> &str {
+        self.agent
+    }
+
+    /// The agents file's folder, absolute: where relative paths are taken from.
+    pub(super) fn base_dir(&self) -> &Path {
+        self.base_dir
+    }
+
+    /// The value of the environment variable `variable`, if it is set.
+    pub(super) fn env_var(&self, variable: &str) -> Option<String> {
+        (self.env)(variable)
+    }
+
+    /// `problem` with `field`, at the line of `span` (the agent's table's line when the field
+    /// is missing).
+    pub(super) fn error(
+        &self,
+        field: &str,
+        span: Option<Range<usize>>,
+        problem: Problem,
+    ) -> ConfigError {
         ConfigError::Agent {
             file: self.file.to_owned(),
             line: Some(span.map_or(self.table_line, |s| line_of(self.text, s.start))),
@@ -185,7 +247,24 @@ impl Checker<'_> {
         }
     }
 
-    fn invalid(&self, field: &str, value: &Spanned<Value>, expected: &str) -> ConfigError {
+    /// `field` is missing; `hint` says what to set it to.
+    pub(super) fn missing(&self, field: &str, hint: &str) -> ConfigError {
+        self.error(
+            field,
+            None,
+            Problem::Missing {
+                hint: hint.to_owned(),
+            },
+        )
+    }
+
+    /// `field` is not what it must be: "must be `expected`, found <its TOML type>".
+    pub(super) fn invalid(
+        &self,
+        field: &str,
+        value: &Spanned<Value>,
+        expected: &str,
+    ) -> ConfigError {
         let found = value.get_ref().type_str();
         self.error(
             field,
@@ -194,291 +273,94 @@ impl Checker<'_> {
         )
     }
 
-    fn agent(&self, mut fields: Fields) -> Result<Agent, ConfigError> {
+    /// The agent of `fields`, by the check of its `kind`, one of `kinds`.
+    fn agent<A>(&self, kinds: &[Kind<A>], mut fields: Fields) -> Result<A, ConfigError> {
         let kind = match fields.remove("kind") {
             None => {
-                return Err(self.error(
-                    "kind",
-                    None,
-                    Problem::Missing {
-                        hint: "expected \"command\" or \"template\"".to_owned(),
-                    },
-                ));
+                return Err(self.missing("kind", &format!("expected {}", kind_names(kinds))));
             }
             Some(kind) => match kind.get_ref() {
-                Value::String(s) if s == "command" => "command",
-                Value::String(s) if s == "template" => "template",
-                Value::String(s) => {
-                    return Err(self.error(
-                        "kind",
-                        Some(kind.span()),
-                        Problem::UnknownKind(s.clone()),
-                    ));
-                }
-                _ => return Err(self.invalid("kind", &kind, "\"command\" or \"template\"")),
+                Value::String(name) => match kinds.iter().find(|k| k.name == name) {
+                    Some(known) => known,
+                    None => {
+                        return Err(self.error(
+                            "kind",
+                            Some(kind.span()),
+                            Problem::UnknownKind {
+                                kind: name.clone(),
+                                expected: kind_names(kinds),
+                            },
+                        ));
+                    }
+                },
+                _ => return Err(self.invalid("kind", &kind, &kind_names(kinds))),
             },
         };
-        self.reject_unknown(kind, &fields)?;
-        if kind == "command" {
-            self.command(fields).map(Agent::Command)
-        } else {
-            self.template(fields).map(Agent::Template)
-        }
+        self.reject_unknown(kinds, kind, &fields)?;
+        (kind.check)(self, fields)
     }
 
-    /// Fails on the first (in file order) field the kind does not take.
-    fn reject_unknown(&self, kind: &'static str, fields: &Fields) -> Result<(), ConfigError> {
-        let (allowed, other_kind, other_fields) = if kind == "command" {
-            (COMMAND_FIELDS, "template", TEMPLATE_FIELDS)
-        } else {
-            (TEMPLATE_FIELDS, "command", COMMAND_FIELDS)
-        };
+    /// Fails on the first (in file order) field `kind` does not take.
+    fn reject_unknown<A>(
+        &self,
+        kinds: &[Kind<A>],
+        kind: &Kind<A>,
+        fields: &Fields,
+    ) -> Result<(), ConfigError> {
         let unknown = fields
             .iter()
-            .filter(|(key, _)| !allowed.contains(&key.as_str()))
+            .filter(|(key, _)| !kind.fields.contains(&key.as_str()))
             .min_by_key(|(_, value)| value.span().start);
         let Some((key, value)) = unknown else {
             return Ok(());
         };
-        let problem = if other_fields.contains(&key.as_str()) {
-            Problem::WrongKind {
-                kind,
-                belongs_to: other_kind,
-            }
-        } else {
-            Problem::UnknownField {
-                expected: allowed.join(", "),
+        let other_kind = kinds
+            .iter()
+            .find(|other| other.name != kind.name && other.fields.contains(&key.as_str()));
+        let problem = match other_kind {
+            Some(other) => Problem::WrongKind {
+                kind: kind.name,
+                belongs_to: other.name,
+            },
+            None => {
+                let allowed: Vec<&str> = std::iter::once("kind")
+                    .chain(kind.fields.iter().copied())
+                    .collect();
+                Problem::UnknownField {
+                    expected: allowed.join(", "),
+                }
             }
         };
         Err(self.error(key, Some(value.span()), problem))
     }
-
-    fn command(&self, mut fields: Fields) -> Result<CommandAgent, ConfigError> {
-        let Some(command) = fields.remove("command") else {
-            return Err(self.error(
-                "command",
-                None,
-                Problem::Missing {
-                    hint: "the argv to run, no shell, e.g. [\"python3\", \"agent.py\"]".to_owned(),
-                },
-            ));
-        };
-        let argv_expected =
-            "an array of strings (the argv, no shell), e.g. [\"python3\", \"agent.py\"]";
-        let Value::Array(items) = command.get_ref() else {
-            return Err(self.invalid("command", &command, argv_expected));
-        };
-        let mut argv = Vec::with_capacity(items.len());
-        for item in items {
-            match item {
-                Value::String(s) => argv.push(s.clone()),
-                _ => return Err(self.invalid("command", &command, argv_expected)),
-            }
-        }
-        if argv.is_empty() {
-            return Err(self.error("command", Some(command.span()), Problem::EmptyCommand));
-        }
-        if argv[0].is_empty() {
-            return Err(self.error(
-                "command",
-                Some(command.span()),
-                Problem::Invalid("must start with a program name, found an empty string".into()),
-            ));
-        }
-
-        let timeout = match fields.remove("timeout_ms") {
-            None => None,
-            Some(value) => match value.get_ref() {
-                Value::Integer(ms) if *ms > 0 => Some(Duration::from_millis(*ms as u64)),
-                Value::Integer(ms) => {
-                    return Err(self.error(
-                        "timeout_ms",
-                        Some(value.span()),
-                        Problem::Invalid(format!(
-                            "must be a positive number of milliseconds, found {ms}"
-                        )),
-                    ));
-                }
-                _ => {
-                    return Err(self.invalid(
-                        "timeout_ms",
-                        &value,
-                        "a positive integer (milliseconds)",
-                    ));
-                }
-            },
-        };
-
-        let mut env = BTreeMap::new();
-        if let Some(value) = fields.remove("env") {
-            let expected = "a table of strings, e.g. { MODEL = \"small\" }";
-            let Value::Table(table) = value.get_ref() else {
-                return Err(self.invalid("env", &value, expected));
-            };
-            for (key, item) in table {
-                let Value::String(s) = item else {
-                    return Err(self.error(
-                        "env",
-                        Some(value.span()),
-                        Problem::Invalid(format!(
-                            "must be {expected}; `{key}` is not a string (found {})",
-                            item.type_str()
-                        )),
-                    ));
-                };
-                if key.is_empty() || key.contains('=') || key.contains('\0') || s.contains('\0') {
-                    return Err(self.error(
-                        "env",
-                        Some(value.span()),
-                        Problem::Invalid(format!(
-                            "has an invalid variable {key:?} (names must be non-empty, without `=`; no NUL bytes)"
-                        )),
-                    ));
-                }
-                env.insert(key.clone(), s.clone());
-            }
-        }
-
-        let envelope = match fields.remove("output") {
-            None => false,
-            Some(value) => match value.get_ref() {
-                Value::String(s) if s == "data" => false,
-                Value::String(s) if s == "envelope" => true,
-                _ => {
-                    return Err(self.invalid(
-                        "output",
-                        &value,
-                        "\"data\" (stdout is the step's data) or \"envelope\" (stdout is {\"data\": ..., \"messages\": [...], \"decisions\": [...]})",
-                    ));
-                }
-            },
-        };
-
-        let non_retryable_exit_codes = match fields.remove("non_retryable_exit_codes") {
-            None => Vec::new(),
-            Some(value) => self.exit_codes("non_retryable_exit_codes", &value)?,
-        };
-
-        let program = resolve_program(&argv[0], self.base_dir);
-        Ok(CommandAgent::new(
-            self.agent,
-            program,
-            argv[1..].to_vec(),
-            self.base_dir.to_owned(),
-            timeout,
-            env,
-        )
-        .with_envelope(envelope)
-        .with_non_retryable_exit_codes(non_retryable_exit_codes))
-    }
-
-    /// An array of exit codes a process can report as failure: 1 to 255 (0 is success).
-    fn exit_codes(&self, field: &str, value: &Spanned<Value>) -> Result<Vec<i32>, ConfigError> {
-        let expected = "an array of exit codes from 1 to 255, e.g. [2, 64]";
-        let Value::Array(items) = value.get_ref() else {
-            return Err(self.invalid(field, value, expected));
-        };
-        let mut codes = Vec::with_capacity(items.len());
-        for item in items {
-            match item {
-                Value::Integer(code) if (1..=255).contains(code) => codes.push(*code as i32),
-                Value::Integer(code) => {
-                    return Err(self.error(
-                        field,
-                        Some(value.span()),
-                        Problem::Invalid(format!("must be {expected}; {code} is not one")),
-                    ));
-                }
-                other => {
-                    return Err(self.error(
-                        field,
-                        Some(value.span()),
-                        Problem::Invalid(format!(
-                            "must be {expected}; found {} in it",
-                            other.type_str()
-                        )),
-                    ));
-                }
-            }
-        }
-        Ok(codes)
-    }
-
-    fn template(&self, mut fields: Fields) -> Result<TemplateAgent, ConfigError> {
-        let inline = fields.remove("template");
-        let from_file = fields.remove("template_file");
-        let (field, span, source) = match (inline, from_file) {
-            (Some(_), Some(file)) => {
-                return Err(self.error(
-                    "template_file",
-                    Some(file.span()),
-                    Problem::Conflict {
-                        other: "template".to_owned(),
-                    },
-                ));
-            }
-            (None, None) => {
-                return Err(self.error(
-                    "template",
-                    None,
-                    Problem::Missing {
-                        hint: "set `template` to a Handlebars template, or `template_file` to a file holding one".to_owned(),
-                    },
-                ));
-            }
-            (Some(inline), None) => match inline.get_ref() {
-                Value::String(s) => ("template", inline.span(), s.clone()),
-                _ => return Err(self.invalid("template", &inline, "a string")),
-            },
-            (None, Some(file)) => {
-                let Value::String(name) = file.get_ref() else {
-                    return Err(self.invalid("template_file", &file, "a string (a path)"));
-                };
-                let path = self.base_dir.join(name);
-                let source = std::fs::read_to_string(&path).map_err(|source| {
-                    self.error(
-                        "template_file",
-                        Some(file.span()),
-                        Problem::TemplateFile {
-                            path: path.clone(),
-                            source,
-                        },
-                    )
-                })?;
-                ("template_file", file.span(), source)
-            }
-        };
-        let template = Template::compile(&source)
-            .map_err(|e| self.error(field, Some(span), Problem::TemplateCompile(e.reason)))?;
-        Ok(TemplateAgent::from_compiled(self.agent, template))
-    }
 }
 
-/// `command[0]` as spawned: a relative path that contains a `/`, or names a file in the agents
-/// file's folder, is taken from that folder; anything else (`python3`) is looked up on `PATH`.
-fn resolve_program(program: &str, base_dir: &Path) -> PathBuf {
-    let path = Path::new(program);
-    if path.is_relative() {
-        let candidate = base_dir.join(path);
-        if program.contains('/') || candidate.is_file() {
-            return candidate;
-        }
-    }
-    path.to_owned()
-}
-
+/// What the tests of every kind's fields share.
 #[cfg(test)]
-mod tests {
-    use super::*;
+pub(super) mod testing {
+    use std::path::Path;
+
+    use super::{ConfigError, Problem};
     use crate::agents::AgentsFile;
 
-    fn parse(text: &str) -> Result<AgentsFile, ConfigError> {
+    /// `text` as an agents file in `/tmp`.
+    pub fn parse(text: &str) -> Result<AgentsFile, ConfigError> {
         AgentsFile::parse(text, Path::new("/tmp"))
+    }
+
+    /// `text` as an agents file in `/tmp`, in an environment of `vars` only.
+    pub fn parse_with_env(text: &str, vars: &[(&str, &str)]) -> Result<AgentsFile, ConfigError> {
+        let lookup = |name: &str| {
+            vars.iter()
+                .find(|(key, _)| *key == name)
+                .map(|(_, value)| (*value).to_owned())
+        };
+        AgentsFile::parse_with_env(text, Path::new("/tmp"), &lookup)
     }
 
     /// The error of `text`, checked to name the agent and the field, and to start with the
     /// file and the expected line.
-    fn agent_error(text: &str, agent: &str, field: &str, line: usize) -> (Problem, String) {
+    pub fn agent_error(text: &str, agent: &str, field: &str, line: usize) -> (Problem, String) {
         let err = parse(text).expect_err("the file should be rejected");
         let message = err.to_string();
         assert!(
@@ -500,70 +382,15 @@ mod tests {
             other => panic!("expected an agent error, got {other:?}"),
         }
     }
+}
 
-    #[test]
-    fn output_is_data_or_envelope() {
-        let (problem, message) = agent_error(
-            "[agents.a]\nkind = \"command\"\ncommand = [\"x\"]\noutput = \"json\"\n",
-            "a",
-            "output",
-            4,
-        );
-        assert!(matches!(problem, Problem::Invalid(_)), "{problem:?}");
-        assert!(message.contains("\"envelope\""), "{message}");
-        let file =
-            parse("[agents.a]\nkind = \"command\"\ncommand = [\"x\"]\noutput = \"envelope\"\n")
-                .unwrap();
-        let Agent::Command(agent) = file.get("a").unwrap() else {
-            panic!("a command agent");
-        };
-        assert!(agent.envelope());
-        let (problem, _) = agent_error(
-            "[agents.t]\nkind = \"template\"\ntemplate = \"1\"\noutput = \"envelope\"\n",
-            "t",
-            "output",
-            4,
-        );
-        assert!(
-            matches!(problem, Problem::WrongKind { .. }),
-            "output belongs to command agents: {problem:?}"
-        );
-    }
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
 
-    #[test]
-    fn non_retryable_exit_codes_are_exit_codes() {
-        let file = parse(
-            "[agents.a]\nkind = \"command\"\ncommand = [\"x\"]\nnon_retryable_exit_codes = [2, 64]\n",
-        )
-        .unwrap();
-        let Agent::Command(agent) = file.get("a").unwrap() else {
-            panic!("a command agent");
-        };
-        assert_eq!(
-            agent.non_retryable_exit_codes().iter().collect::<Vec<_>>(),
-            [&2, &64]
-        );
-        for (value, needle) in [
-            ("[0]", "0 is not one"),
-            ("[2, 256]", "256 is not one"),
-            ("[\"2\"]", "found string in it"),
-            ("2", "found integer"),
-        ] {
-            let text = format!(
-                "[agents.a]\nkind = \"command\"\ncommand = [\"x\"]\nnon_retryable_exit_codes = {value}\n"
-            );
-            let (problem, message) = agent_error(&text, "a", "non_retryable_exit_codes", 4);
-            assert!(matches!(problem, Problem::Invalid(_)), "{problem:?}");
-            assert!(message.contains(needle), "{value}: {message}");
-        }
-        let (problem, _) = agent_error(
-            "[agents.t]\nkind = \"template\"\ntemplate = \"1\"\nnon_retryable_exit_codes = [2]\n",
-            "t",
-            "non_retryable_exit_codes",
-            4,
-        );
-        assert!(matches!(problem, Problem::WrongKind { .. }), "{problem:?}");
-    }
+    use super::testing::{agent_error, parse};
+    use super::*;
+    use crate::agents::AgentsFile;
 
     #[test]
     fn a_valid_file() {
@@ -604,9 +431,39 @@ template = '{"files": {{json context.plan.files}} }'
     #[test]
     fn unknown_kind() {
         let (problem, message) =
-            agent_error("[agents.coder]\nkind = \"llm\"\n", "coder", "kind", 2);
-        assert!(matches!(problem, Problem::UnknownKind(ref k) if k == "llm"));
-        assert!(message.contains("unknown value \"llm\""), "{message}");
+            agent_error("[agents.coder]\nkind = \"python\"\n", "coder", "kind", 2);
+        assert!(matches!(problem, Problem::UnknownKind { ref kind, .. } if kind == "python"));
+        assert!(message.contains("unknown value \"python\""), "{message}");
+    }
+
+    /// The messages that list kinds, or say which kind a field belongs to, are built from the
+    /// table of kinds: word for word what they were when they were written out.
+    #[test]
+    fn messages_that_name_kinds() {
+        for (text, expected) in [
+            (
+                "[agents.a]\n",
+                "<inline agents.toml>:1: agent \"a\": field `kind` is missing (expected \"command\", \"template\" or \"llm\")",
+            ),
+            (
+                "[agents.a]\nkind = \"python\"\n",
+                "<inline agents.toml>:2: agent \"a\": field `kind` has unknown value \"python\" (expected \"command\", \"template\" or \"llm\")",
+            ),
+            (
+                "[agents.a]\nkind = 1\n",
+                "<inline agents.toml>:2: agent \"a\": field `kind` must be \"command\", \"template\" or \"llm\", found integer",
+            ),
+            (
+                "[agents.a]\nkind = \"command\"\ntemplate = \"{}\"\n",
+                "<inline agents.toml>:3: agent \"a\": field `template` does not apply to kind \"command\" (it belongs to kind \"template\")",
+            ),
+            (
+                "[agents.a]\nkind = \"template\"\nzzz = 1\n",
+                "<inline agents.toml>:3: agent \"a\": field `zzz` is not a known field (expected one of: kind, template, template_file)",
+            ),
+        ] {
+            assert_eq!(parse(text).unwrap_err().to_string(), expected);
+        }
     }
 
     #[test]
@@ -620,86 +477,6 @@ template = '{"files": {{json context.plan.files}} }'
         let (problem, message) = agent_error("[agents.a]\nkind = 1\n", "a", "kind", 2);
         assert!(matches!(problem, Problem::Invalid(_)));
         assert!(message.contains("found integer"), "{message}");
-    }
-
-    #[test]
-    fn missing_command() {
-        let (problem, message) = agent_error(
-            "[agents.planner]\nkind = \"command\"\ntimeout_ms = 5\n",
-            "planner",
-            "command",
-            1,
-        );
-        assert!(matches!(problem, Problem::Missing { .. }));
-        assert!(message.contains("is missing"), "{message}");
-    }
-
-    #[test]
-    fn empty_argv() {
-        let (problem, _) = agent_error(
-            "[agents.planner]\nkind = \"command\"\ncommand = []\n",
-            "planner",
-            "command",
-            3,
-        );
-        assert!(matches!(problem, Problem::EmptyCommand));
-        let (problem, _) = agent_error(
-            "[agents.planner]\nkind = \"command\"\ncommand = [\"\", \"x\"]\n",
-            "planner",
-            "command",
-            3,
-        );
-        assert!(matches!(problem, Problem::Invalid(_)));
-    }
-
-    #[test]
-    fn command_must_be_an_argv() {
-        let (problem, message) = agent_error(
-            "[agents.planner]\nkind = \"command\"\ncommand = \"python3 planner.py\"\n",
-            "planner",
-            "command",
-            3,
-        );
-        assert!(matches!(problem, Problem::Invalid(_)));
-        assert!(message.contains("array of strings"), "{message}");
-        agent_error(
-            "[agents.planner]\nkind = \"command\"\ncommand = [\"a\", 1]\n",
-            "planner",
-            "command",
-            3,
-        );
-    }
-
-    #[test]
-    fn bad_timeouts_and_env() {
-        for (value, needle) in [
-            ("0", "positive"),
-            ("-5", "positive"),
-            ("\"30s\"", "found string"),
-            ("1.5", "found float"),
-        ] {
-            let text = format!(
-                "[agents.p]\nkind = \"command\"\ncommand = [\"x\"]\ntimeout_ms = {value}\n"
-            );
-            let (_, message) = agent_error(&text, "p", "timeout_ms", 4);
-            assert!(message.contains(needle), "{value}: {message}");
-        }
-        let (_, message) = agent_error(
-            "[agents.p]\nkind = \"command\"\ncommand = [\"x\"]\nenv = { N = 1 }\n",
-            "p",
-            "env",
-            4,
-        );
-        assert!(
-            message.contains("`N` is not a string (found integer)"),
-            "{message}"
-        );
-        agent_error(
-            "[agents.p]\nkind = \"command\"\ncommand = [\"x\"]\nenv = \"A=1\"\n",
-            "p",
-            "env",
-            4,
-        );
     }
 
     #[test]
@@ -751,91 +528,6 @@ template = '{"files": {{json context.plan.files}} }'
     }
 
     #[test]
-    fn missing_template() {
-        let (problem, message) = agent_error(
-            "[agents.coder]\nkind = \"template\"\n",
-            "coder",
-            "template",
-            1,
-        );
-        assert!(matches!(problem, Problem::Missing { .. }));
-        assert!(message.contains("template_file"), "{message}");
-    }
-
-    #[test]
-    fn both_template_and_template_file() {
-        let (problem, message) = agent_error(
-            "[agents.coder]\nkind = \"template\"\ntemplate = \"{}\"\ntemplate_file = \"c.hbs\"\n",
-            "coder",
-            "template_file",
-            4,
-        );
-        assert!(matches!(problem, Problem::Conflict { .. }));
-        assert!(message.contains("together with `template`"), "{message}");
-    }
-
-    #[test]
-    fn template_that_does_not_compile() {
-        let (problem, message) = agent_error(
-            "[agents.coder]\nkind = \"template\"\ntemplate = \"{{#if x}}open\"\n",
-            "coder",
-            "template",
-            3,
-        );
-        assert!(matches!(problem, Problem::TemplateCompile(_)));
-        assert!(message.contains("does not compile"), "{message}");
-    }
-
-    #[test]
-    fn unreadable_template_file() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("agents.toml");
-        std::fs::write(
-            &path,
-            "[agents.coder]\nkind = \"template\"\ntemplate_file = \"missing.hbs\"\n",
-        )
-        .unwrap();
-        let err = AgentsFile::load(&path).unwrap_err();
-        let message = err.to_string();
-        assert!(
-            message.starts_with(&format!("{}:3: ", path.display())),
-            "{message}"
-        );
-        assert!(message.contains("agent \"coder\""), "{message}");
-        assert!(message.contains("field `template_file`"), "{message}");
-        assert!(message.contains("missing.hbs"), "{message}");
-        assert!(
-            matches!(&err, ConfigError::Agent { problem, .. } if matches!(**problem, Problem::TemplateFile { .. })),
-            "{err:?}"
-        );
-    }
-
-    #[test]
-    fn template_file_is_read_from_the_files_folder() {
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::create_dir(dir.path().join("templates")).unwrap();
-        std::fs::write(
-            dir.path().join("templates/coder.hbs"),
-            "{\"files\": {{json plan.files}}}\n",
-        )
-        .unwrap();
-        let path = dir.path().join("agents.toml");
-        std::fs::write(
-            &path,
-            "[agents.coder]\nkind = \"template\"\ntemplate_file = \"templates/coder.hbs\"\n",
-        )
-        .unwrap();
-        let file = AgentsFile::load(&path).unwrap();
-        let crate::agents::Agent::Template(coder) = file.get("coder").unwrap() else {
-            panic!("coder is a template agent");
-        };
-        let out = coder
-            .run(&serde_json::json!({"plan": {"files": ["a"]}}))
-            .unwrap();
-        assert_eq!(out, serde_json::json!({"files": ["a"]}));
-    }
-
-    #[test]
     fn toml_syntax_errors_have_their_line() {
         let err = parse("[agents.a]\nkind = \"command\"\ncommand = [\"x\"\n").unwrap_err();
         assert!(
@@ -863,18 +555,6 @@ template = '{"files": {{json context.plan.files}} }'
                 .starts_with("cannot read agents file /nonexistent/agents.toml: "),
             "{err}"
         );
-    }
-
-    #[test]
-    fn program_paths_are_resolved_against_the_files_folder() {
-        let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join("agent.sh"), "").unwrap();
-        let base = dir.path();
-        assert_eq!(resolve_program("agent.sh", base), base.join("agent.sh"));
-        assert_eq!(resolve_program("./agent.sh", base), base.join("./agent.sh"));
-        assert_eq!(resolve_program("bin/later", base), base.join("bin/later"));
-        assert_eq!(resolve_program("python3", base), Path::new("python3"));
-        assert_eq!(resolve_program("/bin/sh", base), Path::new("/bin/sh"));
     }
 
     #[test]

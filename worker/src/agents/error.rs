@@ -1,6 +1,9 @@
 //! What can go wrong when an agent runs.
 
-/// An agent run that produced no step data. Every message names the agent.
+use crate::output::ModelCall;
+
+/// An agent run that produced no step data. Every message names the agent; none holds an
+/// `llm` agent's API key.
 #[derive(Debug, thiserror::Error)]
 pub enum AgentError {
     /// A command agent exited unsuccessfully (non-zero code, or killed by a signal).
@@ -31,6 +34,34 @@ pub enum AgentError {
     /// helper error).
     #[error("agent \"{agent}\": template failed to render: {reason}")]
     Template { agent: String, reason: String },
+    /// An `llm` agent's model server gave no reply: it could not be reached, did not answer
+    /// in time, was overloaded (429, 5xx) or broke its reply off, every time it was tried.
+    #[error("agent \"{agent}\": no reply from the model at {url}: {reason}")]
+    ModelUnavailable {
+        agent: String,
+        url: String,
+        reason: String,
+        calls: Vec<ModelCall>,
+    },
+    /// An `llm` agent's model server refused the request (a 4xx: a bad key, an unknown model
+    /// or URL, a request it cannot serve): another attempt would be refused the same way.
+    #[error("agent \"{agent}\": the model at {url} refused the request (HTTP {status}): {message}")]
+    ModelRefused {
+        agent: String,
+        url: String,
+        status: u16,
+        /// The server's own message (OpenAI's `error.message`, or the start of its body).
+        message: String,
+        calls: Vec<ModelCall>,
+    },
+    /// An `llm` agent's model replied, but not with what its `output` asks for, after the
+    /// repairs it was allowed.
+    #[error("agent \"{agent}\": unusable reply from the model: {reason}")]
+    BadReply {
+        agent: String,
+        reason: String,
+        calls: Vec<ModelCall>,
+    },
 }
 
 impl AgentError {
@@ -41,7 +72,20 @@ impl AgentError {
             | AgentError::Timeout { agent, .. }
             | AgentError::BadOutput { agent, .. }
             | AgentError::Spawn { agent, .. }
-            | AgentError::Template { agent, .. } => agent,
+            | AgentError::Template { agent, .. }
+            | AgentError::ModelUnavailable { agent, .. }
+            | AgentError::ModelRefused { agent, .. }
+            | AgentError::BadReply { agent, .. } => agent,
+        }
+    }
+
+    /// The calls to models the run made before it failed (their tokens count all the same).
+    pub fn calls(&self) -> &[ModelCall] {
+        match self {
+            AgentError::ModelUnavailable { calls, .. }
+            | AgentError::ModelRefused { calls, .. }
+            | AgentError::BadReply { calls, .. } => calls,
+            _ => &[],
         }
     }
 }

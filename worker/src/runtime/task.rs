@@ -3,6 +3,7 @@
 use baton_proto::v1::worker_service_client::WorkerServiceClient;
 use tonic::transport::Channel;
 
+use crate::live::OutputSink;
 use crate::payload::Payload;
 
 /// One agent step to run.
@@ -29,6 +30,8 @@ pub struct Task {
     /// worker exports none); empty when the run is not traced. Command agents get it as
     /// `TRACEPARENT`, so their own spans join the run's trace.
     pub traceparent: String,
+    /// Where the agent's live output goes: to the run's watchers ([`Task::stream`]).
+    pub output: OutputSink,
     /// The session's connection to that coordinator, for queries mid-step.
     channel: Channel,
 }
@@ -47,6 +50,7 @@ impl Task {
         task: baton_proto::v1::Task,
         payload: Payload,
         traceparent: String,
+        output: OutputSink,
     ) -> Task {
         Task {
             worker_id,
@@ -60,8 +64,16 @@ impl Task {
             timeout_ms: task.timeout_ms,
             coordinator: origin.address,
             traceparent,
+            output,
             channel: origin.channel,
         }
+    }
+
+    /// Streams `text` to whoever watches the run, as the agent produces it (an LLM's tokens,
+    /// progress lines). It never waits, and never becomes the step's data: the handler's answer
+    /// does. Watchers that fall behind miss pieces and are told so.
+    pub fn stream(&self, text: &str) {
+        self.output.text(text);
     }
 
     /// The decisions of this run (or, with `workflow_scope`, of every run of its workflow)

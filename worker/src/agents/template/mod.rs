@@ -1,7 +1,12 @@
-//! Handlebars templates: the `template` agent kind, and prompt rendering.
+//! Handlebars templates: the `template` agent kind, and prompts.
+//!
+//! - this file: compiling and rendering templates, and [`TemplateAgent`].
+//! - `prompt`: [`PromptTemplate`], the prompt mode the `llm` kind renders its prompts in
+//!   (missing fields empty, values as JSON text; see there).
+//! - `config`: the kind's fields in an agents file, and their checks.
 //!
 //! Every template is compiled once (at load time) into its own registry configured the same
-//! way:
+//! way (prompts differ, see `prompt`):
 //!
 //! - **Strict mode.** A reference to a field that does not exist (`{{context.plna}}`) fails the
 //!   render instead of printing nothing, so typos surface as errors. Handlebars 6.4 applies this
@@ -24,6 +29,11 @@
 //!
 //! Segments may contain hyphens (`context.parallel-tests.data`); `{{#each context}}` walks an
 //! object in key order (alphabetical, serde_json's map order) with `{{@key}}` and `{{this}}`.
+
+pub(super) mod config;
+mod prompt;
+
+pub use prompt::{PromptTemplate, render_prompt};
 
 use handlebars::{
     Context, Handlebars, Helper, HelperDef, HelperResult, Output, RenderContext, RenderError,
@@ -58,10 +68,8 @@ impl Template {
     /// Compiles `source`. Syntax errors (an unclosed block, a mismatched `{{/if}}`) are
     /// reported here; unknown helpers and missing fields only when rendering.
     pub fn compile(source: &str) -> Result<Template, TemplateError> {
-        let mut registry = Handlebars::new();
+        let mut registry = registry();
         registry.set_strict_mode(true);
-        registry.register_escape_fn(no_escape);
-        registry.register_helper("json", Box::new(JsonHelper));
         registry
             .register_template_string(TEMPLATE_NAME, source)
             .map_err(|e| TemplateError {
@@ -72,16 +80,30 @@ impl Template {
 
     /// Renders the template against `data` as plain text.
     pub fn render_text(&self, data: &Value) -> Result<String, TemplateError> {
-        self.registry
-            .render(TEMPLATE_NAME, data)
-            .map_err(|e| TemplateError {
-                reason: describe_render_error(&e),
-            })
+        render(&self.registry, data)
     }
 }
 
-/// Compiles `source` and renders it against `data` as plain text: what a prompt template
-/// (the spec's "Agent Prompt Templates") turns into for one payload.
+/// A registry for one template, as templates and prompts share it: no HTML escaping, the
+/// `json` helper.
+fn registry() -> Handlebars<'static> {
+    let mut registry = Handlebars::new();
+    registry.register_escape_fn(no_escape);
+    registry.register_helper("json", Box::new(JsonHelper));
+    registry
+}
+
+/// The registry's one template rendered against `data`.
+fn render(registry: &Handlebars<'static>, data: &Value) -> Result<String, TemplateError> {
+    registry
+        .render(TEMPLATE_NAME, data)
+        .map_err(|e| TemplateError {
+            reason: describe_render_error(&e),
+        })
+}
+
+/// Compiles `source` and renders it against `data` as plain text, by the template kind's rules
+/// (strict mode). Prompts for a model render by other rules: [`render_prompt`].
 pub fn render_text(source: &str, data: &Value) -> Result<String, TemplateError> {
     Template::compile(source)?.render_text(data)
 }
@@ -421,7 +443,7 @@ mod tests {
         );
         let payload = crate::Payload::from_value(json!({"context": {}}));
         let err = agent
-            .run(&payload, &[])
+            .run(&payload, &[], &crate::OutputSink::none())
             .now_or_never()
             .unwrap()
             .unwrap_err();

@@ -2,7 +2,8 @@
 -- in front of each of them, so both scripts decode, check and write a transition the same way).
 --
 -- KEYS of both scripts: 1 run header hash, 2 events list, 3 results hash, 4 steps hash,
--- 5 tasks hash, 6 chain list, 7 decisions hash, all of them carrying the run's hash tag.
+-- 5 tasks hash, 6 chain list, 7 decisions hash, 8 live output stream, all of them carrying the
+-- run's hash tag.
 --
 -- A transition is encoded in ARGV from position `i` on (every value is a binary-safe string):
 --   has_event ("1" or "0"), event (empty when has_event is "0"),
@@ -139,7 +140,7 @@ end
 
 -- Keys of another type would make a write fail half-way: refuse them before writing anything.
 local function check_types(expected)
-  for k = 1, 7 do
+  for k = 1, #expected do
     local kind = redis.call('TYPE', KEYS[k])['ok']
     if kind ~= 'none' and kind ~= expected[k] then
       return redis.error_reply('CORRUPT key ' .. KEYS[k] .. ' is a ' .. kind .. ', not a ' .. expected[k])
@@ -148,7 +149,7 @@ local function check_types(expected)
   return nil
 end
 
-local KEY_TYPES = { 'hash', 'list', 'hash', 'hash', 'hash', 'list', 'hash' }
+local KEY_TYPES = { 'hash', 'list', 'hash', 'hash', 'hash', 'list', 'hash', 'stream' }
 
 -- Results are written once: an existing key with other bytes is corruption, with the same bytes
 -- a harmless retry.
@@ -191,6 +192,11 @@ local function write_transition(t)
     redis.call('HSETNX', KEYS[7], pair[1], pair[2])
   end
   redis.call('HSET', KEYS[1], 'status', t.status, 'state_sha256', t.state_sha256, 'updated_ms', t.updated_ms)
+  -- A run's live output takes no more pieces once it ends, and is kept a minute more for the
+  -- watchers still reading it (OUTPUT_KEPT_AFTER_END on the Rust side).
+  if t.status ~= 'running' then
+    redis.call('PEXPIRE', KEYS[8], 60000)
+  end
   if t.has_error then
     redis.call('HSET', KEYS[1], 'error', t.error)
   else

@@ -9,7 +9,7 @@ if redis.call('EXISTS', KEYS[1]) == 1 then
   return redis.error_reply('EXISTS run already exists')
 end
 -- Without its header a run does not exist, so none of its other keys should either.
-for k = 2, 7 do
+for k = 2, 8 do
   if redis.call('EXISTS', KEYS[k]) == 1 then
     return redis.error_reply('CORRUPT run has no header but its key ' .. KEYS[k] .. ' exists')
   end

@@ -1,0 +1,38 @@
+//! The one place the coordinator's errors become gRPC status codes.
+
+use tonic::{Code, Status};
+
+use crate::error::Error;
+use crate::store;
+
+impl From<Error> for Status {
+    fn from(error: Error) -> Status {
+        let code = match &error {
+            Error::InvalidWorkflow(_)
+            | Error::InvalidInput(_)
+            | Error::Request(_)
+            | Error::TooLarge { .. }
+            | Error::MalformedTaskId(_)
+            | Error::Digest(_)
+            | Error::NoHello => Code::InvalidArgument,
+            Error::RunNotFound(_) => Code::NotFound,
+            Error::NotAwaitingApproval { .. }
+            | Error::RunFinished { .. }
+            | Error::Protocol { .. } => Code::FailedPrecondition,
+            Error::TaskNotHeld { .. } => Code::PermissionDenied,
+            Error::Superseded { .. } | Error::Store(store::Error::Fenced { .. }) => {
+                Code::FailedPrecondition
+            }
+            Error::DuplicateWorker(_) | Error::IdempotencyConflict { .. } => Code::AlreadyExists,
+            Error::Store(store::Error::NotFound(_)) => Code::NotFound,
+            Error::Store(store::Error::Conflict { .. }) => Code::Aborted,
+            Error::Store(store::Error::AlreadyExists(_)) => Code::AlreadyExists,
+            Error::Store(store::Error::Unavailable(_))
+            | Error::Embedding(_)
+            | Error::ShuttingDown => Code::Unavailable,
+            Error::Corrupt { .. } | Error::Store(store::Error::Corrupt(_)) => Code::DataLoss,
+            Error::WatcherLagged => Code::Aborted,
+        };
+        Status::new(code, error.to_string())
+    }
+}

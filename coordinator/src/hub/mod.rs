@@ -1,0 +1,573 @@
+//! Connected workers and the tasks waiting for them.
+//!
+//! A task waits in its agent's queue until `dispatch` places it on a worker that
+//! serves the agent and has a free slot; the hub then sends it down that worker's open stream.
+//! Placement runs whenever a task arrives or a slot frees up, for the agents concerned.
+//!
+//! The hub also mirrors each worker's cache of payload parts, so a task carries the bytes of
+//! only the parts that worker does not hold yet.
+//!
+//! - [`task`]: tasks ready for a worker, the messages on a worker's stream, assignments.
+//! - `session`: one connected worker: its stream, its tasks, its part-cache mirror.
+
+mod session;
+pub mod task;
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use tokio::sync::oneshot;
+
+pub use self::session::{MIRROR_MAX_BYTES, MIRROR_MAX_PARTS, WorkerStream};
+use self::session::{Session, cancel};
+pub use self::task::{Assignment, Forgotten, ReadyTask, Sent, TaskMessage, ToWorker};
+use crate::clock::Instant;
+use crate::dispatch::{self, WorkerLoad};
+/// Where a task is in the hub ([`Hub::locate`]).
+pub use crate::lease::Holding;
+
+/// How many times a task is sent again to a worker that could not rebuild its payload before
+/// its step fails.
+pub const MAX_RESENDS: u32 = 3;
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum Error {
+    #[error("a worker with id {0} is already connected")]
+    DuplicateWorker(String),
+    #[error("task {run_id}/{task_key} was sent {resends} times and never arrived intact")]
+    ResendsExhausted {
+        run_id: String,
+        task_key: String,
+        resends: u32,
+    },
+    #[error("worker {worker_id} does not hold task {run_id}/{task_key}")]
+    NotHeld {
+        worker_id: String,
+        run_id: String,
+        task_key: String,
+    },
+}
+
+/// What the hub has done since it started.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Counters {
+    pub workers: usize,
+    pub tasks_dispatched: u64,
+    /// Payload bytes sent to workers.
+    pub bytes_to_workers: u64,
+}
+
+#[derive(Default)]
+pub struct Hub {
+    state: Mutex<State>,
+}
+
+#[derive(Default)]
+struct State {
+    workers: HashMap<String, Session>,
+    queues: HashMap<String, VecDeque<ReadyTask>>,
+    tasks_dispatched: u64,
+    bytes_to_workers: u64,
+    connections: u64,
+}
+
+impl Hub {
+    /// Adds a worker, whose part cache starts empty. It gets nothing yet, not even a task
+    /// submitted meanwhile: the tasks it still runs from an earlier stream are taken over first
+    /// ([`Hub::adopt`]), so that they take their slots, then [`Hub::open`] gives it what is
+    /// waiting, up to its capacity.
+    /// Returns the connection's number, for [`Hub::disconnect`], and a receiver that completes
+    /// when the hub lets the worker go: its stream must end then.
+    pub fn connect(
+        &self,
+        worker_id: &str,
+        agents: impl IntoIterator<Item = String>,
+        capacity: usize,
+        cache_bytes: u64,
+        stream: WorkerStream,
+    ) -> Result<(u64, oneshot::Receiver<()>), Error> {
+        let mut state = self.lock();
+        if state.workers.contains_key(worker_id) {
+            return Err(Error::DuplicateWorker(worker_id.to_owned()));
+        }
+        state.connections += 1;
+        let connection = state.connections;
+        let (closer, closed) = oneshot::channel();
+        let agents = agents.into_iter().collect();
+        let session = Session::new(connection, closer, agents, capacity, cache_bytes, stream);
+        state.workers.insert(worker_id.to_owned(), session);
+        Ok((connection, closed))
+    }
+
+    /// The worker's held tasks are taken over: it takes tasks from now on, and gets queued
+    /// ones for its agents until it is full.
+    pub fn open(&self, worker_id: &str) -> Vec<Assignment> {
+        let mut state = self.lock();
+        let Some(worker) = state.workers.get_mut(worker_id) else {
+            return Vec::new();
+        };
+        worker.open();
+        state.fill(worker_id)
+    }
+
+    /// Removes connection `connection` of a worker (its stream ended, or it fell silent) and
+    /// returns the tasks it held: they are delivered again as new attempts by the caller. A
+    /// connection that was already replaced by a newer one removes nothing.
+    pub fn disconnect(&self, worker_id: &str, connection: u64) -> Vec<ReadyTask> {
+        let mut state = self.lock();
+        if state
+            .workers
+            .get(worker_id)
+            .is_none_or(|worker| worker.connection != connection)
+        {
+            return Vec::new();
+        }
+        let worker = state.workers.remove(worker_id).expect("just checked");
+        worker.holding.into_values().collect()
+    }
+
+    /// The worker said something: it is alive.
+    pub fn seen(&self, worker_id: &str) {
+        if let Some(worker) = self.lock().workers.get_mut(worker_id) {
+            worker.last_seen = Instant::now();
+        }
+    }
+
+    /// Workers (and their connection numbers) that said nothing for `silence`: their streams
+    /// are taken for dead, whatever TCP says.
+    pub fn silent(&self, silence: Duration) -> Vec<(String, u64)> {
+        self.lock()
+            .workers
+            .iter()
+            .filter(|(_, worker)| worker.last_seen.elapsed() >= silence)
+            .map(|(id, worker)| (id.clone(), worker.connection))
+            .collect()
+    }
+
+    /// Takes back every task held longer than its `timeout_ms` and tells its worker to stop it.
+    /// Returns the tasks, each with the worker that held it, and the tasks the freed slots took.
+    pub fn overdue(&self) -> (Vec<(String, ReadyTask)>, Vec<Assignment>) {
+        let mut state = self.lock();
+        let mut overdue = Vec::new();
+        for (worker_id, worker) in &mut state.workers {
+            let late: Vec<(String, String)> = worker
+                .holding
+                .iter()
+                .filter(|(_, task)| {
+                    task.timeout_ms > 0
+                        && task.started.is_some_and(|at| {
+                            at.elapsed() >= Duration::from_millis(task.timeout_ms)
+                        })
+                })
+                .map(|(key, _)| key.clone())
+                .collect();
+            for key in late {
+                let task = worker.holding.remove(&key).expect("just found");
+                let reason = format!("timed out after {} ms", task.timeout_ms);
+                worker.tell(cancel(&task, &reason));
+                overdue.push((worker_id.clone(), task));
+            }
+        }
+        let holders: HashSet<String> = overdue.iter().map(|(id, _)| id.clone()).collect();
+        let assignments = holders.iter().flat_map(|id| state.fill(id)).collect();
+        (overdue, assignments)
+    }
+
+    /// Takes over a task a reconnected worker still runs (its attempt is current): the worker
+    /// holds it, in a slot of its own, without being sent it again.
+    pub fn adopt(&self, worker_id: &str, mut task: ReadyTask) -> bool {
+        let mut state = self.lock();
+        let Some(worker) = state.workers.get_mut(worker_id) else {
+            return false;
+        };
+        // It fills one of the slots the hello announced, like any task sent on this stream.
+        task.started = Some(Instant::now());
+        worker
+            .holding
+            .insert((task.run_id().to_owned(), task.key.clone()), task);
+        true
+    }
+
+    /// Tells a worker to stop a task (one it runs that is no longer current).
+    pub fn cancel(&self, worker_id: &str, task_id: &str, reason: &str) {
+        if let Some(worker) = self.lock().workers.get(worker_id) {
+            worker.tell(ToWorker::Cancel {
+                task_id: task_id.to_owned(),
+                reason: reason.to_owned(),
+            });
+        }
+    }
+
+    /// Where each task (run id, task key, agent) is: on a worker's stream, or queued while a
+    /// worker that serves its agent is connected. One pass over the workers and queues, whatever
+    /// the number of tasks asked about.
+    pub fn locate(&self, tasks: &[(String, String, String)]) -> Vec<Holding> {
+        let state = self.lock();
+        let mut holders: HashMap<(&str, &str), &str> = HashMap::new();
+        let mut served: HashSet<&str> = HashSet::new();
+        for (id, worker) in &state.workers {
+            for (run_id, task_key) in worker.holding.keys() {
+                holders.insert((run_id, task_key), id);
+            }
+            served.extend(worker.agents.iter().map(String::as_str));
+        }
+        let queued: HashSet<(&str, &str)> = state
+            .queues
+            .values()
+            .flatten()
+            .map(|task| (task.run_id(), task.key.as_str()))
+            .collect();
+        tasks
+            .iter()
+            .map(|(run_id, task_key, agent)| {
+                let key = (run_id.as_str(), task_key.as_str());
+                if let Some(id) = holders.get(&key) {
+                    Holding::Worker((*id).to_owned())
+                } else if queued.contains(&key) && served.contains(agent.as_str()) {
+                    Holding::Queued
+                } else {
+                    // In no queue and on no worker: dropped on an error path. Given up, so
+                    // that a sweep delivers it again.
+                    Holding::Nowhere
+                }
+            })
+            .collect()
+    }
+
+    /// Free slots per agent over the connected workers (a worker serving two agents counts for
+    /// both), less the tasks already queued for it: how many due tasks of each agent this
+    /// coordinator should claim.
+    pub fn free_slots(&self) -> HashMap<String, usize> {
+        let state = self.lock();
+        let mut free = state.slots_per_agent();
+        for (agent, queue) in &state.queues {
+            if let Some(slots) = free.get_mut(agent) {
+                *slots = slots.saturating_sub(queue.len());
+            }
+        }
+        free
+    }
+
+    /// The coordinator is going away: every worker is told to connect to another one, and the
+    /// queues are emptied (their tasks are released to the other coordinators). Returns the
+    /// queued tasks.
+    pub fn goodbye(&self) -> Vec<ReadyTask> {
+        let mut state = self.lock();
+        for worker in state.workers.values_mut() {
+            worker.capacity = 0;
+            worker.tell(ToWorker::Goodbye);
+        }
+        state.queues.drain().flat_map(|(_, queue)| queue).collect()
+    }
+
+    /// Queues a task behind the others of its agent; it goes out at once if a worker has room.
+    /// Returns what was sent: this task, or none when its agent's queue waits for a slot.
+    pub fn submit(&self, task: ReadyTask) -> Vec<Assignment> {
+        self.lock().enqueue(task, Place::Back)
+    }
+
+    /// The worker could not rebuild the task's payload (it lacked a part, or one was corrupt):
+    /// tells it to empty its part cache, empties the copy here, and sends the task again with
+    /// every part. Tasks sent after the reset assume the empty cache, so the two agree again
+    /// from there. Fails when the worker does not hold the task or it was resent
+    /// [`MAX_RESENDS`] times already.
+    pub fn resend(&self, worker_id: &str, run_id: &str, task_key: &str) -> Result<(), Error> {
+        let mut state = self.lock();
+        let not_held = || Error::NotHeld {
+            worker_id: worker_id.to_owned(),
+            run_id: run_id.to_owned(),
+            task_key: task_key.to_owned(),
+        };
+        let worker = state.workers.get_mut(worker_id).ok_or_else(not_held)?;
+        let key = (run_id.to_owned(), task_key.to_owned());
+        let task = worker.holding.get_mut(&key).ok_or_else(not_held)?;
+        if task.resends >= MAX_RESENDS {
+            return Err(Error::ResendsExhausted {
+                run_id: run_id.to_owned(),
+                task_key: task_key.to_owned(),
+                resends: task.resends,
+            });
+        }
+        task.resends += 1;
+        let task = task.clone();
+        // A closed stream: the disconnect that follows requeues the task.
+        if let Some(bytes) = worker.resend_task(&task) {
+            state.bytes_to_workers += bytes;
+        }
+        Ok(())
+    }
+
+    /// The worker takes no new tasks (it is shutting down); those it holds stay with it until
+    /// it answers them or its stream ends.
+    pub fn drain(&self, worker_id: &str) {
+        if let Some(worker) = self.lock().workers.get_mut(worker_id) {
+            worker.capacity = 0;
+        }
+    }
+
+    /// A task `worker_id` holds: its agent, and when it became ready and was sent.
+    pub fn sent(&self, worker_id: &str, run_id: &str, task_key: &str) -> Option<Sent> {
+        let state = self.lock();
+        let key = (run_id.to_owned(), task_key.to_owned());
+        state.workers.get(worker_id)?.holding.get(&key)?.sent()
+    }
+
+    /// Per agent with tasks waiting: how many, and how long the oldest has waited.
+    pub fn queue_stats(&self) -> Vec<(String, usize, Duration)> {
+        self.lock()
+            .queues
+            .iter()
+            .filter(|(_, queue)| !queue.is_empty())
+            .map(|(agent, queue)| {
+                let oldest = queue
+                    .iter()
+                    .map(|task| task.ready_at.elapsed())
+                    .max()
+                    .unwrap_or_default();
+                (agent.clone(), queue.len(), oldest)
+            })
+            .collect()
+    }
+
+    /// Free slots per agent of the connected workers, and how many workers there are.
+    pub fn capacity(&self) -> (usize, Vec<(String, usize)>) {
+        let state = self.lock();
+        let free = state.slots_per_agent();
+        (state.workers.len(), free.into_iter().collect())
+    }
+
+    /// Whether `worker_id` holds this attempt of the task.
+    pub fn holds(&self, worker_id: &str, run_id: &str, task_key: &str, attempt: u32) -> bool {
+        let state = self.lock();
+        let key = (run_id.to_owned(), task_key.to_owned());
+        state.workers.get(worker_id).is_some_and(|worker| {
+            worker
+                .holding
+                .get(&key)
+                .is_some_and(|task| task.attempt() == attempt)
+        })
+    }
+
+    /// The worker is done with the task: its slot takes the next waiting task.
+    pub fn finish(
+        &self,
+        worker_id: &str,
+        run_id: &str,
+        task_key: &str,
+    ) -> Result<Vec<Assignment>, Error> {
+        let mut state = self.lock();
+        let key = (run_id.to_owned(), task_key.to_owned());
+        let released = state
+            .workers
+            .get_mut(worker_id)
+            .and_then(|worker| worker.holding.remove(&key));
+        if released.is_none() {
+            return Err(Error::NotHeld {
+                worker_id: worker_id.to_owned(),
+                run_id: run_id.to_owned(),
+                task_key: task_key.to_owned(),
+            });
+        }
+        Ok(state.fill(worker_id))
+    }
+
+    /// Forgets a task wherever it is (its run ended, or another coordinator took it over) and
+    /// stops it on its worker, telling it `reason`; the slot it held takes the next task.
+    pub fn forget(&self, run_id: &str, task_key: &str, reason: &str) -> Forgotten {
+        let mut state = self.lock();
+        for queue in state.queues.values_mut() {
+            queue.retain(|task| !(task.run_id() == run_id && task.key == task_key));
+        }
+        let key = (run_id.to_owned(), task_key.to_owned());
+        let held = state.workers.iter_mut().find_map(|(id, worker)| {
+            let task = worker.holding.remove(&key)?;
+            // Its agent is stopped at once rather than left to finish for nothing.
+            worker.tell(cancel(&task, reason));
+            Some((id.clone(), task))
+        });
+        match held {
+            Some((holder, task)) => Forgotten {
+                assignments: state.fill(&holder),
+                held: Some((holder, task)),
+            },
+            None => Forgotten::default(),
+        }
+    }
+
+    /// Takes a task back from a worker and queues it again at the front (its result could not
+    /// be recorded); it goes out again at once if a worker has room.
+    pub fn requeue(&self, worker_id: &str, run_id: &str, task_key: &str) -> Vec<Assignment> {
+        let mut state = self.lock();
+        let key = (run_id.to_owned(), task_key.to_owned());
+        let Some(task) = state
+            .workers
+            .get_mut(worker_id)
+            .and_then(|worker| worker.holding.remove(&key))
+        else {
+            return Vec::new();
+        };
+        state.enqueue(task, Place::Front)
+    }
+
+    /// Whether any connected worker serves `agent`.
+    pub fn serves(&self, agent: &str) -> bool {
+        self.lock()
+            .workers
+            .values()
+            .any(|worker| worker.agents.contains(agent))
+    }
+
+    pub fn counters(&self) -> Counters {
+        let state = self.lock();
+        Counters {
+            workers: state.workers.len(),
+            tasks_dispatched: state.tasks_dispatched,
+            bytes_to_workers: state.bytes_to_workers,
+        }
+    }
+
+    /// Connected workers and their free slots.
+    pub fn workers(&self) -> Vec<(String, usize)> {
+        self.lock()
+            .workers
+            .iter()
+            .map(|(id, worker)| (id.clone(), worker.free_slots()))
+            .collect()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().expect("hub lock")
+    }
+}
+
+/// Where a task joins its agent's queue.
+enum Place {
+    /// A new task waits behind the others.
+    Back,
+    /// A task that was in a worker's hands already goes out before the ones that never were.
+    Front,
+}
+
+impl State {
+    /// Queues `task` and sends what its agent's queue can place now.
+    fn enqueue(&mut self, task: ReadyTask, place: Place) -> Vec<Assignment> {
+        let agent = task.agent.clone();
+        let queue = self.queues.entry(agent.clone()).or_default();
+        match place {
+            Place::Back => queue.push_back(task),
+            Place::Front => queue.push_front(task),
+        }
+        self.dispatch(&[agent])
+    }
+
+    /// Gives `worker_id` queued tasks for its agents until it is full (or the queues are
+    /// empty).
+    fn fill(&mut self, worker_id: &str) -> Vec<Assignment> {
+        let Some(agents) = self.workers.get(worker_id).map(|w| w.agents.clone()) else {
+            return Vec::new();
+        };
+        let agents: Vec<String> = agents.into_iter().collect();
+        self.dispatch(&agents)
+    }
+
+    /// Sends the queued tasks of `agents` that [`dispatch::assign`] places. A worker whose
+    /// stream turns out to be closed takes nothing more (its disconnect follows), and the
+    /// placement is made again without it, so a dead stream cannot hold up dispatch.
+    fn dispatch(&mut self, agents: &[String]) -> Vec<Assignment> {
+        let mut assignments = Vec::new();
+        loop {
+            let placed = self.placements(agents);
+            if placed.is_empty() {
+                return assignments;
+            }
+            let mut closed = false;
+            for (agent, worker_id, waited) in placed {
+                let task = self
+                    .queues
+                    .get_mut(&agent)
+                    .and_then(VecDeque::pop_front)
+                    .expect("placed from this queue");
+                let worker = self.workers.get_mut(&worker_id).expect("placed on it");
+                let Some(bytes) = worker.send_task(&task) else {
+                    worker.capacity = 0;
+                    self.queues.entry(agent).or_default().push_front(task);
+                    closed = true;
+                    break;
+                };
+                self.tasks_dispatched += 1;
+                self.bytes_to_workers += bytes;
+                assignments.push(Assignment {
+                    worker_id,
+                    run_id: task.run_id().to_owned(),
+                    task_key: task.key.clone(),
+                    agent: task.agent.clone(),
+                    waited,
+                });
+                let mut task = task;
+                task.started = Some(Instant::now());
+                worker
+                    .holding
+                    .insert((task.run_id().to_owned(), task.key.clone()), task);
+            }
+            if !closed {
+                return assignments;
+            }
+        }
+    }
+
+    /// Where the policy puts the waiting tasks of `agents`: (agent, worker id, time waited),
+    /// in the order they are to be sent.
+    fn placements(&self, agents: &[String]) -> Vec<(String, String, Duration)> {
+        let queues: Vec<(&str, &VecDeque<ReadyTask>)> = agents
+            .iter()
+            .filter_map(|agent| {
+                let queue = self.queues.get(agent).filter(|queue| !queue.is_empty())?;
+                Some((agent.as_str(), queue))
+            })
+            .collect();
+        if queues.is_empty() {
+            return Vec::new();
+        }
+        let loads: Vec<WorkerLoad<'_>> = self
+            .workers
+            .iter()
+            .map(|(id, worker)| WorkerLoad {
+                id,
+                agents: &worker.agents,
+                capacity: worker.capacity,
+                load: worker.holding.len(),
+            })
+            .collect();
+        dispatch::assign(&loads, &queues, Instant::now())
+            .into_iter()
+            .map(|placement| {
+                (
+                    queues[placement.queue].0.to_owned(),
+                    loads[placement.worker].id.to_owned(),
+                    placement.waited,
+                )
+            })
+            .collect()
+    }
+
+    /// Free slots per agent (a worker serving two agents counts for both).
+    fn slots_per_agent(&self) -> HashMap<String, usize> {
+        let mut free: HashMap<String, usize> = HashMap::new();
+        for worker in self.workers.values() {
+            for agent in &worker.agents {
+                *free.entry(agent.clone()).or_default() += worker.free_slots();
+            }
+        }
+        free
+    }
+}
+
+impl dispatch::Waiting for ReadyTask {
+    fn ready_at(&self) -> Instant {
+        self.ready_at
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,220 @@
+//! Workers' answers: a result settles its step (or goes through the retry policy), fenced by
+//! the attempt the worker holds; a payload the worker could not rebuild is sent again.
+//!
+//! The edge has already read the answer ([`Answer`]): task id parsed, digests checked, sizes,
+//! depth and the notes' limits enforced. A result that failed those checks still settles its
+//! task: its attempt fails with the reason, rather than leaving the run waiting for an answer
+//! that will never come.
+
+use baton_core::Event;
+use baton_core::handoff::AgentNotes;
+use serde_json::Value;
+use tracing::Instrument as _;
+
+use super::plan::Answering;
+use super::spans::Answered;
+use super::{Coordinator, Error};
+use crate::decisions::Embedded;
+use crate::model::ModelUsage;
+use crate::store::{self, Store};
+use crate::task_ref::TaskRef;
+use crate::traces;
+
+/// A worker's answer to one attempt of a task.
+#[derive(Debug)]
+pub struct Answer {
+    pub task: TaskRef,
+    pub outcome: Outcome,
+    /// The tokens the attempt used, one entry per call to a model.
+    pub usage: Vec<ModelUsage>,
+}
+
+/// What the answer says.
+#[derive(Debug)]
+pub enum Outcome {
+    /// The agent's data, and the messages and decisions it reported.
+    Data { data: Value, notes: AgentNotes },
+    /// The agent failed; `retryable` says whether another attempt can help.
+    Failed { error: String, retryable: bool },
+    /// The result cannot be taken as data (why is the error): the attempt fails with that
+    /// reason, and the worker is told it.
+    Refused { reason: Error, retryable: bool },
+}
+
+impl<S: Store> Coordinator<S> {
+    /// A worker's answer to a task it holds, at the attempt it holds. An error goes through the
+    /// step's retry policy; data settles the step, fenced by the attempt.
+    pub async fn complete(&self, worker_id: &str, answer: Answer) -> Result<(), Error> {
+        // Log lines about the answer name its trace and span, once known.
+        let logs = tracing::info_span!(
+            "task",
+            task_id = %answer.task,
+            trace_id = tracing::field::Empty,
+            span_id = tracing::field::Empty,
+        );
+        self.complete_answer(worker_id, answer)
+            .instrument(logs)
+            .await
+    }
+
+    async fn complete_answer(&self, worker_id: &str, answer: Answer) -> Result<(), Error> {
+        let task = &answer.task;
+        let run_id = task.run_id.as_str();
+        let key = task.key();
+        let hub = &self.inner.hub;
+        if !hub.holds(worker_id, run_id, &key, task.attempt) {
+            // Counted as fenced: most often the answer of an attempt that was given to another
+            // worker after this one was taken for lost.
+            self.inner.metrics.fenced.inc();
+            return Err(Error::TaskNotHeld {
+                worker_id: worker_id.to_owned(),
+                task_id: task.to_string(),
+            });
+        }
+        let sent = hub.sent(worker_id, run_id, &key);
+        if let Some(sent) = &sent {
+            self.inner
+                .metrics
+                .task_answered(&sent.agent, sent.started.elapsed());
+        }
+        let trace = sent.as_ref().and_then(|sent| sent.trace.clone());
+        if let Some(trace) = &trace
+            && let Some((trace_id, span_id)) =
+                traces::attempt_ids(&trace.run_traceparent, &task.to_string())
+        {
+            let logs = tracing::Span::current();
+            logs.record("trace_id", trace_id);
+            logs.record("span_id", span_id);
+        }
+        // Read before the outcome changes the entry.
+        let lost_before = match &trace {
+            Some(_) => self.held_entry(run_id, &key).map_or(0, |entry| entry.lost),
+            None => 0,
+        };
+        // The attempt's live output goes to the store before its answer is recorded, so that
+        // watchers see all of it before the step's end.
+        self.inner.output.flushed(run_id).await;
+        let persisting = self.inner.config.clock.now();
+        let answering = Answering {
+            worker_id,
+            task: &task.task,
+            attempt: task.attempt,
+            usage: &answer.usage,
+        };
+        let (applied, refusal) = match answer.outcome {
+            Outcome::Data { data, notes } => {
+                let embedded = self.embed_decisions(&notes).await;
+                let event = Event::AgentSucceeded {
+                    task: task.task.clone(),
+                    data,
+                    notes,
+                };
+                let applied = self
+                    .apply_patiently(run_id, event, answering, embedded.as_ref())
+                    .await
+                    .map(|()| (None, None));
+                (applied, None)
+            }
+            Outcome::Failed { error, retryable } => {
+                let applied = self.fail_attempt(run_id, answering, error.clone(), retryable);
+                (applied.await.map(|retry| (Some(error), retry)), None)
+            }
+            Outcome::Refused { reason, retryable } => {
+                let error = format!("the agent's result was refused: {reason}");
+                let applied = self.fail_attempt(run_id, answering, error.clone(), retryable);
+                (
+                    applied.await.map(|retry| (Some(error), retry)),
+                    Some(reason),
+                )
+            }
+        };
+        if let (Some(sent), Ok((error, retry_after_ms))) = (&sent, &applied) {
+            self.trace_attempt(&Answered {
+                worker_id,
+                attempt: task.attempt,
+                sent,
+                persisting,
+                error: error.as_deref(),
+                retry_after_ms: *retry_after_ms,
+                lost_before,
+                abandoned: None,
+            });
+        }
+        let applied = applied.map(|_| ());
+        let assignments = match &applied {
+            // Not recorded: the task goes back to the queue rather than being lost.
+            Err(Error::Store(store::Error::Unavailable(_))) => hub.requeue(worker_id, run_id, &key),
+            // Recorded, or refused (a stale answer): either way this worker is done with it.
+            _ => hub.finish(worker_id, run_id, &key).unwrap_or_default(),
+        };
+        self.assigned(assignments).await;
+        match (applied, refusal) {
+            (Err(Error::RunFinished { .. }), _) => Ok(()),
+            (Err(error), _) => Err(error),
+            (Ok(()), Some(refused)) => Err(refused),
+            (Ok(()), None) => Ok(()),
+        }
+    }
+
+    /// Vectors for a result's decisions. An embedder that fails does not hold the result
+    /// back: the decisions are stored without vectors and embedded when they are queried.
+    async fn embed_decisions(&self, notes: &AgentNotes) -> Option<Embedded> {
+        if notes.decisions.is_empty() {
+            return None;
+        }
+        let texts: Vec<String> = notes
+            .decisions
+            .iter()
+            .map(|d| {
+                if d.rationale.is_empty() {
+                    d.summary.clone()
+                } else {
+                    format!("{}: {}", d.summary, d.rationale)
+                }
+            })
+            .collect();
+        let embedder = &self.inner.embedder;
+        match embedder.embed(&texts).await {
+            Ok(vectors) => Some(Embedded {
+                model: embedder.model().to_owned(),
+                vectors,
+            }),
+            Err(error) => {
+                tracing::warn!(%error, "decisions stored without embeddings; they are embedded when queried");
+                None
+            }
+        }
+    }
+
+    /// A worker could not rebuild a task's payload: the task goes to it again whole, or, after
+    /// [`crate::hub::MAX_RESENDS`] tries, its step fails with the reason (it is logged either
+    /// way).
+    pub async fn resend(&self, worker_id: &str, task: TaskRef, reason: &str) -> Result<(), Error> {
+        let resent = self.inner.hub.resend(worker_id, &task.run_id, &task.key());
+        if !matches!(resent, Err(crate::hub::Error::NotHeld { .. })) {
+            self.inner.counters.resent();
+        }
+        match resent {
+            Ok(()) => {
+                tracing::warn!(worker_id, task_id = %task, %reason, "payload did not arrive intact; sent again");
+                Ok(())
+            }
+            Err(exhausted @ crate::hub::Error::ResendsExhausted { .. }) => {
+                tracing::error!(worker_id, task_id = %task, %reason, "payload never arrived intact; failing the step");
+                let failure = Answer {
+                    task,
+                    outcome: Outcome::Failed {
+                        error: format!("{exhausted}: {reason}"),
+                        retryable: true,
+                    },
+                    usage: Vec::new(),
+                };
+                self.complete(worker_id, failure).await
+            }
+            Err(_) => Err(Error::TaskNotHeld {
+                worker_id: worker_id.to_owned(),
+                task_id: task.to_string(),
+            }),
+        }
+    }
+}

@@ -1,0 +1,46 @@
+//! What people decide about a run: an approval step's decision, and cancelling the run.
+
+use baton_core::{Decision, Event};
+
+use super::{Coordinator, Error};
+use crate::record::RunRecord;
+use crate::store::Store;
+
+/// The reason a cancel without one gives.
+const CANCELLED: &str = "cancelled";
+
+impl<S: Store> Coordinator<S> {
+    /// A person decided an approval step.
+    pub async fn decide(
+        &self,
+        run_id: &str,
+        step_id: &str,
+        decision: Decision,
+    ) -> Result<RunRecord, Error> {
+        let event = Event::ApprovalDecided {
+            step_id: step_id.to_owned(),
+            decision,
+        };
+        let record = self
+            .apply(run_id, event, None, true, None)
+            .await
+            .map_err(|e| match e {
+                Error::NotAwaitingApproval { .. } => Error::NotAwaitingApproval {
+                    run_id: run_id.to_owned(),
+                    step_id: step_id.to_owned(),
+                },
+                other => other,
+            })?;
+        Ok(record.expect("asked for"))
+    }
+
+    /// Stops a run now; tasks queued or running for it are dropped.
+    pub async fn cancel(&self, run_id: &str, reason: &str) -> Result<RunRecord, Error> {
+        let reason = if reason.is_empty() { CANCELLED } else { reason };
+        let event = Event::Cancel {
+            reason: reason.to_owned(),
+        };
+        let record = self.apply(run_id, event, None, true, None).await?;
+        Ok(record.expect("asked for"))
+    }
+}

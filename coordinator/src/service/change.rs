@@ -1,0 +1,219 @@
+//! The one path of every change to a run: lock the run, let the engine compute the transition,
+//! [`plan`] its store write, write it in one atomic call checked against the run's version, and
+//! only then act on it: hand tasks to the hub, tell watchers, write spans.
+
+use std::time::Duration;
+
+use baton_core::workflow::StepType;
+use baton_core::{Action, EngineError, Event, Transition};
+
+use super::plan::{Answering, Applied, plan};
+use super::runs::Loaded;
+use super::stats::add_elapsed;
+use super::watch::RunEvent;
+use super::{Coordinator, Error};
+use crate::clock::Instant;
+use crate::decisions::Embedded;
+use crate::hub::Assignment;
+use crate::model::{LoggedEvent, StoredEvent};
+use crate::record::RunRecord;
+use crate::store::{self, Store};
+use crate::task_ref::TaskRef;
+use crate::traces;
+
+/// How long an answer waits for an unreachable store (Redis restarting) before its task is put
+/// back in the queue.
+pub(super) const STORE_PATIENCE: Duration = Duration::from_secs(30);
+
+impl<S: Store> Coordinator<S> {
+    /// Applies one event to a run: engine, store, then effects. Returns the run record when
+    /// `want_record` (built before a finished run leaves memory).
+    pub(super) async fn apply(
+        &self,
+        run_id: &str,
+        event: Event,
+        answering: Option<Answering<'_>>,
+        want_record: bool,
+        embedded: Option<&Embedded>,
+    ) -> Result<Option<RunRecord>, Error> {
+        let worker_id = answering.map_or("", |answering| answering.worker_id);
+        let stored = StoredEvent::of(&event, worker_id).expect("only a halt is never logged");
+        // A conflict means another coordinator moved the run on: reload it and try again.
+        let mut conflicts = 0;
+        loop {
+            let slot = self.slot(run_id).await?;
+            let mut guard = slot.lock().await;
+            let Some(loaded) = guard.as_mut() else {
+                continue; // cleared by a conflict in between; slot() reloads it
+            };
+            let profile = &self.inner.counters.profile;
+            let started = std::time::Instant::now();
+            let now = self.now_ms();
+            let transition = loaded
+                .run
+                .apply_at(event.clone(), now)
+                .map_err(|error| refused(run_id, error, answering))?;
+            let started = add_elapsed(&profile.engine_us, started);
+            let history_before = loaded.run.history().len();
+            let logged = LoggedEvent {
+                at_ms: now,
+                event: stored.clone(),
+            };
+            let applied = Applied {
+                event: Some(&logged),
+                answering,
+                transition: &transition,
+                history_before,
+                now_ms: now,
+                embedded,
+            };
+            let planned = plan(loaded, &applied, &self.holder());
+            let started = add_elapsed(&profile.plan_us, started);
+            let written = self
+                .inner
+                .store
+                .apply_transition(run_id, loaded.version, planned.write.clone())
+                .await;
+            let started = add_elapsed(&profile.store_us, started);
+            let held = match written {
+                Ok(version) => {
+                    self.inner.counters.transition_written();
+                    let held = self.held_change(&planned);
+                    loaded.adopt(transition.run.clone(), version, planned);
+                    held
+                }
+                Err(store::Error::Conflict { .. }) if conflicts < 3 => {
+                    conflicts += 1;
+                    *guard = None;
+                    continue;
+                }
+                Err(other) => return Err(other.into()),
+            };
+            let assignments = self.act(run_id, loaded, &transition, history_before);
+            self.note_held(run_id, held);
+            add_elapsed(&profile.act_us, started);
+            let record = want_record.then(|| self.record_of(loaded));
+            let finished = loaded.run.status().is_terminal();
+            drop(guard);
+            if finished {
+                self.inner.runs.evict(run_id);
+            }
+            self.assigned(assignments).await;
+            return Ok(record);
+        }
+    }
+
+    /// [`Coordinator::apply`] for a worker's answer: a store that is briefly unreachable (Redis
+    /// restarting) is waited out for a while rather than losing the answer, which is safe since
+    /// the write is fenced by the run's version and the task's attempt. A superseded attempt is
+    /// counted and refused.
+    pub(super) async fn apply_patiently(
+        &self,
+        run_id: &str,
+        event: Event,
+        answering: Answering<'_>,
+        embedded: Option<&Embedded>,
+    ) -> Result<(), Error> {
+        let mut wait = Duration::from_millis(50);
+        let give_up = Instant::now() + STORE_PATIENCE;
+        loop {
+            let applied = self
+                .apply(run_id, event.clone(), Some(answering), false, embedded)
+                .await;
+            match applied {
+                Err(Error::Store(store::Error::Unavailable(reason)))
+                    if Instant::now() < give_up =>
+                {
+                    tracing::warn!(run_id, %reason, "store unavailable; the answer waits");
+                    tokio::time::sleep(wait).await;
+                    wait = (wait * 2).min(Duration::from_secs(1));
+                }
+                Err(Error::Store(store::Error::Fenced {
+                    task_key,
+                    attempt,
+                    current,
+                    ..
+                })) => {
+                    self.inner.metrics.fenced.inc();
+                    self.forget_held(run_id, &task_key);
+                    // The fence is the answered task's.
+                    let task = TaskRef::new(run_id, answering.task, attempt);
+                    return Err(Error::Superseded {
+                        task_id: task.to_string(),
+                        attempt,
+                        current,
+                    });
+                }
+                other => return other.map(|_| ()),
+            }
+        }
+    }
+
+    /// Carries out a stored transition: tasks to the hub, events to watchers, spans of the
+    /// steps that settled without an agent.
+    pub(super) fn act(
+        &self,
+        run_id: &str,
+        loaded: &mut Loaded,
+        transition: &Transition,
+        history_before: usize,
+    ) -> Vec<Assignment> {
+        let settled = std::mem::take(&mut loaded.settled);
+        for (n, record) in loaded.run.history().iter().skip(history_before).enumerate() {
+            self.inner
+                .metrics
+                .step_settled(record.step_type.as_str(), record.status.as_str());
+            self.notify(run_id, || RunEvent::step_finished(record));
+            // An agent step's spans are its attempts', written as their answers come.
+            if self.inner.traces.enabled()
+                && record.step_type != StepType::Agent
+                && let Some(timing) = settled.get(n)
+            {
+                self.trace_settled(loaded, record, *timing);
+            }
+        }
+        let mut assignments = Vec::new();
+        for action in &transition.actions {
+            match action {
+                Action::Dispatch(task) => assignments.extend(self.hand_out(loaded, task)),
+                Action::AwaitApproval {
+                    step_id,
+                    visit,
+                    message,
+                    ..
+                } => self.notify(run_id, || {
+                    RunEvent::approval_requested(step_id, *visit, message)
+                }),
+                Action::Abandon(task) => assignments.extend(self.abandon(run_id, task)),
+                Action::Finished { status, .. } => {
+                    let trace_id = traces::trace_id_of(&loaded.header.traceparent);
+                    tracing::info!(run_id, status = %status, %trace_id, "run finished");
+                    self.inner.metrics.run_finished(status.as_str());
+                    self.notify(run_id, || RunEvent::finished(self.record_of(loaded)));
+                    self.inner.watchers.close(run_id);
+                }
+            }
+        }
+        assignments
+    }
+}
+
+/// Why the engine refused an event, as the coordinator reports it.
+fn refused(run_id: &str, error: EngineError, answering: Option<Answering<'_>>) -> Error {
+    match error {
+        EngineError::NotRunning(status) => Error::RunFinished {
+            run_id: run_id.to_owned(),
+            status: status.to_string(),
+        },
+        EngineError::NotAwaitingApproval(step_id) => Error::NotAwaitingApproval {
+            run_id: run_id.to_owned(),
+            step_id,
+        },
+        EngineError::UnknownTask(task) => Error::TaskNotHeld {
+            worker_id: answering
+                .map(|answering| answering.worker_id.to_owned())
+                .unwrap_or_default(),
+            task_id: TaskRef::new(run_id, &task, answering.map_or(0, |a| a.attempt)).to_string(),
+        },
+    }
+}

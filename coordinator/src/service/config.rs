@@ -1,0 +1,105 @@
+//! What a coordinator is configured with: the sizes clients and workers control and their
+//! ceilings, lease timings, and its clock.
+
+use baton_core::Limits;
+
+use crate::clock::Clock;
+
+/// Sizes clients and workers control, and their ceilings.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub max_workflow_bytes: usize,
+    pub max_input_bytes: usize,
+    pub max_result_bytes: usize,
+    /// How deep a run input or an agent result may nest. A payload nests data two levels
+    /// deeper, and parsers commonly stop at 128 (serde_json among them), so every agent can
+    /// still read its payload.
+    pub max_data_depth: usize,
+    /// How many decisions one result may carry (each is embedded and stored).
+    pub max_decisions_per_result: usize,
+    /// How many messages one result may carry (every later payload carries the history).
+    pub max_messages_per_result: usize,
+    /// How long a decision's summary and rationale may be, in bytes.
+    pub max_decision_summary_bytes: usize,
+    pub max_decision_rationale_bytes: usize,
+    /// How many artifacts one decision may name (each as long as a summary at most).
+    pub max_related_artifacts: usize,
+    /// How many stored decisions one query ranks at most (a workflow-wide query stops reading
+    /// older runs there).
+    pub max_query_decisions: usize,
+    /// How long a decision query's text may be, in bytes.
+    pub max_query_bytes: usize,
+    /// How long a SubmitRun idempotency key may be, in bytes.
+    pub max_idempotency_key_bytes: usize,
+    /// How long one piece of live output may be, in bytes (workers send at most 8 KiB).
+    pub max_output_piece_bytes: usize,
+    /// How many calls to models one result may report, and how long a model's name may be.
+    pub max_usage_entries: usize,
+    pub max_model_name_bytes: usize,
+    /// How many runs a workflow-wide decision query reads, newest first.
+    pub max_query_runs: usize,
+    pub limits: Limits,
+    /// This coordinator's name in task leases; unique among the coordinators of one store.
+    pub coordinator_id: String,
+    /// How long a lease lasts without renewal: how long the tasks of a coordinator that died
+    /// wait before another one delivers them again. Renewed every third of it.
+    pub lease_ms: u64,
+    /// How often due timers (expired leases, retries whose backoff is over) are swept, and
+    /// timeouts and silent workers checked.
+    pub sweep_interval_ms: u64,
+    /// A worker that says nothing (not even a heartbeat) for this long is taken for dead: its
+    /// stream is closed and its tasks delivered again.
+    pub worker_silence_ms: u64,
+    /// How many times a task may be lost with its worker or coordinator before its step fails.
+    pub max_lost_deliveries: u32,
+    /// Build OpenTelemetry spans of runs, through the global tracer provider (which should use
+    /// [`crate::traces::SpanIds`]). Off, nothing is spent on them.
+    pub traces: bool,
+    /// Where wall-clock time comes from: the system's, or one that follows Tokio's paused clock
+    /// in tests.
+    pub clock: Clock,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            max_workflow_bytes: 1 << 20,
+            max_input_bytes: 4 << 20,
+            max_result_bytes: 64 << 20,
+            max_data_depth: 100,
+            max_decisions_per_result: 100,
+            max_messages_per_result: 1_000,
+            max_decision_summary_bytes: 2 << 10,
+            max_decision_rationale_bytes: 16 << 10,
+            max_related_artifacts: 64,
+            max_query_decisions: 10_000,
+            max_query_bytes: 8 << 10,
+            max_query_runs: 1_000,
+            max_idempotency_key_bytes: 256,
+            max_output_piece_bytes: 64 << 10,
+            max_usage_entries: 64,
+            max_model_name_bytes: 256,
+            limits: Limits::default(),
+            coordinator_id: default_coordinator_id(),
+            lease_ms: 10_000,
+            sweep_interval_ms: 200,
+            worker_silence_ms: 5_000,
+            max_lost_deliveries: 10,
+            traces: false,
+            clock: Clock::system(),
+        }
+    }
+}
+
+/// `<host>-<pid>-<random>`: unique even when a restarted pod gets the same host name and pid.
+fn default_coordinator_id() -> String {
+    let host = std::fs::read_to_string("/etc/hostname")
+        .map(|h| h.trim().to_owned())
+        .unwrap_or_else(|_| "coordinator".into());
+    let random = uuid::Uuid::now_v7().simple().to_string();
+    format!(
+        "{host}-{}-{}",
+        std::process::id(),
+        &random[random.len() - 8..]
+    )
+}

@@ -1,0 +1,124 @@
+//! Renewing the leases this coordinator holds: one store call for all of them.
+
+use crate::lease;
+use crate::model::TaskEntry;
+use crate::service::Coordinator;
+use crate::store::{Store, TaskSwap};
+
+impl<S: Store> Coordinator<S> {
+    /// Pushes out the lease of every task this coordinator holds (one store call), writing down
+    /// which worker runs it; gives up the queued ones no worker here can run; forgets (and stops)
+    /// the ones another coordinator took over.
+    pub(super) async fn renew_leases(&self) {
+        let _leases = self.inner.leases.writes.lock().await;
+        let snapshot: Vec<((String, String), TaskEntry)> = self
+            .inner
+            .leases
+            .held()
+            .iter()
+            .map(|(key, entry)| (key.clone(), entry.clone()))
+            .collect();
+        if snapshot.is_empty() {
+            return;
+        }
+        let located = self.inner.hub.locate(
+            &snapshot
+                .iter()
+                .map(|((run, key), entry)| (run.clone(), key.clone(), entry.agent.clone()))
+                .collect::<Vec<_>>(),
+        );
+        let now = self.now_ms();
+        let renewed: Vec<TaskEntry> = snapshot
+            .iter()
+            .zip(&located)
+            .map(|((_, entry), holding)| {
+                lease::renewed(entry, holding, now, self.inner.config.lease_ms)
+            })
+            .collect();
+        let swaps = snapshot
+            .iter()
+            .zip(&renewed)
+            .map(|(((run_id, key), entry), next)| TaskSwap {
+                run_id: run_id.clone(),
+                task_key: key.clone(),
+                expected: entry.encode(),
+                new: Some(next.encode()),
+            })
+            .collect();
+        let swapped = match self.inner.store.swap_tasks(swaps).await {
+            Ok(swapped) => swapped,
+            Err(error) => {
+                // Nothing is known to be lost: try again at the next renewal.
+                tracing::warn!(%error, "cannot renew leases");
+                return;
+            }
+        };
+        let mut given_up = Vec::new();
+        let mut missed = Vec::new();
+        let mut shown = Vec::new();
+        {
+            let mut held = self.inner.leases.held();
+            for ((key, entry), (next, ok)) in
+                snapshot.into_iter().zip(renewed.into_iter().zip(swapped))
+            {
+                // Changed since the snapshot (a transition answered or removed it): that
+                // change wins.
+                if held.get(&key) != Some(&entry) {
+                    continue;
+                }
+                if ok && next.owner == self.inner.config.coordinator_id {
+                    held.insert(key.clone(), next.clone());
+                    if next.worker_id != entry.worker_id {
+                        shown.push((key, next));
+                    }
+                } else if ok {
+                    held.remove(&key);
+                    given_up.push((
+                        key,
+                        "no worker here serves its agent; released to the other coordinators",
+                    ));
+                } else {
+                    missed.push((key, entry));
+                }
+            }
+        }
+        // A miss is another coordinator's claim, or this coordinator's own renewal whose reply
+        // was lost (the store went away): the stored entry tells which.
+        for (key, entry) in missed {
+            let stored = self
+                .inner
+                .store
+                .task(&key.0, &key.1)
+                .await
+                .ok()
+                .flatten()
+                .and_then(|bytes| serde_json::from_slice::<TaskEntry>(&bytes).ok());
+            let mut held = self.inner.leases.held();
+            if held.get(&key) != Some(&entry) {
+                continue;
+            }
+            match stored {
+                Some(stored)
+                    if stored.owner == self.inner.config.coordinator_id
+                        && stored.attempt == entry.attempt =>
+                {
+                    held.insert(key, stored);
+                }
+                _ => {
+                    held.remove(&key);
+                    given_up.push((key, "another coordinator took this task over"));
+                }
+            }
+        }
+        let mut assignments = Vec::new();
+        for ((run_id, task_key), reason) in given_up {
+            tracing::info!(%run_id, task = %task_key, reason, "lease given up");
+            let forgotten = self.inner.hub.forget(&run_id, &task_key, reason);
+            assignments.extend(forgotten.assignments);
+        }
+        for ((run_id, key), entry) in shown {
+            self.show_task(&run_id, &key, &entry).await;
+        }
+        self.assigned(assignments).await;
+    }
+}

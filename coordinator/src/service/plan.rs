@@ -1,0 +1,275 @@
+//! A transition as the store write that records it. Pure: nothing changes until the write is
+//! acknowledged, and the same inputs always give the same write.
+//!
+//! One write holds everything a transition changes: the event, each new result once, the step
+//! states and tasks that changed (each task with its lease and timer), the links appended to the
+//! state chain, the decisions reported (with their embeddings), and the run's status.
+
+use std::collections::BTreeMap;
+
+use baton_core::handoff::DecisionRecord;
+use baton_core::integrity::ChainLink;
+use baton_core::workflow::StepType;
+use baton_core::{Action, Run, StepRecord, TaskId, Transition, Workflow};
+
+use super::json;
+use super::runs::{Loaded, SettledTiming};
+use crate::decisions::{Embedded, StoredDecision};
+use crate::lease;
+use crate::model::{AttemptUsage, LoggedEvent, ModelUsage, StepState, StepStatus, TaskEntry};
+use crate::store::TransitionWrite;
+use crate::task_ref::{task_key, visit_key};
+
+/// A transition's write, and the changes it makes to the step and task maps.
+#[derive(Clone)]
+pub(super) struct Planned {
+    pub write: TransitionWrite,
+    pub steps: Vec<(String, StepState)>,
+    pub tasks_set: Vec<(String, TaskEntry)>,
+    /// One per step visit settled, in history order.
+    pub settled: Vec<SettledTiming>,
+}
+
+/// The answer a transition records: which worker answered which attempt of which task. The
+/// write is fenced by the attempt: it applies only while that attempt is the task's current one.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Answering<'a> {
+    /// Empty when no worker answered (a task given up after being lost too often).
+    pub worker_id: &'a str,
+    pub task: &'a TaskId,
+    pub attempt: u32,
+    /// The tokens the attempt used.
+    pub usage: &'a [ModelUsage],
+}
+
+/// Who takes the tasks a transition dispatches: this coordinator, for a lease, if one of its
+/// workers serves the agent.
+pub(super) struct Holder<'a> {
+    pub id: &'a str,
+    pub lease_ms: u64,
+    pub serves: Box<dyn Fn(&str) -> bool + 'a>,
+}
+
+/// What happened and when, for [`plan`].
+pub(super) struct Applied<'a> {
+    /// The event the transition applied, `None` for the one that starts the run.
+    pub event: Option<&'a LoggedEvent>,
+    pub answering: Option<Answering<'a>>,
+    pub transition: &'a Transition,
+    /// How many step visits the run had settled before the transition.
+    pub history_before: usize,
+    pub now_ms: i64,
+    /// Vectors of the decisions the event's result reported.
+    pub embedded: Option<&'a Embedded>,
+}
+
+/// Turns a transition into the store write that records it.
+pub(super) fn plan(loaded: &Loaded, applied: &Applied<'_>, holder: &Holder<'_>) -> Planned {
+    let run = &applied.transition.run;
+    let now = applied.now_ms;
+    // Only what changes is copied: a transition costs the size of its change, not of the run
+    // (a 500-branch parallel step settles 500 times).
+    let mut steps: BTreeMap<String, StepState> = BTreeMap::new();
+    let mut write = TransitionWrite {
+        event: applied.event.map(json),
+        ..TransitionWrite::default()
+    };
+    let mut tasks_set = Vec::new();
+    let mut head = loaded.state_sha256.clone();
+    if let Some(answering) = applied.answering {
+        let key = task_key(answering.task);
+        write.tasks_removed.push(key.clone());
+        // Recorded only while this attempt is the task's current one.
+        write.fences.push((key, answering.attempt));
+        let state = changed(&mut steps, loaded, &answering.task.step_id);
+        if !answering.worker_id.is_empty() {
+            state.worker_id = answering.worker_id.to_owned();
+        }
+        // The answer can overtake the bookkeeping of its own delivery.
+        state.attempts = state.attempts.max(answering.attempt);
+        // What the visit's failed attempts used (carried by its task), then this one.
+        if let Some(entry) = loaded.tasks.get(&task_key(answering.task)) {
+            state.usage.extend(entry.usage.iter().cloned());
+        }
+        let visit = answering.task.visit;
+        state
+            .usage
+            .extend(AttemptUsage::of(visit, answering.attempt, answering.usage));
+    }
+    let mut settled = Vec::new();
+    for record in run.history().iter().skip(applied.history_before) {
+        settled.push(settled_timing(loaded, run, record));
+        let key = visit_key(&record.step_id, record.visit);
+        // Agent and transform data is stored once here; parallel data is rebuilt from its
+        // branches, conditions and approvals from the event log.
+        if matches!(record.step_type, StepType::Agent | StepType::Transform)
+            && let Some(data) = &record.data
+        {
+            write.results.push((key.clone(), json(data.as_ref())));
+        }
+        let link = ChainLink::after(&head, &record.step_id, record.visit, record.result_sha256());
+        head = link.state_sha256.clone();
+        write.links.push(json(&link));
+        let state = changed(&mut steps, loaded, &record.step_id);
+        state.status = record.status.into();
+        state.visits = run.visits(&record.step_id);
+        state.error = record.error.as_deref().unwrap_or_default().to_owned();
+        // A decided (or timed out) approval's timer goes with it.
+        if record.step_type == StepType::Approval && loaded.tasks.contains_key(&key) {
+            write.tasks_removed.push(key);
+        }
+    }
+    for action in &applied.transition.actions {
+        match action {
+            Action::Dispatch(task) => {
+                let key = task_key(&task.task);
+                let owner = (holder.serves)(&task.agent).then_some(holder.id);
+                let entry = lease::dispatched(&task.agent, owner, now, holder.lease_ms);
+                write.tasks_set.push((key.clone(), entry.encode()));
+                tasks_set.push((key, entry));
+                let state = changed(&mut steps, loaded, &task.task.step_id);
+                state.status = StepStatus::Queued;
+                state.visits = run.visits(&task.task.step_id);
+                state.error.clear();
+                state.since_ms = now;
+                state.since_visit = task.task.visit;
+                // The attempt that reaches a worker is written here when it does.
+                state.attempts = 0;
+                // A parallel step's visit starts with its first branch.
+                if let Some(parallel) = parallel_of(run.workflow(), &task.task.step_id) {
+                    let visit = run.visits(parallel);
+                    let state = changed(&mut steps, loaded, parallel);
+                    if state.since_visit != visit {
+                        state.since_ms = now;
+                        state.since_visit = visit;
+                        state.status = StepStatus::Running;
+                        state.error.clear();
+                    }
+                }
+            }
+            Action::AwaitApproval {
+                step_id,
+                visit,
+                timeout_ms,
+                ..
+            } => {
+                let state = changed(&mut steps, loaded, step_id);
+                state.status = StepStatus::Waiting;
+                state.visits = run.visits(step_id);
+                state.since_ms = now;
+                state.since_visit = *visit;
+                if let Some(timeout_ms) = timeout_ms {
+                    let key = visit_key(step_id, *visit);
+                    let entry = lease::approval_timer(now, *timeout_ms);
+                    write.tasks_set.push((key.clone(), entry.encode()));
+                    tasks_set.push((key, entry));
+                }
+            }
+            Action::Abandon(task) => {
+                write.tasks_removed.push(task_key(task));
+                changed(&mut steps, loaded, &task.step_id).status = StepStatus::Cancelled;
+            }
+            Action::Finished { .. } => {}
+        }
+    }
+    write.steps = steps
+        .iter()
+        .map(|(id, state)| (id.clone(), json(state)))
+        .collect();
+    let new_decisions = run.decisions().iter().skip(loaded.run.decisions().len());
+    for (n, decision) in new_decisions.enumerate() {
+        let vector = applied
+            .embedded
+            .and_then(|e| e.vectors.get(n).map(|v| (e.model.clone(), v.clone())));
+        let stored = StoredDecision {
+            run_id: loaded.header.run_id.clone(),
+            decision: DecisionRecord::clone(decision),
+            model: vector.as_ref().map(|(model, _)| model.clone()),
+            embedding: vector.map(|(_, v)| v),
+        };
+        write
+            .decisions
+            .push((decision.key.clone(), stored.encode()));
+    }
+    // A finished run keeps no task or timer (a cancelled run's approval timer, say).
+    if run.status().is_terminal() {
+        for key in loaded.tasks.keys() {
+            if !write.tasks_removed.contains(key) {
+                write.tasks_removed.push(key.clone());
+            }
+        }
+    }
+    write.status = run.status().as_str().into();
+    write.error = run.error().map(str::to_owned);
+    write.state_sha256 = head;
+    write.updated_ms = now;
+    Planned {
+        write,
+        steps: steps.into_iter().collect(),
+        tasks_set,
+        settled,
+    }
+}
+
+impl Loaded {
+    /// Takes on a transition the store acknowledged at `version`.
+    pub(super) fn adopt(&mut self, run: Run, version: u64, planned: Planned) {
+        self.run = run;
+        self.version = version;
+        self.steps.extend(planned.steps);
+        for key in &planned.write.tasks_removed {
+            self.tasks.remove(key);
+        }
+        self.tasks.extend(planned.tasks_set);
+        self.updated_ms = planned.write.updated_ms;
+        self.state_sha256 = planned.write.state_sha256;
+        self.settled = planned.settled;
+    }
+}
+
+/// When `record`'s visit started (the time it started waiting, as the run's step states said
+/// before this transition; or when it settled, for a step that took no time) and, for a branch,
+/// which visit of its parallel step it belongs to.
+fn settled_timing(loaded: &Loaded, run: &Run, record: &StepRecord) -> SettledTiming {
+    let since = |id: &str, visit: u32| {
+        loaded
+            .steps
+            .get(id)
+            .filter(|state| state.since_visit == visit && state.since_ms > 0)
+            .map(|state| state.since_ms)
+    };
+    let parallel_visit = record.parent.as_deref().map(|parallel| {
+        // A parallel step under way when this transition began owns the branches settling in
+        // it; otherwise it started in this transition.
+        match loaded.steps.get(parallel) {
+            Some(state) if state.status == StepStatus::Running && state.since_visit > 0 => {
+                state.since_visit
+            }
+            _ => run.visits(parallel),
+        }
+    });
+    SettledTiming {
+        started_ms: since(&record.step_id, record.visit).unwrap_or(record.at_ms),
+        parallel_visit,
+    }
+}
+
+/// The id of the parallel step `step_id` is a branch of, if it is one.
+pub(super) fn parallel_of<'w>(workflow: &'w Workflow, step_id: &str) -> Option<&'w str> {
+    let step = workflow.step_by_id(step_id)?;
+    Some(&*workflow.step(step.parent?).id)
+}
+
+/// The step's state as this transition changes it, starting from what `loaded` holds.
+fn changed<'a>(
+    steps: &'a mut BTreeMap<String, StepState>,
+    loaded: &Loaded,
+    id: &str,
+) -> &'a mut StepState {
+    steps
+        .entry(id.to_owned())
+        .or_insert_with(|| loaded.steps.get(id).cloned().unwrap_or_default())
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,256 @@
+use std::sync::Arc;
+
+use baton_core::integrity::genesis;
+use baton_core::{Decision, Event, TaskId};
+use serde_json::{Value, json};
+
+use super::*;
+use crate::model::{StoredEvent, TaskState};
+use crate::store::RunHeader;
+
+const NOW: i64 = 1_800_000_000_000;
+const LEASE: u64 = 10_000;
+
+/// plan, then approval (with a timeout), then code.
+const WORKFLOW: &str = r#"{"id": "wf", "steps": [
+    {"id": "plan", "type": "agent", "agent": "planner"},
+    {"id": "ok", "type": "approval", "message": "go?", "timeout_ms": 60000},
+    {"id": "code", "type": "agent", "agent": "coder"}
+]}"#;
+
+fn holder(serves: &'static [&'static str]) -> Holder<'static> {
+    Holder {
+        id: "c1",
+        lease_ms: LEASE,
+        serves: Box::new(move |agent| serves.contains(&agent)),
+    }
+}
+
+/// A run just started, before its first write, and that first transition.
+fn started() -> (Loaded, Transition) {
+    let workflow = Arc::new(baton_core::parse_workflow(WORKFLOW).unwrap().workflow);
+    let transition = Run::start(workflow, json!("input"));
+    let header = RunHeader {
+        run_id: "r1".into(),
+        workflow_id: "wf".into(),
+        workflow: WORKFLOW.into(),
+        input: br#""input""#.to_vec(),
+        created_ms: NOW,
+        traceparent: String::new(),
+    };
+    let chain = genesis("r1", WORKFLOW, &json!("input"));
+    let loaded = Loaded::new(header, transition.run.clone(), NOW, chain);
+    (loaded, transition)
+}
+
+/// Plans `transition` and takes it on, as an acknowledged write does.
+fn take(loaded: &mut Loaded, applied: &Applied<'_>, holder: &Holder<'_>) -> Planned {
+    let planned = plan(loaded, applied, holder);
+    loaded.adopt(
+        applied.transition.run.clone(),
+        loaded.version + 1,
+        planned.clone(),
+    );
+    planned
+}
+
+fn first(transition: &Transition) -> Applied<'_> {
+    Applied {
+        event: None,
+        answering: None,
+        transition,
+        history_before: 0,
+        now_ms: NOW,
+        embedded: None,
+    }
+}
+
+fn step<'a>(planned: &'a Planned, id: &str) -> &'a StepState {
+    &planned.steps.iter().find(|(s, _)| s == id).unwrap().1
+}
+
+fn plan_task() -> TaskId {
+    TaskId {
+        step_id: "plan".into(),
+        visit: 1,
+    }
+}
+
+/// The run after the planner answered attempt 2 with `data`, and what that wrote.
+fn planner_answered(data: Value) -> (Loaded, Planned) {
+    let (mut loaded, start) = started();
+    take(&mut loaded, &first(&start), &holder(&["planner"]));
+    let event = Event::AgentSucceeded {
+        task: plan_task(),
+        data,
+        notes: Default::default(),
+    };
+    let logged = LoggedEvent {
+        at_ms: NOW + 5,
+        event: StoredEvent::of(&event, "w1").unwrap(),
+    };
+    let transition = loaded.run.apply_at(event, NOW + 5).unwrap();
+    let task = plan_task();
+    let applied = Applied {
+        event: Some(&logged),
+        answering: Some(Answering {
+            worker_id: "w1",
+            task: &task,
+            attempt: 2,
+            usage: &[],
+        }),
+        transition: &transition,
+        history_before: 0,
+        now_ms: NOW + 5,
+        embedded: None,
+    };
+    let planned = take(&mut loaded, &applied, &holder(&["planner"]));
+    (loaded, planned)
+}
+
+#[test]
+fn a_dispatched_task_is_leased_to_this_coordinator_when_it_serves_the_agent() {
+    let (loaded, start) = started();
+    let planned = plan(&loaded, &first(&start), &holder(&["planner"]));
+    let write = &planned.write;
+    assert_eq!(write.event, None, "the first transition applies no event");
+    assert_eq!(write.status, "running");
+    assert_eq!(write.updated_ms, NOW);
+    assert_eq!(planned.tasks_set.len(), 1);
+    let (key, entry) = &planned.tasks_set[0];
+    assert_eq!(key, "plan#1");
+    assert_eq!(
+        (entry.state, entry.owner.as_str(), entry.attempt),
+        (TaskState::Queued, "c1", 1)
+    );
+    assert_eq!(entry.due_ms, NOW + LEASE as i64);
+    assert_eq!(write.tasks_set, [(key.clone(), entry.encode())]);
+    let plan = step(&planned, "plan");
+    assert_eq!(plan.status, StepStatus::Queued);
+    assert_eq!((plan.since_ms, plan.since_visit), (NOW, 1));
+    assert!(write.links.is_empty() && write.results.is_empty());
+}
+
+#[test]
+fn a_task_no_worker_here_serves_is_left_unowned_and_due_now() {
+    let (loaded, start) = started();
+    let planned = plan(&loaded, &first(&start), &holder(&["coder"]));
+    let entry = &planned.tasks_set[0].1;
+    assert_eq!((entry.owner.as_str(), entry.due_ms), ("", NOW));
+}
+
+#[test]
+fn an_answer_is_fenced_stored_once_and_linked_to_the_chain() {
+    let (loaded, planned) = planner_answered(json!({"files": ["a.ts"]}));
+    let write = &planned.write;
+    assert_eq!(write.fences, [("plan#1".to_string(), 2)]);
+    assert!(write.tasks_removed.contains(&"plan#1".to_string()));
+    assert_eq!(
+        write.results,
+        [("plan#1".to_string(), br#"{"files":["a.ts"]}"#.to_vec())]
+    );
+    let logged: LoggedEvent = serde_json::from_slice(write.event.as_ref().unwrap()).unwrap();
+    assert_eq!(logged.at_ms, NOW + 5);
+    assert!(
+        matches!(&logged.event, StoredEvent::AgentSucceeded { result, worker_id, .. } if result == "plan#1" && worker_id == "w1"),
+        "the data is stored by reference: {logged:?}"
+    );
+    // The link hashes the previous head with the step visit and its result.
+    let record = &loaded.run.history()[0];
+    let link = ChainLink::after(
+        &genesis("r1", WORKFLOW, &json!("input")),
+        "plan",
+        1,
+        record.result_sha256(),
+    );
+    assert_eq!(write.links, [json(&link)]);
+    assert_eq!(write.state_sha256, link.state_sha256);
+    let plan = step(&planned, "plan");
+    assert_eq!(plan.status, StepStatus::Succeeded);
+    assert_eq!((plan.worker_id.as_str(), plan.attempts), ("w1", 2));
+    assert_eq!(
+        planned.settled,
+        [SettledTiming {
+            started_ms: NOW,
+            parallel_visit: None
+        }]
+    );
+}
+
+#[test]
+fn an_approval_with_a_timeout_gets_a_timer_that_its_decision_removes() {
+    let (mut loaded, planned) = planner_answered(json!({}));
+    let approval = step(&planned, "ok");
+    assert_eq!(approval.status, StepStatus::Waiting);
+    let timer = &planned
+        .tasks_set
+        .iter()
+        .find(|(k, _)| k == "ok#1")
+        .unwrap()
+        .1;
+    assert_eq!(timer.state, TaskState::Waiting);
+    assert_eq!(timer.due_ms, NOW + 5 + 60_000);
+
+    let event = Event::ApprovalDecided {
+        step_id: "ok".into(),
+        decision: Decision::approve(),
+    };
+    let transition = loaded.run.apply_at(event, NOW + 9).unwrap();
+    let applied = Applied {
+        event: None,
+        answering: None,
+        transition: &transition,
+        history_before: 1,
+        now_ms: NOW + 9,
+        embedded: None,
+    };
+    let decided = take(&mut loaded, &applied, &holder(&["coder"]));
+    assert!(decided.write.tasks_removed.contains(&"ok#1".to_string()));
+    assert!(
+        decided.write.results.is_empty(),
+        "rebuilt from the event log"
+    );
+    assert_eq!(decided.write.links.len(), 1);
+    assert_eq!(decided.tasks_set[0].0, "code#1");
+}
+
+#[test]
+fn a_cancel_abandons_the_task_and_leaves_no_task_or_timer() {
+    let (mut loaded, start) = started();
+    take(&mut loaded, &first(&start), &holder(&["planner"]));
+    let transition = loaded
+        .run
+        .apply_at(
+            Event::Cancel {
+                reason: "stop".into(),
+            },
+            NOW + 1,
+        )
+        .unwrap();
+    let applied = Applied {
+        event: None,
+        answering: None,
+        transition: &transition,
+        history_before: 0,
+        now_ms: NOW + 1,
+        embedded: None,
+    };
+    let planned = plan(&loaded, &applied, &holder(&["planner"]));
+    assert_eq!(planned.write.status, "cancelled");
+    assert_eq!(planned.write.tasks_removed, ["plan#1"]);
+    assert_eq!(step(&planned, "plan").status, StepStatus::Cancelled);
+    assert!(planned.tasks_set.is_empty());
+}
+
+#[test]
+fn planning_is_pure() {
+    let (loaded, start) = started();
+    let once = plan(&loaded, &first(&start), &holder(&["planner"]));
+    let again = plan(&loaded, &first(&start), &holder(&["planner"]));
+    assert_eq!(once.write, again.write);
+    assert_eq!(
+        loaded.version, 0,
+        "nothing changes until the write is acknowledged"
+    );
+    assert!(loaded.tasks.is_empty());
+}

@@ -1,0 +1,293 @@
+//! The runs this coordinator holds in memory: a cache of the store, rebuilt from it by replay
+//! and checked against the run's state chain as it is read.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+
+use baton_core::{Event, Limits, Run, RunStatus};
+use tokio::sync::Mutex as AsyncMutex;
+
+use super::{Coordinator, Error};
+use crate::chain::{self, Mismatch};
+use crate::model::{StepState, TaskEntry};
+use crate::parts::PartEncoder;
+use crate::store::{RunHeader, Store, StoredRun, TransitionWrite};
+
+/// A run's place in the cache: locked for each change, `None` until loaded (or after a version
+/// conflict emptied it, to be loaded again).
+pub(super) type Slot = Arc<AsyncMutex<Option<Loaded>>>;
+
+#[derive(Default)]
+pub(super) struct RunCache {
+    slots: Mutex<HashMap<String, Slot>>,
+    /// What has been counted: `<run id> <problem>`, so that reading the same broken run again
+    /// (a finished run is read back for every GetRun) does not count it again.
+    reported: Mutex<HashSet<String>>,
+}
+
+impl RunCache {
+    fn slots(&self) -> std::sync::MutexGuard<'_, HashMap<String, Slot>> {
+        self.slots.lock().expect("runs lock")
+    }
+
+    /// The run's slot if it is in memory; never loads it.
+    pub fn cached(&self, run_id: &str) -> Option<Slot> {
+        self.slots().get(run_id).cloned()
+    }
+
+    /// The run's slot, an empty one if it is not in memory yet.
+    fn entry(&self, run_id: &str) -> Slot {
+        self.slots()
+            .entry(run_id.to_owned())
+            .or_insert_with(|| Arc::new(AsyncMutex::new(None)))
+            .clone()
+    }
+
+    pub fn insert(&self, run_id: &str, slot: Slot) {
+        self.slots().insert(run_id.to_owned(), slot);
+    }
+
+    /// Forgets a run's in-memory copy: it is read back from the store if asked for, so a
+    /// long-lived coordinator's memory follows its running runs, not every run it has seen.
+    pub fn evict(&self, run_id: &str) {
+        self.slots().remove(run_id);
+    }
+
+    /// Whether this is the first time this coordinator sees `mismatch` in `run_id`.
+    fn first_report(&self, run_id: &str, mismatch: &Mismatch) -> bool {
+        self.reported
+            .lock()
+            .expect("reported lock")
+            .insert(format!("{run_id} {mismatch}"))
+    }
+}
+
+/// When a settled step visit started, as its span needs it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct SettledTiming {
+    pub started_ms: i64,
+    /// The visit of the parallel step a branch belongs to.
+    pub parallel_visit: Option<u32>,
+}
+
+/// A run as the coordinator holds it between transitions.
+pub(super) struct Loaded {
+    pub header: RunHeader,
+    pub run: Run,
+    pub version: u64,
+    pub steps: BTreeMap<String, StepState>,
+    pub tasks: BTreeMap<String, TaskEntry>,
+    pub updated_ms: i64,
+    /// The head of the run's state chain.
+    pub state_sha256: String,
+    /// For a finished run whose stored data no longer matches its chain: the status the store
+    /// records, which the record keeps (with the integrity error) since nothing stored changes.
+    pub finished_as: Option<String>,
+    /// The encoded parts of this run's payloads.
+    pub parts: PartEncoder,
+    /// For each step visit the last transition settled, in history order: when it started and,
+    /// for a branch, its parallel step's visit (for its span).
+    pub settled: Vec<SettledTiming>,
+}
+
+impl Loaded {
+    /// A run about to be stored for the first time, at version 0.
+    pub fn new(header: RunHeader, run: Run, now_ms: i64, state_sha256: String) -> Self {
+        Loaded {
+            header,
+            run,
+            version: 0,
+            steps: BTreeMap::new(),
+            tasks: BTreeMap::new(),
+            updated_ms: now_ms,
+            state_sha256,
+            finished_as: None,
+            parts: PartEncoder::default(),
+            settled: Vec::new(),
+        }
+    }
+}
+
+impl<S: Store> Coordinator<S> {
+    /// The run's slot, loading it from the store the first time; a finished run is not kept in
+    /// memory. Loading a run sends nothing: its tasks have leases, and a task whose holder is
+    /// gone is delivered again when its timer comes due ([`super::leases`]).
+    pub(super) async fn slot(&self, run_id: &str) -> Result<Slot, Error> {
+        let runs = &self.inner.runs;
+        let slot = runs.entry(run_id);
+        let mut guard = slot.lock().await;
+        if guard.is_some() {
+            return Ok(slot.clone());
+        }
+        let stored = match self.inner.store.load_run(run_id).await {
+            Ok(Some(stored)) => stored,
+            Ok(None) => {
+                drop(guard);
+                runs.evict(run_id);
+                return Err(Error::RunNotFound(run_id.to_owned()));
+            }
+            Err(error) => return Err(error.into()),
+        };
+        let loaded = self.rebuild(stored).await?;
+        let finished = loaded.run.status().is_terminal();
+        *guard = Some(loaded);
+        drop(guard);
+        if finished {
+            runs.evict(run_id);
+        }
+        Ok(slot)
+    }
+
+    /// The run's slot, reloaded if the store has moved on from this coordinator's copy.
+    pub(super) async fn fresh_slot(&self, run_id: &str) -> Result<Slot, Error> {
+        let slot = self.slot(run_id).await?;
+        let stored = self.inner.store.version(run_id).await?;
+        {
+            let mut guard = slot.lock().await;
+            match guard.as_ref() {
+                Some(loaded) if Some(loaded.version) == stored || loaded.finished_as.is_some() => {
+                    return Ok(slot.clone());
+                }
+                _ => *guard = None,
+            }
+        }
+        self.inner.runs.evict(run_id);
+        self.slot(run_id).await
+    }
+
+    /// Reads the run as the store has it now (reloaded if another coordinator moved it on),
+    /// holding its lock while `read` runs.
+    pub(super) async fn read_fresh<T>(
+        &self,
+        run_id: &str,
+        read: impl FnOnce(&Loaded) -> T,
+    ) -> Result<T, Error> {
+        let slot = self.fresh_slot(run_id).await?;
+        let guard = slot.lock().await;
+        let loaded = guard
+            .as_ref()
+            .ok_or_else(|| Error::RunNotFound(run_id.to_owned()))?;
+        Ok(read(loaded))
+    }
+
+    /// The run's workflow, loading the run if needed.
+    pub(super) async fn workflow_of(
+        &self,
+        run_id: &str,
+    ) -> Result<Arc<baton_core::Workflow>, Error> {
+        loop {
+            let slot = self.slot(run_id).await?;
+            let guard = slot.lock().await;
+            // Emptied by a version conflict in between: load it again.
+            if let Some(loaded) = guard.as_ref() {
+                return Ok(loaded.run.workflow().clone());
+            }
+        }
+    }
+
+    /// Rebuilds a run read from the store. Stored data that does not match the state chain is
+    /// logged and counted; if the replay depended on it, the run stops there with an integrity
+    /// error naming the step (and a running run is marked failed in the store, nothing else
+    /// changed), so nothing is ever built on data that cannot be trusted.
+    async fn rebuild(&self, stored: StoredRun) -> Result<Loaded, Error> {
+        let run_id = stored.header.run_id.clone();
+        let stored_status = stored.status.clone();
+        let (mut loaded, checked) = rebuild(stored, &self.inner.config.limits)?;
+        for repaired in &checked.repaired {
+            if self.count_integrity_failure(&run_id, repaired) {
+                tracing::error!(%run_id, problem = %repaired, "stored copy does not match the state chain; the replay recomputed it");
+            }
+        }
+        let Some(mismatch) = checked.mismatch else {
+            return Ok(loaded);
+        };
+        if self.count_integrity_failure(&run_id, &mismatch) {
+            tracing::error!(%run_id, problem = %mismatch, "stored run does not match its state chain; stopping it");
+        }
+        self.halt(&mut loaded, &mismatch, &stored_status).await?;
+        Ok(loaded)
+    }
+
+    /// Counts a mismatch the first time this coordinator sees it; says whether it was new.
+    fn count_integrity_failure(&self, run_id: &str, mismatch: &Mismatch) -> bool {
+        let new = self.inner.runs.first_report(run_id, mismatch);
+        if new {
+            self.inner.metrics.integrity_failures.inc();
+        }
+        new
+    }
+
+    /// Stops a run whose stored data cannot be trusted: a running run is written as failed
+    /// with the integrity error and its tasks dropped; a finished one keeps its stored status.
+    async fn halt(
+        &self,
+        loaded: &mut Loaded,
+        mismatch: &Mismatch,
+        stored_status: &str,
+    ) -> Result<(), Error> {
+        let error = mismatch.to_string();
+        let halted = loaded
+            .run
+            .apply(Event::Halt {
+                error: error.clone(),
+            })
+            .map(|t| t.run)
+            .unwrap_or_else(|_| loaded.run.clone());
+        loaded.run = halted;
+        if stored_status != RunStatus::Running.as_str() {
+            loaded.finished_as = Some(stored_status.to_owned());
+            return Ok(());
+        }
+        let write = TransitionWrite {
+            tasks_removed: loaded.tasks.keys().cloned().collect(),
+            status: RunStatus::Failed.as_str().into(),
+            error: Some(error),
+            state_sha256: loaded.state_sha256.clone(),
+            updated_ms: self.now_ms(),
+            ..TransitionWrite::default()
+        };
+        let updated_ms = write.updated_ms;
+        loaded.version = self
+            .inner
+            .store
+            .apply_transition(&loaded.header.run_id, loaded.version, write)
+            .await?;
+        loaded.tasks.clear();
+        loaded.updated_ms = updated_ms;
+        Ok(())
+    }
+}
+
+/// The run as the store holds it, checked against its state chain ([`chain`]).
+fn rebuild(stored: StoredRun, limits: &Limits) -> Result<(Loaded, chain::Checked), Error> {
+    let run_id = stored.header.run_id.clone();
+    let corrupt = |reason: String| Error::Corrupt {
+        run_id: run_id.clone(),
+        reason,
+    };
+    let checked = chain::replay_checked(&stored, limits).map_err(|e| corrupt(e.0))?;
+    let steps = decode(&stored.steps).map_err(|e| corrupt(format!("step state: {e}")))?;
+    let tasks = decode(&stored.tasks).map_err(|e| corrupt(format!("task: {e}")))?;
+    let loaded = Loaded {
+        version: stored.version,
+        steps,
+        tasks,
+        ..Loaded::new(
+            stored.header,
+            checked.run.clone(),
+            stored.updated_ms,
+            stored.state_sha256,
+        )
+    };
+    Ok((loaded, checked))
+}
+
+/// Each stored JSON document of a map, read.
+fn decode<T: serde::de::DeserializeOwned>(
+    stored: &BTreeMap<String, Vec<u8>>,
+) -> Result<BTreeMap<String, T>, serde_json::Error> {
+    stored
+        .iter()
+        .map(|(key, bytes)| Ok((key.clone(), serde_json::from_slice(bytes)?)))
+        .collect()
+}

@@ -1,0 +1,467 @@
+//! Watching a run: its events, built here, told to watchers as they happen, and caught up from
+//! the store when another coordinator is the one moving the run on.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use baton_core::{StepRecord, Waiting};
+use futures::Stream;
+use serde_json::Value;
+use tokio::sync::broadcast::{self, error::RecvError};
+
+use super::output::{Delivery, OutputReceiver};
+use super::runs::Loaded;
+use super::{Coordinator, Error};
+use crate::clock::Instant;
+use crate::model::{TaskEntry, TaskState};
+use crate::record::RunRecord;
+use crate::store::{OutputOffset, OutputPiece, Store};
+use crate::task_ref::parse_visit_key;
+
+/// Something a watcher of a run is told.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RunEvent {
+    /// A worker took an agent step.
+    StepStarted {
+        step_id: String,
+        visit: u32,
+        agent: String,
+        worker_id: String,
+    },
+    /// A step visit settled.
+    StepFinished {
+        step_id: String,
+        visit: u32,
+        status: baton_core::StepStatus,
+        data: Option<Arc<Value>>,
+        error: String,
+        /// Where routing went next, empty for none (a branch, or the end).
+        next: String,
+        /// The parallel step it is a branch of, empty for none.
+        parent: String,
+    },
+    /// An approval step waits for a decision.
+    ApprovalRequested {
+        step_id: String,
+        visit: u32,
+        message: String,
+    },
+    /// The run ended; its final record.
+    RunFinished(Box<RunRecord>),
+    /// A piece of a running step's live output, at `offset` in the run's output.
+    StepOutput {
+        step_id: String,
+        visit: u32,
+        attempt: u32,
+        text: String,
+        /// What this attempt streamed before is void: `text` starts its output again.
+        restart: bool,
+        offset: OutputOffset,
+    },
+    /// This watcher fell behind the live output and missed this many pieces of it.
+    OutputMissed { pieces: u64 },
+}
+
+impl RunEvent {
+    pub(super) fn step_finished(record: &StepRecord) -> Self {
+        RunEvent::StepFinished {
+            step_id: record.step_id.to_string(),
+            visit: record.visit,
+            status: record.status,
+            data: record.data.clone(),
+            error: record.error.as_deref().unwrap_or_default().to_owned(),
+            next: record.next.as_deref().unwrap_or_default().to_owned(),
+            parent: record.parent.as_deref().unwrap_or_default().to_owned(),
+        }
+    }
+
+    pub(super) fn step_started(step_id: &str, visit: u32, entry: &TaskEntry) -> Self {
+        RunEvent::StepStarted {
+            step_id: step_id.to_owned(),
+            visit,
+            agent: entry.agent.clone(),
+            worker_id: entry.worker_id.clone(),
+        }
+    }
+
+    pub(super) fn approval_requested(step_id: &str, visit: u32, message: &str) -> Self {
+        RunEvent::ApprovalRequested {
+            step_id: step_id.to_owned(),
+            visit,
+            message: message.to_owned(),
+        }
+    }
+
+    pub(super) fn finished(record: RunRecord) -> Self {
+        RunEvent::RunFinished(Box::new(record))
+    }
+
+    fn output(offset: OutputOffset, piece: OutputPiece) -> Self {
+        RunEvent::StepOutput {
+            step_id: piece.step_id,
+            visit: piece.visit,
+            attempt: piece.attempt,
+            text: piece.text,
+            restart: piece.restart,
+            offset,
+        }
+    }
+}
+
+/// A run's events: what happened so far, then the rest as it happens, until the run ends.
+pub type EventStream = Pin<Box<dyn Stream<Item = Result<RunEvent, Error>> + Send>>;
+
+/// How long a watch waits for this coordinator's own events before it asks the store whether
+/// another coordinator moved the run on.
+const CATCH_UP_EVERY: Duration = Duration::from_secs(1);
+
+/// How many events a slow watcher may fall behind before its watch ends.
+const WATCH_BACKLOG: usize = 1_024;
+
+/// The watchers of each run, by the channel their events go out on.
+#[derive(Default)]
+pub(super) struct Watchers {
+    channels: Mutex<HashMap<String, broadcast::Sender<RunEvent>>>,
+}
+
+impl Watchers {
+    fn channels(&self) -> std::sync::MutexGuard<'_, HashMap<String, broadcast::Sender<RunEvent>>> {
+        self.channels.lock().expect("watchers lock")
+    }
+
+    fn subscribe(&self, run_id: &str) -> broadcast::Receiver<RunEvent> {
+        self.channels()
+            .entry(run_id.to_owned())
+            .or_insert_with(|| broadcast::channel(WATCH_BACKLOG).0)
+            .subscribe()
+    }
+
+    /// Whether anyone watches the run: its events are built only then.
+    fn sender(&self, run_id: &str) -> Option<broadcast::Sender<RunEvent>> {
+        self.channels().get(run_id).cloned()
+    }
+
+    /// The run ended: its watchers hear nothing more from here.
+    pub fn close(&self, run_id: &str) {
+        self.channels().remove(run_id);
+    }
+}
+
+impl<S: Store> Coordinator<S> {
+    /// Tells the run's watchers an event, built only if someone watches.
+    pub(super) fn notify(&self, run_id: &str, event: impl FnOnce() -> RunEvent) {
+        if let Some(sender) = self.inner.watchers.sender(run_id) {
+            let _ = sender.send(event());
+        }
+    }
+
+    /// What has happened so far, then this coordinator's events as they come, and, whenever
+    /// it hears nothing for a second, what the store says happened meanwhile (another
+    /// coordinator may be the one moving the run on). Each settled step visit and each
+    /// approval request is told once; the stream ends with the run. Live output comes
+    /// in between: first what the steps still running have streamed so far, then as it comes.
+    pub async fn watch(&self, run_id: &str) -> Result<EventStream, Error> {
+        // Subscribed to before anything is read, so no piece slips between what is read and
+        // what comes; what comes twice is dropped by offset.
+        let live = self.inner.output.subscribe(run_id);
+        // Subscribing under the run's lock: no event can slip between the past and the rest.
+        let (past, receiver, settled) = self
+            .read_fresh(run_id, |loaded| {
+                let past = self.run_events(loaded, 0, true);
+                let receiver = (!loaded.run.status().is_terminal())
+                    .then(|| self.inner.watchers.subscribe(run_id));
+                let settled: HashSet<(String, u32)> = loaded
+                    .run
+                    .history()
+                    .iter()
+                    .map(|record| (record.step_id.to_string(), record.visit))
+                    .collect();
+                (past, receiver, settled)
+            })
+            .await?;
+        let mut pending: VecDeque<RunEvent> = past.into();
+        let mut output_after = OutputOffset::default();
+        let output_mark = self.inner.output.stored_mark(run_id, 0);
+        let live = match receiver {
+            None => None,
+            Some(_) => {
+                let streamed = match self.inner.store.read_output(run_id, None).await {
+                    Ok(streamed) => streamed,
+                    Err(error) => {
+                        tracing::warn!(run_id, %error, "cannot read the live output so far");
+                        Vec::new()
+                    }
+                };
+                if let Some((last, _)) = streamed.last() {
+                    output_after = *last;
+                }
+                // Only what the steps still running streamed: the others have their result.
+                let running = streamed
+                    .into_iter()
+                    .filter(|(_, piece)| !settled.contains(&(piece.step_id.clone(), piece.visit)));
+                // Before the run's end, if the past holds it.
+                let end = pending
+                    .iter()
+                    .position(|event| matches!(event, RunEvent::RunFinished(_)))
+                    .unwrap_or(pending.len());
+                for (n, (offset, piece)) in running.enumerate() {
+                    pending.insert(end + n, RunEvent::output(offset, piece));
+                }
+                self.inner.output.follow_after(run_id, output_after);
+                Some(live)
+            }
+        };
+        let watch = Watch {
+            coordinator: self.clone(),
+            run_id: run_id.to_owned(),
+            pending,
+            told: HashSet::new(),
+            settled: 0,
+            // Set by the RunFinished event (among the past events for a run already over).
+            done: false,
+            receiver,
+            live,
+            output_after,
+            output_mark,
+            heard_at: Instant::now(),
+        };
+        Ok(Box::pin(futures::stream::unfold(watch, Watch::next)))
+    }
+
+    /// What a watcher has not been told of a run that another coordinator may have moved on,
+    /// read from the store: the step visits settled after the first `settled`, the approvals
+    /// awaited, and the end.
+    async fn catch_up(&self, run_id: &str, settled: usize) -> Result<Vec<RunEvent>, Error> {
+        self.read_fresh(run_id, |loaded| self.run_events(loaded, settled, false))
+            .await
+    }
+
+    /// A run's state as watch events: the step visits settled after the first `settled`, the
+    /// steps running now (if `running`), the approvals awaited, and the end if it is over.
+    fn run_events(&self, loaded: &Loaded, settled: usize, running: bool) -> Vec<RunEvent> {
+        let mut events: Vec<RunEvent> = loaded
+            .run
+            .history()
+            .iter()
+            .skip(settled)
+            .map(RunEvent::step_finished)
+            .collect();
+        if running {
+            for (key, entry) in &loaded.tasks {
+                if entry.state == TaskState::Running
+                    && let Some((step_id, visit)) = parse_visit_key(key)
+                {
+                    events.push(RunEvent::step_started(step_id, visit, entry));
+                }
+            }
+        }
+        for waiting in loaded.run.waiting() {
+            if let Waiting::Approval { step_id, message } = waiting {
+                let visit = loaded.run.visits(&step_id);
+                events.push(RunEvent::approval_requested(&step_id, visit, &message));
+            }
+        }
+        if loaded.run.status().is_terminal() {
+            events.push(RunEvent::finished(self.record_of(loaded)));
+        }
+        events
+    }
+}
+
+/// What one watch has told and what it still has to.
+struct Watch<S: Store> {
+    coordinator: Coordinator<S>,
+    run_id: String,
+    pending: VecDeque<RunEvent>,
+    /// Step visits settled and approvals requested already told.
+    told: HashSet<(Told, String, u32)>,
+    /// How many step visits were told settled: where a catch-up starts.
+    settled: usize,
+    done: bool,
+    receiver: Option<broadcast::Receiver<RunEvent>>,
+    /// The run's live output as it comes, while the run runs.
+    live: Option<OutputReceiver>,
+    /// The last piece of live output told: anything up to it is not told again.
+    output_after: OutputOffset,
+    /// What this watch last read from the store covers of the pieces queued on this
+    /// coordinator (an [`OutputFeed::stored_mark`](super::output::OutputFeed::stored_mark)).
+    output_mark: u64,
+    /// When this watch last heard a run event (not output): a catch-up is due a second later.
+    heard_at: Instant,
+}
+
+/// Whether `event` settles a step or ends the run: the step's output is told before it.
+fn ends_a_step(event: &RunEvent) -> bool {
+    matches!(
+        event,
+        RunEvent::StepFinished { .. } | RunEvent::RunFinished(_)
+    )
+}
+
+/// What a watch heard while it waited.
+enum Heard {
+    Event(Result<RunEvent, RecvError>),
+    Output(Option<(u64, Arc<Delivery>)>),
+    Nothing,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Told {
+    Settled,
+    Approval,
+}
+
+impl<S: Store> Watch<S> {
+    /// The next event to tell, waiting for it if need be; `None` once the run has ended.
+    async fn next(mut self) -> Option<(Result<RunEvent, Error>, Self)> {
+        loop {
+            if let Some(event) = self.pending.pop_front() {
+                if !self.is_news(&event) {
+                    continue;
+                }
+                return Some((Ok(event), self));
+            }
+            if self.done {
+                return None;
+            }
+            match self.hear().await {
+                Heard::Event(Ok(event)) => {
+                    self.heard_at = Instant::now();
+                    if self.may_have_unread_output(&event) {
+                        self.drain_output().await;
+                    }
+                    self.pending.push_back(event);
+                }
+                Heard::Event(Err(RecvError::Lagged(_))) => {
+                    self.done = true;
+                    return Some((Err(Error::WatcherLagged), self));
+                }
+                // Closed: this coordinator will tell nothing more; the store still can.
+                Heard::Event(Err(RecvError::Closed)) => self.receiver = None,
+                Heard::Output(Some((missed, delivery))) => {
+                    // Fell behind the output: told, and it goes on with what comes next.
+                    if missed > 0 {
+                        self.pending
+                            .push_back(RunEvent::OutputMissed { pieces: missed });
+                    }
+                    for (offset, piece) in &delivery.pieces {
+                        if *offset > self.output_after {
+                            self.output_after = *offset;
+                            self.pending
+                                .push_back(RunEvent::output(*offset, piece.clone()));
+                        }
+                    }
+                }
+                Heard::Output(None) => self.live = None,
+                // Nothing heard for a while: ask the store.
+                Heard::Nothing => {
+                    self.heard_at = Instant::now();
+                    match self.coordinator.catch_up(&self.run_id, self.settled).await {
+                        Ok(events) => {
+                            if events.iter().any(ends_a_step) {
+                                self.drain_output().await;
+                            }
+                            self.pending.extend(events);
+                        }
+                        Err(error) => {
+                            tracing::debug!(run_id = %self.run_id, %error, "watch cannot catch up yet")
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Whether, before telling `event`, heard from this coordinator, the store must be read for
+    /// output that may not have reached this watch yet: before the run's end, always; before a
+    /// step's end, only if pieces of the run were queued here since the last read (the step's
+    /// answer was recorded here, so its output came through here). Most steps stream nothing,
+    /// and they cost no read.
+    fn may_have_unread_output(&self, event: &RunEvent) -> bool {
+        match event {
+            RunEvent::RunFinished(_) => true,
+            RunEvent::StepFinished { .. } => self
+                .coordinator
+                .inner
+                .output
+                .queued_since(&self.run_id, self.output_mark),
+            _ => false,
+        }
+    }
+
+    /// Tells the output in the store that this watch has not told yet: before a step's end, its
+    /// output (written before its answer was recorded) may still be on its way here.
+    async fn drain_output(&mut self) {
+        if self.live.is_none() {
+            return;
+        }
+        let inner = &self.coordinator.inner;
+        let mark = inner.output.stored_mark(&self.run_id, self.output_mark);
+        match inner
+            .store
+            .read_output(&self.run_id, Some(self.output_after))
+            .await
+        {
+            Ok(pieces) => {
+                self.output_mark = mark;
+                for (offset, piece) in pieces {
+                    self.output_after = self.output_after.max(offset);
+                    self.pending.push_back(RunEvent::output(offset, piece));
+                }
+            }
+            Err(error) => {
+                tracing::debug!(run_id = %self.run_id, %error, "cannot read the last of the output")
+            }
+        }
+    }
+
+    /// Waits for a run event, a piece of output, or the time to catch up.
+    async fn hear(&mut self) -> Heard {
+        let catch_up = tokio::time::sleep_until(self.heard_at + CATCH_UP_EVERY);
+        let event = async {
+            match self.receiver.as_mut() {
+                Some(receiver) => receiver.recv().await,
+                None => std::future::pending().await,
+            }
+        };
+        let output = async {
+            match self.live.as_mut() {
+                Some(live) => live.recv().await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            // Events first: a step's end goes out before more of its output.
+            biased;
+            event = event => Heard::Event(event),
+            output = output => Heard::Output(output),
+            _ = catch_up => Heard::Nothing,
+        }
+    }
+
+    /// Whether `event` is news; notes it.
+    fn is_news(&mut self, event: &RunEvent) -> bool {
+        match event {
+            RunEvent::StepFinished { step_id, visit, .. } => {
+                let new = self.told.insert((Told::Settled, step_id.clone(), *visit));
+                if new {
+                    self.settled += 1;
+                }
+                new
+            }
+            RunEvent::ApprovalRequested { step_id, visit, .. } => {
+                self.told.insert((Told::Approval, step_id.clone(), *visit))
+            }
+            RunEvent::RunFinished(_) => {
+                let first = !self.done;
+                self.done = true;
+                first
+            }
+            RunEvent::StepStarted { .. }
+            | RunEvent::StepOutput { .. }
+            | RunEvent::OutputMissed { .. } => true,
+        }
+    }
+}

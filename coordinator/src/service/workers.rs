@@ -1,0 +1,198 @@
+//! Workers' streams: a worker connecting (and taking over the tasks it still runs), leaving or
+//! falling silent (its tasks delivered again), and this coordinator shutting down.
+
+use std::time::Duration;
+
+use super::spans::Answered;
+use super::{Coordinator, Error};
+use crate::hub::{ReadyTask, WorkerStream};
+use crate::lease;
+use crate::model::TaskEntry;
+use crate::store::Store;
+use crate::task_ref::{MalformedTaskId, TaskRef};
+
+/// A worker's hello, as the edge checked it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkerHello {
+    pub worker_id: String,
+    /// The agents it serves.
+    pub agents: Vec<String>,
+    /// How many tasks it runs at once, at least 1.
+    pub capacity: usize,
+    /// Its part cache's size, which the coordinator mirrors.
+    pub cache_bytes: u64,
+    /// The tasks it still runs from an earlier stream (an id that does not read as a task is
+    /// kept, so that the worker can be told to stop it).
+    pub held: Vec<Result<TaskRef, MalformedTaskId>>,
+}
+
+impl<S: Store> Coordinator<S> {
+    /// A worker said hello: it takes over the tasks it still runs from an earlier stream
+    /// (`held`, where their attempts are still current; the others are stopped) and gets
+    /// queued tasks for its agents at once. Returns the connection's number, for
+    /// [`Coordinator::disconnect_worker`], and a receiver that completes when the coordinator
+    /// lets the worker go (it fell silent): the stream must end then.
+    pub async fn connect_worker(
+        &self,
+        hello: WorkerHello,
+        stream: WorkerStream,
+    ) -> Result<(u64, tokio::sync::oneshot::Receiver<()>), Error> {
+        // A coordinator on its way out takes nobody: the worker goes to its next address.
+        if self.inner.leases.stopping() {
+            return Err(Error::ShuttingDown);
+        }
+        let worker_id = hello.worker_id.as_str();
+        let hub = &self.inner.hub;
+        let (connection, closed) = hub
+            .connect(
+                worker_id,
+                hello.agents,
+                hello.capacity,
+                hello.cache_bytes,
+                stream,
+            )
+            .map_err(|e| Error::DuplicateWorker(e.to_string()))?;
+        tracing::info!(
+            worker_id,
+            capacity = hello.capacity,
+            held = hello.held.len(),
+            "worker connected"
+        );
+        // The tasks it still runs take their slots first.
+        for task in hello.held {
+            match task {
+                Ok(task) => self.adopt_running(worker_id, task).await,
+                Err(MalformedTaskId(text)) => hub.cancel(worker_id, &text, "malformed task id"),
+            }
+            hub.seen(worker_id);
+        }
+        let assignments = hub.open(worker_id);
+        self.assigned(assignments).await;
+        // What is due for its agents goes to it now rather than at the next sweep.
+        self.sweep().await;
+        Ok((connection, closed))
+    }
+
+    /// A worker's stream ended (or fell silent): the tasks it held are delivered again, each as
+    /// a new attempt, so that its answers, should it come back, are refused.
+    pub async fn disconnect_worker(&self, worker_id: &str, connection: u64) {
+        let returned = self.inner.hub.disconnect(worker_id, connection);
+        tracing::info!(worker_id, returned = returned.len(), "worker disconnected");
+        for task in returned {
+            self.redeliver_lost(worker_id, task).await;
+        }
+    }
+
+    /// A worker that said nothing for [`super::Config::worker_silence_ms`] is cut off: its
+    /// stream may be dead behind a proxy without either end seeing it close.
+    pub(super) async fn check_silent_workers(&self) {
+        let silence = Duration::from_millis(self.inner.config.worker_silence_ms);
+        for (worker_id, connection) in self.inner.hub.silent(silence) {
+            tracing::warn!(%worker_id, ?silence, "worker silent; taking its stream for dead");
+            self.disconnect_worker(&worker_id, connection).await;
+        }
+    }
+
+    /// A reconnected worker still runs `task`: take over its lease if that attempt is current,
+    /// and otherwise tell the worker to stop it.
+    async fn adopt_running(&self, worker_id: &str, task: TaskRef) {
+        let task_id = task.to_string();
+        let stop = |reason: &str| self.inner.hub.cancel(worker_id, &task_id, reason);
+        let (run_id, key) = (task.run_id.as_str(), task.key());
+        let stored = match self.inner.store.task(run_id, &key).await {
+            Ok(Some(stored)) => stored,
+            Ok(None) => return stop("the task is no longer in flight"),
+            Err(error) => {
+                tracing::warn!(worker_id, %task_id, %error, "cannot check a task the worker still runs");
+                return stop("its lease could not be checked");
+            }
+        };
+        let Ok(entry) = serde_json::from_slice::<TaskEntry>(&stored) else {
+            return stop("its stored lease is unreadable");
+        };
+        let config = &self.inner.config;
+        let Some(next) = lease::adopted(
+            &entry,
+            task.attempt,
+            &config.coordinator_id,
+            worker_id,
+            self.now_ms(),
+            config.lease_ms,
+        ) else {
+            self.inner.metrics.fenced.inc();
+            return stop("superseded: the task was given to another worker");
+        };
+        let Ok(Some(ready)) = self.build_ready(run_id, &task.task, task.attempt).await else {
+            return stop("the run no longer waits for it");
+        };
+        let _leases = self.inner.leases.writes.lock().await;
+        match self.swap_bytes(run_id, &key, stored, Some(&next)).await {
+            Ok(true) => {
+                self.inner.hub.adopt(worker_id, ready);
+                self.show_task(run_id, &key, &next).await;
+                tracing::info!(worker_id, %task_id, "took over a task the worker still runs");
+            }
+            _ => stop("its lease changed while it was taken over"),
+        }
+    }
+
+    /// A task whose worker went away: delivered again as a new attempt (or, lost too often,
+    /// its step fails). Only while this coordinator still holds it.
+    async fn redeliver_lost(&self, worker_id: &str, task: ReadyTask) {
+        if self.inner.leases.stopping() {
+            // Shutting down: the lease runs out, and another coordinator takes the task.
+            return;
+        }
+        let (run_id, key) = (task.run_id().to_owned(), task.key.clone());
+        let leases = self.inner.leases.writes.lock().await;
+        let Some(entry) = self.held_entry(&run_id, &key) else {
+            return;
+        };
+        // The lost attempt's span ends here, so that the worker's span (if it got out) and
+        // the next attempt's link have it.
+        if let Some(sent) = task.sent()
+            && entry.attempt == task.attempt()
+        {
+            self.trace_attempt(&Answered {
+                worker_id,
+                attempt: entry.attempt,
+                sent: &sent,
+                persisting: self.inner.config.clock.now(),
+                error: Some("its worker was lost"),
+                retry_after_ms: None,
+                lost_before: entry.lost,
+                abandoned: None,
+            });
+        }
+        let config = &self.inner.config;
+        let due = lease::lost(
+            &entry,
+            self.now_ms(),
+            config.lease_ms,
+            config.max_lost_deliveries,
+        );
+        self.claimed(&run_id, &key, entry.encode(), due, Some(task), leases)
+            .await;
+    }
+
+    /// Stops taking work before the process exits: workers are told to connect to another
+    /// coordinator (where the tasks they run are taken over), and the queued tasks are released
+    /// so that the other coordinators claim them at once instead of waiting for the leases.
+    pub async fn shutdown(&self) {
+        self.inner.leases.stop();
+        let _leases = self.inner.leases.writes.lock().await;
+        let queued = self.inner.hub.goodbye();
+        let now = self.now_ms();
+        for task in queued {
+            let (run_id, key) = (task.run_id(), task.key.as_str());
+            let Some(entry) = self.held_entry(run_id, key) else {
+                continue;
+            };
+            let released = lease::released(&entry, now);
+            if let Err(error) = self.swap(run_id, key, &entry, Some(&released)).await {
+                tracing::warn!(%run_id, task = %key, %error, "cannot release a queued task; its lease runs out instead");
+            }
+        }
+        tracing::info!("coordinator stopping: workers sent elsewhere, queued tasks released");
+    }
+}

@@ -1,0 +1,468 @@
+//! `impl Store for RedisStore`: each call of the [`Store`] contract as commands and scripts on the
+//! layout of the [module docs](super).
+
+use std::collections::{BTreeMap, HashMap};
+
+use ::redis::{AsyncCommands, RedisError, Value};
+
+use super::output::{read_entries, read_streams};
+use super::replies::{
+    corrupt, fields, list, script_error, take, take_number, take_text, unavailable,
+    with_fence_attempt,
+};
+use super::scripts::{
+    APPEND_OUTPUT, APPLY_TRANSITION, CREATE_RUN, DUE_TASKS, SWAP_TASKS, add_transition,
+};
+use super::{BLOCKING_RESPONSE_TIMEOUT, RUNNING, RedisStore};
+use crate::store::{
+    Claim, DueTask, Error, OUTPUT_MAX_BYTES, OutputOffset, OutputPiece, RunHeader, RunSummary,
+    Store, StoredRun, TaskSwap, TransitionWrite,
+};
+
+impl Store for RedisStore {
+    async fn create_run(&self, header: RunHeader, first: TransitionWrite) -> Result<(), Error> {
+        let run_id = header.run_id.as_str();
+        let keys = self.run_keys(run_id);
+        let mut invocation = CREATE_RUN.prepare_invoke();
+        keys.add_to(&mut invocation);
+        invocation
+            .arg(header.workflow.as_str())
+            .arg(header.workflow_id.as_str())
+            .arg(header.input.as_slice())
+            .arg(header.created_ms)
+            .arg(header.traceparent.as_str());
+        add_transition(&mut invocation, &first, &self.timer_prefix(), run_id);
+        let mut con = self.con.clone();
+        let _version: u64 = invocation
+            .invoke_async(&mut con)
+            .await
+            .map_err(|err| with_fence_attempt(script_error(err, run_id, 0), &first))?;
+
+        // The run exists now: a failure to index it must not turn into an error the caller would
+        // retry (the retry would find the run). `rebuild_indexes` repairs what is left behind.
+        let indexed: Result<(), RedisError> = async {
+            let _: i64 = con.zadd(self.runs_key(), run_id, header.created_ms).await?;
+            let _: i64 = con
+                .zadd(
+                    self.workflow_runs_key(&header.workflow_id),
+                    run_id,
+                    header.created_ms,
+                )
+                .await?;
+            self.update_active(run_id, &first.status).await
+        }
+        .await;
+        if let Err(err) = indexed {
+            tracing::warn!(run_id, error = %err, "run created but not indexed; rebuild_indexes repairs it");
+        }
+        Ok(())
+    }
+
+    async fn apply_transition(
+        &self,
+        run_id: &str,
+        expected_version: u64,
+        write: TransitionWrite,
+    ) -> Result<u64, Error> {
+        let keys = self.run_keys(run_id);
+        let mut invocation = APPLY_TRANSITION.prepare_invoke();
+        keys.add_to(&mut invocation);
+        invocation.arg(expected_version);
+        add_transition(&mut invocation, &write, &self.timer_prefix(), run_id);
+        let mut con = self.con.clone();
+        let (version, before): (u64, String) =
+            invocation.invoke_async(&mut con).await.map_err(|err| {
+                with_fence_attempt(script_error(err, run_id, expected_version), &write)
+            })?;
+
+        // Most transitions leave a running run running: its index entry is already there, and
+        // skipping the update keeps a transition at one round trip.
+        if !(before == RUNNING && write.status == RUNNING)
+            && let Err(err) = self.update_active(run_id, &write.status).await
+        {
+            tracing::warn!(run_id, error = %err, "transition applied but active index not updated; rebuild_indexes repairs it");
+        }
+        Ok(version)
+    }
+
+    async fn load_run(&self, run_id: &str) -> Result<Option<StoredRun>, Error> {
+        self.read_retrying(|| async {
+            let keys = self.run_keys(run_id);
+            let mut con = self.con.clone();
+            type Reply = (Value, Value, Value, Value, Value, Value);
+            let (run, events, results, steps, tasks, chain): Reply = ::redis::pipe()
+                .atomic()
+                .cmd("HGETALL")
+                .arg(&keys.run)
+                .cmd("LRANGE")
+                .arg(&keys.events)
+                .arg(0)
+                .arg(-1)
+                .cmd("HGETALL")
+                .arg(&keys.results)
+                .cmd("HGETALL")
+                .arg(&keys.steps)
+                .cmd("HGETALL")
+                .arg(&keys.tasks)
+                .cmd("LRANGE")
+                .arg(&keys.chain)
+                .arg(0)
+                .arg(-1)
+                .query_async(&mut con)
+                .await
+                .map_err(|err| script_error(err, run_id, 0))?;
+
+            let mut hash: HashMap<String, Vec<u8>> = fields(run_id, "header", run)?;
+            if hash.is_empty() {
+                return Ok(None);
+            }
+            let header = RunHeader {
+                run_id: run_id.to_owned(),
+                workflow_id: take_text(run_id, &mut hash, "workflow_id")?,
+                workflow: take_text(run_id, &mut hash, "workflow")?,
+                input: take(run_id, &mut hash, "input")?,
+                created_ms: take_number(run_id, &mut hash, "created_ms")?,
+                // Absent in runs created before runs were traced.
+                traceparent: hash
+                    .remove("traceparent")
+                    .and_then(|bytes| String::from_utf8(bytes).ok())
+                    .unwrap_or_default(),
+            };
+            let error = match hash.remove("error") {
+                Some(error) => Some(
+                    String::from_utf8(error)
+                        .map_err(|_| corrupt(run_id, "its error is not UTF-8"))?,
+                ),
+                None => None,
+            };
+            let events = list(run_id, "events", events)?;
+            let links = list(run_id, "chain", chain)?;
+            Ok(Some(StoredRun {
+                version: take_number(run_id, &mut hash, "version")?,
+                status: take_text(run_id, &mut hash, "status")?,
+                error,
+                state_sha256: take_text(run_id, &mut hash, "state_sha256")?,
+                updated_ms: take_number(run_id, &mut hash, "updated_ms")?,
+                events,
+                results: fields(run_id, "results", results)?,
+                steps: fields::<BTreeMap<_, _>>(run_id, "steps", steps)?,
+                tasks: fields::<BTreeMap<_, _>>(run_id, "tasks", tasks)?,
+                links,
+                header,
+            }))
+        })
+        .await
+    }
+
+    async fn swap_tasks(&self, swaps: Vec<TaskSwap>) -> Result<Vec<bool>, Error> {
+        if swaps.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut invocation = SWAP_TASKS.prepare_invoke();
+        invocation.arg(self.timer_prefix());
+        for swap in &swaps {
+            invocation
+                .key(self.run_keys(&swap.run_id).tasks)
+                .arg(format!("{}/{}", swap.run_id, swap.task_key))
+                .arg(swap.task_key.as_str())
+                .arg(swap.expected.as_slice());
+            match &swap.new {
+                Some(bytes) => invocation.arg("1").arg(bytes.as_slice()),
+                None => invocation.arg("0").arg(""),
+            };
+        }
+        let mut con = self.con.clone();
+        let swapped: Vec<i64> = invocation
+            .invoke_async(&mut con)
+            .await
+            .map_err(|err| script_error(err, &swaps[0].run_id, 0))?;
+        Ok(swapped.into_iter().map(|s| s == 1).collect())
+    }
+
+    async fn due_tasks(
+        &self,
+        agent: &str,
+        now_ms: i64,
+        limit: usize,
+    ) -> Result<Vec<DueTask>, Error> {
+        self.read_retrying(|| async {
+            if limit == 0 {
+                return Ok(Vec::new());
+            }
+            let mut con = self.con.clone();
+            let reply: Vec<Vec<u8>> = DUE_TASKS
+                .key(self.agent_timers_key(agent))
+                .arg(now_ms)
+                .arg(limit.min(i64::MAX as usize))
+                .arg(self.run_key_prefix())
+                .invoke_async(&mut con)
+                .await
+                .map_err(unavailable)?;
+            let mut due = Vec::with_capacity(reply.len() / 2);
+            let mut items = reply.into_iter();
+            while let (Some(member), Some(task)) = (items.next(), items.next()) {
+                let member = String::from_utf8(member).map_err(|_| {
+                    Error::Corrupt(format!("a timer of agent {agent} is not UTF-8"))
+                })?;
+                let Some((run_id, task_key)) = member.split_once('/') else {
+                    continue;
+                };
+                due.push(DueTask {
+                    run_id: run_id.to_owned(),
+                    task_key: task_key.to_owned(),
+                    task,
+                });
+            }
+            Ok(due)
+        })
+        .await
+    }
+
+    async fn task(&self, run_id: &str, task_key: &str) -> Result<Option<Vec<u8>>, Error> {
+        self.read_retrying(|| async {
+            let mut con = self.con.clone();
+            con.hget(self.run_keys(run_id).tasks, task_key)
+                .await
+                .map_err(|err| script_error(err, run_id, 0))
+        })
+        .await
+    }
+
+    async fn version(&self, run_id: &str) -> Result<Option<u64>, Error> {
+        self.read_retrying(|| async {
+            let mut con = self.con.clone();
+            con.hget(self.run_keys(run_id).run, "version")
+                .await
+                .map_err(|err| script_error(err, run_id, 0))
+        })
+        .await
+    }
+
+    async fn list_runs(&self, limit: usize) -> Result<Vec<RunSummary>, Error> {
+        self.read_retrying(|| async {
+            if limit == 0 {
+                return Ok(Vec::new());
+            }
+            let mut con = self.con.clone();
+            // Equal scores come back in reverse member order: (created_ms, run_id) descending, the
+            // memory store's order.
+            let stop = isize::try_from(limit - 1).unwrap_or(isize::MAX);
+            let ids: Vec<String> = con
+                .zrevrange(self.runs_key(), 0, stop)
+                .await
+                .map_err(unavailable)?;
+            if ids.is_empty() {
+                return Ok(Vec::new());
+            }
+            let mut pipe = ::redis::pipe();
+            for run_id in &ids {
+                pipe.cmd("HMGET")
+                    .arg(self.run_keys(run_id).run)
+                    .arg("workflow_id")
+                    .arg("status")
+                    .arg("created_ms")
+                    .arg("updated_ms");
+            }
+            type Fields = (Option<String>, Option<String>, Option<i64>, Option<i64>);
+            let rows: Vec<Fields> = pipe.query_async(&mut con).await.map_err(unavailable)?;
+            Ok(ids
+                .into_iter()
+                .zip(rows)
+                .filter_map(|(run_id, row)| match row {
+                    (Some(workflow_id), Some(status), Some(created_ms), Some(updated_ms)) => {
+                        Some(RunSummary {
+                            run_id,
+                            workflow_id,
+                            status,
+                            created_ms,
+                            updated_ms,
+                        })
+                    }
+                    // Indexed but gone: the index is behind the runs.
+                    _ => None,
+                })
+                .collect())
+        })
+        .await
+    }
+
+    async fn active_runs(&self) -> Result<Vec<String>, Error> {
+        self.read_retrying(|| async {
+            let mut con = self.con.clone();
+            let mut ids: Vec<String> =
+                con.smembers(self.active_key()).await.map_err(unavailable)?;
+            if ids.is_empty() {
+                return Ok(ids);
+            }
+            let mut pipe = ::redis::pipe();
+            for run_id in &ids {
+                pipe.cmd("HGET")
+                    .arg(self.run_keys(run_id).run)
+                    .arg("status");
+            }
+            let statuses: Vec<Option<Vec<u8>>> =
+                pipe.query_async(&mut con).await.map_err(unavailable)?;
+            let mut statuses = statuses.into_iter();
+            ids.retain(|_| statuses.next().flatten().as_deref() == Some(RUNNING.as_bytes()));
+            ids.sort();
+            Ok(ids)
+        })
+        .await
+    }
+
+    async fn decisions(&self, run_id: &str) -> Result<BTreeMap<String, Vec<u8>>, Error> {
+        self.read_retrying(|| async {
+            let mut con = self.con.clone();
+            let reply: Value = ::redis::cmd("HGETALL")
+                .arg(self.run_keys(run_id).decisions)
+                .query_async(&mut con)
+                .await
+                .map_err(|err| script_error(err, run_id, 0))?;
+            fields(run_id, "decisions", reply)
+        })
+        .await
+    }
+
+    async fn claim_idempotency_key(
+        &self,
+        key: &str,
+        run_id: &str,
+        request_sha256: &str,
+        ttl_s: u64,
+    ) -> Result<Claim, Error> {
+        let mut con = self.con.clone();
+        let redis_key = self.idempotency_key(key);
+        let value = format!("{run_id} {request_sha256}");
+        // SET NX, else GET; a key that expires between the two is claimed on the next try.
+        for _ in 0..3 {
+            let set: Option<String> = ::redis::cmd("SET")
+                .arg(&redis_key)
+                .arg(&value)
+                .arg("NX")
+                .arg("EX")
+                .arg(ttl_s.max(1))
+                .query_async(&mut con)
+                .await
+                .map_err(unavailable)?;
+            if set.is_some() {
+                return Ok(Claim::Claimed);
+            }
+            let held: Option<String> = con.get(&redis_key).await.map_err(unavailable)?;
+            if let Some(held) = held {
+                let (run_id, request_sha256) = held.split_once(' ').ok_or_else(|| {
+                    Error::Corrupt(format!("idempotency key {key:?} holds {held:?}"))
+                })?;
+                return Ok(Claim::Held {
+                    run_id: run_id.to_owned(),
+                    request_sha256: request_sha256.to_owned(),
+                });
+            }
+        }
+        Err(Error::Unavailable(format!(
+            "idempotency key {key:?} kept expiring while it was claimed"
+        )))
+    }
+
+    async fn runs_of_workflow(
+        &self,
+        workflow_id: &str,
+        limit: usize,
+    ) -> Result<Vec<String>, Error> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let mut con = self.con.clone();
+        let stop = isize::try_from(limit - 1).unwrap_or(isize::MAX);
+        con.zrevrange(self.workflow_runs_key(workflow_id), 0, stop)
+            .await
+            .map_err(unavailable)
+    }
+
+    async fn append_output(&self, pieces: Vec<(String, OutputPiece)>) -> Result<(), Error> {
+        // One script call per run's consecutive pieces: each run's stay in order.
+        let mut by_run: Vec<(String, Vec<OutputPiece>)> = Vec::new();
+        for (run_id, piece) in pieces {
+            match by_run.last_mut() {
+                Some((last, run_pieces)) if *last == run_id => run_pieces.push(piece),
+                _ => by_run.push((run_id, vec![piece])),
+            }
+        }
+        let mut con = self.con.clone();
+        for (run_id, pieces) in &by_run {
+            let keys = self.run_keys(run_id);
+            let mut invocation = APPEND_OUTPUT.prepare_invoke();
+            invocation
+                .key(&keys.run)
+                .key(&keys.output)
+                .arg(OUTPUT_MAX_BYTES);
+            for piece in pieces {
+                invocation
+                    .arg(piece.step_id.as_str())
+                    .arg(piece.visit)
+                    .arg(piece.attempt)
+                    .arg(piece.text.as_str())
+                    .arg(if piece.restart { "1" } else { "0" });
+            }
+            let _appended: u64 = invocation
+                .invoke_async(&mut con)
+                .await
+                .map_err(unavailable)?;
+        }
+        Ok(())
+    }
+
+    async fn read_output(
+        &self,
+        run_id: &str,
+        after: Option<OutputOffset>,
+    ) -> Result<Vec<(OutputOffset, OutputPiece)>, Error> {
+        self.read_retrying(|| async {
+            let start = match after {
+                Some(offset) => format!("({offset}"),
+                None => "-".to_owned(),
+            };
+            let mut con = self.con.clone();
+            let reply: Value = ::redis::cmd("XRANGE")
+                .arg(self.run_keys(run_id).output)
+                .arg(start)
+                .arg("+")
+                .query_async(&mut con)
+                .await
+                .map_err(unavailable)?;
+            read_entries(run_id, reply)
+        })
+        .await
+    }
+
+    async fn wait_output(
+        &self,
+        after: Vec<(String, OutputOffset)>,
+        block: std::time::Duration,
+    ) -> Result<Vec<(String, OutputOffset, OutputPiece)>, Error> {
+        if after.is_empty() {
+            tokio::time::sleep(block).await;
+            return Ok(Vec::new());
+        }
+        let block = block.min(BLOCKING_RESPONSE_TIMEOUT / 2);
+        let mut command = ::redis::cmd("XREAD");
+        command
+            .arg("BLOCK")
+            .arg(block.as_millis().max(1) as u64)
+            .arg("STREAMS");
+        for (run_id, _) in &after {
+            command.arg(self.run_keys(run_id).output);
+        }
+        for (_, offset) in &after {
+            command.arg(offset.to_string());
+        }
+        let mut con = self.blocking.clone();
+        let reply: Value = command.query_async(&mut con).await.map_err(unavailable)?;
+        let by_key: HashMap<String, &str> = after
+            .iter()
+            .map(|(run_id, _)| (self.run_keys(run_id).output, run_id.as_str()))
+            .collect();
+        read_streams(reply, |key| {
+            by_key.get(key).map(|run_id| run_id.to_string())
+        })
+    }
+}

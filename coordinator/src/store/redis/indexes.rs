@@ -1,0 +1,133 @@
+//! The global indexes of the [module docs](super#indexes), which `list_runs`, `active_runs` and
+//! `runs_of_workflow` read: updated after the scripts that create a run or change its status,
+//! and rebuilt from the run headers when a crash left them behind.
+
+use std::collections::HashSet;
+
+use ::redis::{AsyncCommands, RedisError};
+
+use super::replies::unavailable;
+use super::{RUNNING, RedisStore};
+use crate::store::Error;
+
+impl RedisStore {
+    /// Brings `active_runs`' set in line with a status this store just wrote for `run_id`.
+    ///
+    /// Two coordinators' updates may arrive out of order (an older "not running" after a newer
+    /// "running"), so a removal is followed by a read of the header, and the id goes back if the
+    /// run is running again by then: whichever update comes last, the set ends up right.
+    pub(super) async fn update_active(&self, run_id: &str, status: &str) -> Result<(), RedisError> {
+        let mut con = self.con.clone();
+        if status == RUNNING {
+            let _: i64 = con.sadd(self.active_key(), run_id).await?;
+            return Ok(());
+        }
+        let _: i64 = con.srem(self.active_key(), run_id).await?;
+        let now: Option<Vec<u8>> = con.hget(self.run_keys(run_id).run, "status").await?;
+        if now.as_deref() == Some(RUNNING.as_bytes()) {
+            let _: i64 = con.sadd(self.active_key(), run_id).await?;
+        }
+        Ok(())
+    }
+
+    /// Rebuilds the `list_runs` and `active_runs` indexes from the run headers: adds what is
+    /// missing, removes ids whose header is gone and fixes each run's active membership. Safe to
+    /// run while the store is in use; meant for after a crash between a script and its index
+    /// update. Returns how many runs it found.
+    pub async fn rebuild_indexes(&self) -> Result<usize, Error> {
+        let mut con = self.con.clone();
+        let pattern = format!("{}:run:{{*}}", glob_escape(&self.prefix));
+        let header_prefix = format!("{}:run:{{", self.prefix);
+        let mut found = HashSet::new();
+        let mut cursor: u64 = 0;
+        loop {
+            let (next, keys): (u64, Vec<String>) = ::redis::cmd("SCAN")
+                .arg(cursor)
+                .arg("MATCH")
+                .arg(&pattern)
+                .arg("COUNT")
+                .arg(500)
+                .query_async(&mut con)
+                .await
+                .map_err(unavailable)?;
+            for key in keys {
+                let Some(run_id) = key
+                    .strip_prefix(&header_prefix)
+                    .and_then(|rest| rest.strip_suffix('}'))
+                else {
+                    continue;
+                };
+                let (created_ms, status, workflow_id): (
+                    Option<i64>,
+                    Option<String>,
+                    Option<String>,
+                ) = con
+                    .hmget(&key, &["created_ms", "status", "workflow_id"])
+                    .await
+                    .map_err(unavailable)?;
+                let (Some(created_ms), Some(status)) = (created_ms, status) else {
+                    continue;
+                };
+                let _: i64 = con
+                    .zadd(self.runs_key(), run_id, created_ms)
+                    .await
+                    .map_err(unavailable)?;
+                let _: i64 = con
+                    .zadd(
+                        self.workflow_runs_key(&workflow_id.unwrap_or_default()),
+                        run_id,
+                        created_ms,
+                    )
+                    .await
+                    .map_err(unavailable)?;
+                self.update_active(run_id, &status)
+                    .await
+                    .map_err(unavailable)?;
+                found.insert(run_id.to_owned());
+            }
+            cursor = next;
+            if cursor == 0 {
+                break;
+            }
+        }
+        // Ids in the indexes without a header: check again right before removing, a run may have
+        // been created since the scan.
+        let listed: Vec<String> = con
+            .zrange(self.runs_key(), 0, -1)
+            .await
+            .map_err(unavailable)?;
+        let active: Vec<String> = con.smembers(self.active_key()).await.map_err(unavailable)?;
+        for run_id in listed.iter().chain(&active) {
+            if found.contains(run_id) {
+                continue;
+            }
+            let exists: bool = con
+                .exists(self.run_keys(run_id).run)
+                .await
+                .map_err(unavailable)?;
+            if !exists {
+                let _: i64 = con
+                    .zrem(self.runs_key(), run_id)
+                    .await
+                    .map_err(unavailable)?;
+                let _: i64 = con
+                    .srem(self.active_key(), run_id)
+                    .await
+                    .map_err(unavailable)?;
+            }
+        }
+        Ok(found.len())
+    }
+}
+
+/// Escapes the glob characters of `SCAN MATCH`.
+fn glob_escape(text: &str) -> String {
+    let mut escaped = String::with_capacity(text.len());
+    for c in text.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            escaped.push('\\');
+        }
+        escaped.push(c);
+    }
+    escaped
+}

@@ -1,0 +1,88 @@
+//! The name of every key the store writes, from its prefix `P`: a run's keys each carry the
+//! run's hash tag `{<run id>}`, the indexes and the timer sets are global. The
+//! [module docs](super#layout) say what each one holds.
+
+use ::redis::ScriptInvocation;
+
+use super::RedisStore;
+
+/// The keys of one run, each with the run's hash tag.
+pub(super) struct RunKeys {
+    pub(super) run: String,
+    pub(super) events: String,
+    pub(super) results: String,
+    pub(super) steps: String,
+    pub(super) tasks: String,
+    pub(super) chain: String,
+    pub(super) decisions: String,
+    /// The run's live output, a stream.
+    pub(super) output: String,
+}
+
+impl RunKeys {
+    /// Passes the run's keys as a script's `KEYS[1]` to `KEYS[8]`, in the order
+    /// `lua/transition.lua` names them.
+    pub(super) fn add_to(&self, invocation: &mut ScriptInvocation<'_>) {
+        invocation
+            .key(&self.run)
+            .key(&self.events)
+            .key(&self.results)
+            .key(&self.steps)
+            .key(&self.tasks)
+            .key(&self.chain)
+            .key(&self.decisions)
+            .key(&self.output);
+    }
+}
+
+impl RedisStore {
+    /// `P:run:{R}`, the run's header, and the seven keys named after it.
+    pub(super) fn run_keys(&self, run_id: &str) -> RunKeys {
+        let run = format!("{}:run:{{{run_id}}}", self.prefix);
+        RunKeys {
+            events: format!("{run}:events"),
+            results: format!("{run}:results"),
+            steps: format!("{run}:steps"),
+            tasks: format!("{run}:tasks"),
+            chain: format!("{run}:chain"),
+            decisions: format!("{run}:decisions"),
+            output: format!("{run}:output"),
+            run,
+        }
+    }
+
+    /// The prefix of the agents' timer sets: `P:timers:<agent>`.
+    pub(super) fn timer_prefix(&self) -> String {
+        format!("{}:timers:", self.prefix)
+    }
+
+    /// `P:runs`: every run by creation time.
+    pub(super) fn runs_key(&self) -> String {
+        format!("{}:runs", self.prefix)
+    }
+
+    /// `P:workflow:<workflow id>:runs`: the runs of one workflow by creation time.
+    pub(super) fn workflow_runs_key(&self, workflow_id: &str) -> String {
+        format!("{}:workflow:{workflow_id}:runs", self.prefix)
+    }
+
+    /// `P:runs:active`: the runs whose status is `running`.
+    pub(super) fn active_key(&self) -> String {
+        format!("{}:runs:active", self.prefix)
+    }
+
+    /// The timer set of `agent`: `P:timers:<agent>`.
+    pub(super) fn agent_timers_key(&self, agent: &str) -> String {
+        format!("{}{agent}", self.timer_prefix())
+    }
+
+    /// What `lua/due_tasks.lua` puts `{<run id>}:tasks` after to name a run's tasks: `P:run:`.
+    pub(super) fn run_key_prefix(&self) -> String {
+        format!("{}:run:", self.prefix)
+    }
+
+    /// The key that holds a claim of the idempotency key `key`.
+    pub(super) fn idempotency_key(&self, key: &str) -> String {
+        format!("{}:idempotency:{key}", self.prefix)
+    }
+}

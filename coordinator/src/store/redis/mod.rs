@@ -1,0 +1,197 @@
+//! The Redis store: the production [`Store`].
+//!
+//! - this file: [`RedisStore`], its connection, and the layout, indexes and scripts below.
+//! - `keys`: the name of every key, built from the prefix; a run's keys carry its hash tag.
+//! - `scripts`: the Lua scripts, each joined from files of `lua/`; a transition as arguments.
+//! - `impl_store`: `impl Store for RedisStore`, each call of the contract.
+//! - `replies`: replies read back: refusals and failures as [`Error`], hashes and lists as bytes.
+//! - `indexes`: the global indexes kept in line with the runs, and `rebuild_indexes`.
+//! - `output`: a run's live output read back from its stream.
+//! - `lua/`: the Lua source of the scripts ([Scripts](#scripts) says which file goes where).
+//!
+//! # Layout
+//!
+//! With the key prefix `P` (`baton` unless [`RedisStore::connect_with_prefix`] says otherwise), a
+//! run `R` is eight keys:
+//!
+//! | key                   | type | holds                                                          |
+//! |-----------------------|------|----------------------------------------------------------------|
+//! | `P:run:{R}`           | hash | `workflow`, `workflow_id`, `input`, `created_ms`, `traceparent`, `updated_ms`, `status`, `error` (absent when `None`), `state_sha256`, `version`, `output_bytes` (while the run has live output) |
+//! | `P:run:{R}:events`    | list | the event log, `RPUSH`ed in order                              |
+//! | `P:run:{R}:results`   | hash | `"<step>#<visit>"` -> result                                   |
+//! | `P:run:{R}:steps`     | hash | step id -> step state                                          |
+//! | `P:run:{R}:tasks`     | hash | task key -> task                                               |
+//! | `P:run:{R}:chain`     | list | the state chain's links, `RPUSH`ed in order                    |
+//! | `P:run:{R}:decisions` | hash | decision key -> decision with its embedding (`HSETNX`)         |
+//! | `P:run:{R}:output`    | stream | live output while the run runs: fields `s` step, `v` visit, `a` attempt, `t` text, `r` restart; set to expire a minute after the transition that ends the run |
+//!
+//! Every one of them carries the run id as a hash tag, `{R}`, so a Redis Cluster puts all of a
+//! run on one slot. That is what lets a single Lua script read and write the whole run, and a
+//! single `MULTI` read it back: atomicity per run is the one guarantee the [`Store`] contract
+//! asks for, and a script over one slot gives it in a Cluster as well as on one server.
+//!
+//! - `create_run` and `apply_transition` are each one script (see [Scripts](#scripts)): the
+//!   version check, the result check, then every write. Redis does not roll a failing script
+//!   back, so all checks come before the first write and a refused call writes nothing. The
+//!   scripts answer a refusal with an error reply (`EXISTS`, `NOTFOUND`, `CONFLICT <actual>`,
+//!   `FENCED <task key> <current attempt>`, `CORRUPT <why>`) that `replies.rs` maps to [`Error`].
+//! - `load_run` reads the run's keys but `decisions` in one `MULTI`/`EXEC`, so it sees a run between two
+//!   transitions, never in the middle of one.
+//! - `swap_tasks` is one script for a batch of compare-and-swaps, so a coordinator renews all
+//!   the leases it holds in one round trip; `due_tasks`, one script too, reads an agent's due
+//!   timers and their tasks in one.
+//! - Values are bytes and travel as bytes; only keys (run ids, result keys, step ids, task keys)
+//!   and the header's text fields must be UTF-8 when read back.
+//!
+//! `Unavailable` covers every failure to reach Redis, including a reply that timed out: the
+//! write may then have happened or not. Retrying is safe, because a transition is guarded by its
+//! version (a retry that already landed gets `Conflict`, so reload) and a creation by the run id
+//! (`AlreadyExists`).
+//!
+//! The connection is one [`ConnectionManager`], i.e. one server (or a primary behind a proxy),
+//! plus a second one for `wait_output` alone: its `XREAD BLOCK` holds a connection until output
+//! comes, and would hold up every other command sent on a shared one.
+//! The layout is Cluster-ready; a Cluster client is not wired in yet.
+//!
+//! Run ids are expected to be non-empty and free of `{` and `}` (the coordinator makes UUIDs):
+//! otherwise the hash tag would not be the whole run id and a Cluster could split a run.
+//!
+//! # Indexes
+//!
+//! Global keys, not part of any run:
+//! - `P:runs`, a sorted set (score `created_ms`, member run id), for `list_runs`;
+//! - `P:runs:active`, a set of run ids whose status is `running`, for `active_runs`;
+//! - `P:workflow:<workflow id>:runs`, a sorted set like `P:runs` per workflow id, for
+//!   `runs_of_workflow` (decision queries over all runs of a workflow);
+//! - `P:idempotency:<key>`, a string `<run id> <request sha256>` that expires, for SubmitRun's
+//!   idempotency keys (`SET NX EX`: the first submitter claims it);
+//! - `P:timers:<agent>`, a sorted set per agent (member `<run id>/<task key>`, score the task's
+//!   `due_ms`): lease deadlines and retry times, which the coordinators' sweeps read.
+//!
+//! These keys live on other slots than the runs in a Cluster, so the run scripts cannot touch
+//! them; they are updated with separate commands after a script succeeded. They are an index, not
+//! the source of truth: the run headers are. A crash between a script and its index update leaves
+//! the index behind, never the run, and [`RedisStore::rebuild_indexes`] rebuilds `P:runs` and
+//! `P:runs:active` from the headers (and adds what the workflow sets miss). Readers guard against
+//! a stale index too: `list_runs` skips ids whose header is gone and `active_runs` keeps only the
+//! ids whose header says `running`.
+//!
+//! The timer sets are the exception to that rule: the run scripts write them together with the
+//! task they time (a task without its timer would never be swept), which is atomic on one server.
+//! On a Redis Cluster they would have to be split per hash slot.
+//!
+//! # Scripts
+//!
+//! Each script sent to Redis is files of `lua/` joined end to end, in this order, at compile
+//! time (`scripts.rs`):
+//!
+//! | script             | made of                                   |
+//! |--------------------|-------------------------------------------|
+//! | `create_run`       | `transition.lua` + `create_run.lua`       |
+//! | `apply_transition` | `transition.lua` + `apply_transition.lua` |
+//! | `swap_tasks`       | `transition.lua` + `swap_tasks.lua`       |
+//! | `due_tasks`        | `due_tasks.lua`                           |
+//! | `append_output`    | `append_output.lua`                       |
+//!
+//! `transition.lua` is a prelude: it defines local functions (and a table) and calls nothing by
+//! itself. The first two scripts use it to read, check and write a transition; `swap_tasks` only
+//! for the timers of the tasks it swaps (`decode_task`, `check_timer_key`, `set_timer`,
+//! `unset_timer`). A change to it changes those three scripts.
+//!
+//! [`Store`]: super::Store
+
+mod impl_store;
+mod indexes;
+mod keys;
+mod output;
+mod replies;
+mod scripts;
+
+use ::redis::Client;
+use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
+
+use super::Error;
+use replies::unavailable;
+
+/// The key prefix of [`RedisStore::connect`].
+pub const DEFAULT_PREFIX: &str = "baton";
+
+/// The status that puts a run in `active_runs`.
+const RUNNING: &str = baton_core::RunStatus::Running.as_str();
+
+/// Runs in Redis, laid out as the [module docs](self) describe. Cheap to clone: clones share
+/// one multiplexed connection that reconnects by itself.
+#[derive(Clone)]
+pub struct RedisStore {
+    con: ConnectionManager,
+    /// `wait_output`'s own connection: a blocking read holds it.
+    blocking: ConnectionManager,
+    prefix: String,
+}
+
+/// How long a reply may take on the blocking connection: longer than any `wait_output` blocks.
+const BLOCKING_RESPONSE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+impl std::fmt::Debug for RedisStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisStore")
+            .field("prefix", &self.prefix)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RedisStore {
+    /// Connects to `url` (`redis://host:port/db`, `rediss://` for TLS) with the key prefix
+    /// [`DEFAULT_PREFIX`].
+    pub async fn connect(url: &str) -> Result<RedisStore, Error> {
+        Self::connect_with_prefix(url, DEFAULT_PREFIX).await
+    }
+
+    /// Connects to `url` and keeps every key under `prefix` (so that several stores can share a
+    /// server). The prefix may not contain `{` or `}`: it would take the place of the run's hash
+    /// tag.
+    pub async fn connect_with_prefix(url: &str, prefix: &str) -> Result<RedisStore, Error> {
+        if prefix.contains(['{', '}']) {
+            return Err(Error::Unavailable(format!(
+                "invalid Redis key prefix {prefix:?}: it may not contain '{{' or '}}'"
+            )));
+        }
+        let client = Client::open(url).map_err(unavailable)?;
+        let con = ConnectionManager::new(client.clone())
+            .await
+            .map_err(unavailable)?;
+        let config =
+            ConnectionManagerConfig::new().set_response_timeout(Some(BLOCKING_RESPONSE_TIMEOUT));
+        let blocking = ConnectionManager::new_with_config(client, config)
+            .await
+            .map_err(unavailable)?;
+        Ok(RedisStore {
+            con,
+            blocking,
+            prefix: prefix.to_owned(),
+        })
+    }
+
+    /// The key prefix.
+    pub fn prefix(&self) -> &str {
+        &self.prefix
+    }
+
+    /// Runs a read once more after a short pause if Redis was unreachable: the connection
+    /// manager reconnects by itself, but fails the first command after the connection dropped
+    /// (Redis restarted, a proxy cut it). Reads are safe to repeat; writes are not retried here,
+    /// their callers know whether repeating them is safe.
+    async fn read_retrying<T, F, Fut>(&self, read: F) -> Result<T, Error>
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = Result<T, Error>>,
+    {
+        match read().await {
+            Err(Error::Unavailable(_)) => {
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                read().await
+            }
+            other => other,
+        }
+    }
+}

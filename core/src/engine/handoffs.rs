@@ -1,0 +1,217 @@
+//! What agent step visits hand on to the next agent step, as a transition records it: a second
+//! `impl Builder` beside [`super::transition`], which calls it as agents and parallel steps settle.
+//!
+//! The records themselves (decisions, sources, handoffs) are [`crate::handoff`]'s; here is when
+//! they are made and where the run keeps them. An agent's decisions are recorded at once; its
+//! messages merge into the history at once, or, in a branch, wait in the parallel step's slot
+//! until the last branch settles, so that they join in branch order and the branches still in
+//! flight keep the history they were dispatched with.
+
+use std::sync::Arc;
+
+use imbl::Vector;
+use serde_json::value::RawValue;
+
+use super::transition::Builder;
+use super::{Handed, MessageHistory, Pending};
+use crate::handoff::{AgentNotes, DecisionRecord, Handoff, Source, rfc3339};
+use crate::messages::{MAX_HISTORY, MessageUpdate, add_branch_messages, add_messages, assign_ids};
+use crate::workflow::{Step, StepIndex, StepKind};
+
+impl Builder {
+    /// Records what an agent step visit hands on: its decisions at once, its messages into the
+    /// history (a branch's wait for the merge, in branch order), and itself as the source of
+    /// the next handoff. Messages that cannot merge (a removal of an unknown id) fail the step
+    /// with the reason; it still hands over, without decisions.
+    pub(super) fn hand_on(
+        &mut self,
+        index: StepIndex,
+        visit: u32,
+        mut notes: AgentNotes,
+    ) -> Result<(), Arc<str>> {
+        let workflow = self.run.workflow.clone();
+        let step = workflow.step(index);
+        let StepKind::Agent { agent } = &step.kind else {
+            unreachable!("only agent steps take agent results");
+        };
+        let message_ids = assign_ids(&mut notes.messages, &step.id, visit);
+        // Most results carry no messages: the history stays as it is, shared.
+        let checked = if notes.messages.is_empty() {
+            Ok(None)
+        } else {
+            add_messages(
+                self.run.messages.messages(),
+                notes.messages.clone(),
+                &step.id,
+                visit,
+                agent,
+            )
+            .map_err(|e| Arc::<str>::from(format!("the agent's messages were refused: {e}")))
+            .and_then(|merged| {
+                // Every later payload carries the history: it may not grow without bound.
+                if merged.len() > MAX_HISTORY {
+                    Err(format!(
+                        "the agent's messages were refused: the history would hold {} messages; the limit is {MAX_HISTORY}",
+                        merged.len()
+                    )
+                    .into())
+                } else {
+                    Ok(Some(merged))
+                }
+            })
+        };
+        let (source, merged) = match checked {
+            Ok(merged) => {
+                // The ids this update leaves in the history, each once: what memory_refs name.
+                let kept: std::collections::HashSet<&str> =
+                    merged.iter().flatten().map(|m| m.id.as_str()).collect();
+                let mut seen = std::collections::HashSet::new();
+                let message_ids: Vec<String> = message_ids
+                    .into_iter()
+                    .filter(|id| kept.contains(id.as_str()) && seen.insert(id.clone()))
+                    .collect();
+                let timestamp = if notes.decisions.is_empty() {
+                    Arc::from("")
+                } else {
+                    self.timestamp()
+                };
+                let decisions: Vec<Arc<DecisionRecord>> = notes
+                    .decisions
+                    .into_iter()
+                    .enumerate()
+                    .map(|(n, d)| {
+                        Arc::new(DecisionRecord {
+                            key: format!("{}#{visit}/{n}", step.id),
+                            agent: agent.clone(),
+                            step_id: step.id.to_string(),
+                            visit,
+                            summary: d.summary,
+                            rationale: d.rationale,
+                            timestamp: timestamp.to_string(),
+                            related_artifacts: d.related_artifacts,
+                        })
+                    })
+                    .collect();
+                self.run.decisions.extend(decisions.iter().cloned());
+                let source = Source {
+                    agent: agent.clone(),
+                    step_id: step.id.clone(),
+                    visit,
+                    decisions,
+                    message_ids,
+                };
+                (source, Ok(merged))
+            }
+            Err(refused) => {
+                notes.messages.clear();
+                let source = Source {
+                    agent: agent.clone(),
+                    step_id: step.id.clone(),
+                    visit,
+                    decisions: Vec::new(),
+                    message_ids: Vec::new(),
+                };
+                (source, Err(refused))
+            }
+        };
+        let source = Arc::new(source);
+        match step.parent {
+            None => {
+                if let Ok(Some(merged)) = &merged {
+                    self.run.messages = MessageHistory::new(merged.clone());
+                }
+                self.run.sources = Arc::new(vec![source]);
+            }
+            Some(parent) => {
+                let handed = Handed {
+                    entries: vec![(source, notes.messages)],
+                };
+                self.file_handed(parent, index, handed);
+            }
+        }
+        merged.map(|_| ())
+    }
+
+    /// Files what `branch` handed on into its slot of the parallel step `parent`.
+    fn file_handed(&mut self, parent: StepIndex, branch: StepIndex, branch_handed: Handed) {
+        let workflow = self.run.workflow.clone();
+        let StepKind::Parallel { branches } = &workflow.step(parent).kind else {
+            unreachable!("a branch's parent is a parallel step");
+        };
+        let slot = branches.iter().position(|&b| b == branch);
+        if let (Some(slot), Some(Pending::Parallel { handed, .. })) =
+            (slot, self.run.pending.get_mut(&parent))
+        {
+            handed.set(slot, Some(branch_handed));
+        }
+    }
+
+    /// A parallel step settled: its agent branches' messages join the history in branch order,
+    /// and those branches hand over together to the next agent step. A parallel step nested in
+    /// another passes all of it up instead, so that nothing is applied before the outermost
+    /// parallel step settles (its other branches all started from the same history).
+    pub(super) fn merge_handed(&mut self, parallel: StepIndex, handed: &Vector<Option<Handed>>) {
+        let entries: Vec<(Arc<Source>, Vec<MessageUpdate>)> = handed
+            .iter()
+            .flatten()
+            .flat_map(|h| h.entries.iter().cloned())
+            .collect();
+        if entries.is_empty() {
+            return;
+        }
+        if let Some(outer) = self.run.workflow.step(parallel).parent {
+            self.file_handed(outer, parallel, Handed { entries });
+            return;
+        }
+        let mut messages = self.run.messages.messages().to_vec();
+        let mut changed = false;
+        for (source, updates) in &entries {
+            if updates.is_empty() {
+                continue;
+            }
+            messages = add_branch_messages(
+                &messages,
+                updates.clone(),
+                &source.step_id,
+                source.visit,
+                &source.agent,
+            );
+            changed = true;
+        }
+        if changed {
+            self.run.messages = MessageHistory::new(messages);
+        }
+        self.run.sources = Arc::new(entries.into_iter().map(|(source, _)| source).collect());
+    }
+
+    /// Writes the handoff into an agent step being entered, from the agent step visits that
+    /// handed on last, and keeps it in the run. `None` until some agent step has settled.
+    /// The record is returned as JSON text so that every payload of this visit shares it.
+    pub(super) fn handoff_into(
+        &mut self,
+        step: &Step,
+        agent: &str,
+        visit: u32,
+    ) -> Option<Arc<RawValue>> {
+        (!self.run.sources.is_empty()).then(|| {
+            let timestamp = self.timestamp();
+            let handoff = Arc::new(Handoff::new(
+                &self.run.sources,
+                agent,
+                step.id.clone(),
+                visit,
+                (!timestamp.is_empty()).then(|| timestamp.to_string()),
+            ));
+            self.run.handoffs.push_back(handoff.clone());
+            Arc::from(handoff.to_raw())
+        })
+    }
+
+    /// The transition's time, RFC 3339 (empty when the event carried none).
+    fn timestamp(&mut self) -> Arc<str> {
+        let now_ms = self.run.now_ms;
+        self.timestamp
+            .get_or_insert_with(|| rfc3339(now_ms).unwrap_or_default().into())
+            .clone()
+    }
+}

@@ -1,0 +1,299 @@
+//! The rules that need the whole document: unique ids and well-formed names, references to
+//! steps and to context keys (with a "did you mean" for near misses), the context keys that
+//! transform paths and conditions read, limits, unknown fields and reachability.
+
+use std::collections::{BTreeMap, HashMap};
+
+use serde_json::Value;
+
+use super::checker::{Checker, Node};
+use super::{StepType, Workflow, graph};
+use crate::diagnostics::did_you_mean;
+use crate::eval::Transform;
+use crate::eval::expr::Expr;
+use crate::payload::RESERVED_KEYS;
+
+impl Checker<'_> {
+    /// First occurrence of each id; later ones are reported as duplicates.
+    pub(super) fn index_ids(&mut self) -> HashMap<String, usize> {
+        let mut index: HashMap<String, usize> = HashMap::new();
+        for n in 0..self.nodes.len() {
+            let Some(id) = self.nodes[n].id.clone() else {
+                continue;
+            };
+            match index.get(&id) {
+                Some(&first) => {
+                    let first_path = self.nodes[first].path.clone();
+                    self.error(
+                        format!("{}.id", self.nodes[n].path),
+                        Some(n),
+                        format!("duplicate step id \"{id}\"; it is first used at {first_path}"),
+                    );
+                }
+                None => {
+                    index.insert(id, n);
+                }
+            }
+        }
+        index
+    }
+
+    pub(super) fn check_name(&mut self, path: &str, n: usize, what: &str, name: &str) {
+        let valid_chars = name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+        if name.is_empty() {
+            self.error(path.to_owned(), Some(n), format!("{what} is empty"));
+        } else if !valid_chars || name.starts_with('-') {
+            let shown: String = name.chars().take(40).collect();
+            self.error(
+                path.to_owned(),
+                Some(n),
+                format!("{what} \"{shown}\" may only contain ASCII letters, digits, \"_\" and \"-\" (not first)"),
+            );
+        } else if name.len() > self.limits.max_id_len {
+            // Only ASCII is left here, so bytes are characters.
+            self.error(
+                path.to_owned(),
+                Some(n),
+                format!(
+                    "{what} is {} characters long; the limit is {}",
+                    name.len(),
+                    self.limits.max_id_len
+                ),
+            );
+        } else if RESERVED_KEYS.contains(&name) {
+            self.error(
+                path.to_owned(),
+                Some(n),
+                format!(
+                    "{what} \"{name}\" is reserved: agents receive \"{}\" as payload keys",
+                    RESERVED_KEYS.join("\", \"")
+                ),
+            );
+        }
+    }
+
+    /// `next`, `then`, ... must name a top-level step.
+    pub(super) fn check_target(
+        &mut self,
+        n: usize,
+        path: &str,
+        field: &str,
+        target: &str,
+        index: &HashMap<String, usize>,
+    ) {
+        match index.get(target) {
+            Some(&t) if self.nodes[t].parent.is_some() => {
+                let parent = self.nodes[t].parent.and_then(|p| self.nodes[p].id.clone());
+                self.error(
+                    path.to_owned(),
+                    Some(n),
+                    format!(
+                        "{field} names \"{target}\", a branch of parallel step \"{}\"; only top-level steps can be routed to",
+                        parent.unwrap_or_default()
+                    ),
+                );
+            }
+            Some(_) => {}
+            None => {
+                let hint = did_you_mean(target, self.top_level_ids());
+                self.error(
+                    path.to_owned(),
+                    Some(n),
+                    format!("{field} names no step: \"{target}\"{hint}"),
+                );
+            }
+        }
+    }
+
+    fn top_level_ids(&self) -> Vec<&str> {
+        self.nodes
+            .iter()
+            .filter(|node| node.parent.is_none())
+            .filter_map(|node| node.id.as_deref())
+            .collect()
+    }
+
+    /// Keys the context can hold: top-level steps that produce data, by alias or id.
+    pub(super) fn context_keys(&self) -> Vec<&str> {
+        self.nodes
+            .iter()
+            .filter(|node| node.parent.is_none() && node.step_type() != Some(StepType::Condition))
+            .filter_map(Node::context_key)
+            .collect()
+    }
+
+    /// `input` must name a context key: a step id, or an output alias.
+    pub(super) fn check_input_reference(
+        &mut self,
+        n: usize,
+        path: &str,
+        reference: &str,
+        index: &HashMap<String, usize>,
+    ) {
+        if RESERVED_KEYS.contains(&reference) {
+            self.error(
+                path.to_owned(),
+                Some(n),
+                format!("input \"{reference}\" is a reserved payload key, not a step"),
+            );
+            return;
+        }
+        self.check_context_key(n, path, reference, index, true);
+    }
+
+    /// Whether `key` can ever be in the context. Transforms and `input` fail on unknown keys,
+    /// so those are errors; in conditions a missing key is `undefined`, so only a warning.
+    fn check_context_key(
+        &mut self,
+        n: usize,
+        path: &str,
+        key: &str,
+        index: &HashMap<String, usize>,
+        strict: bool,
+    ) {
+        if self.context_keys.contains(key) {
+            return;
+        }
+        let problem = match index.get(key).map(|&t| &self.nodes[t]) {
+            Some(target) if target.parent.is_some() => format!(
+                "\"{key}\" is a parallel branch; branch results are in the parallel step's data, not in the context by their own id"
+            ),
+            Some(target) if target.step_type() == Some(StepType::Condition) => {
+                format!("\"{key}\" is a condition step, which stores no data")
+            }
+            Some(target) => format!(
+                "step \"{key}\" stores its data under its output \"{}\"; refer to that instead",
+                target.context_key().unwrap_or_default()
+            ),
+            None => {
+                let hint = did_you_mean(key, self.context_keys());
+                format!("\"{key}\" names no step or output{hint}")
+            }
+        };
+        if strict {
+            self.error(path.to_owned(), Some(n), problem);
+        } else {
+            self.warning(
+                path.to_owned(),
+                Some(n),
+                format!("{problem}; the path will always be undefined"),
+            );
+        }
+    }
+
+    /// A transform, parsed; a path must read a key the context can hold.
+    pub(super) fn check_transform(
+        &mut self,
+        n: usize,
+        path: &str,
+        source: &str,
+        index: &HashMap<String, usize>,
+    ) -> Option<Transform> {
+        let parsed = Transform::parse(
+            source,
+            self.limits.max_expression_len,
+            self.limits.max_jq_len,
+        );
+        let transform = self.parsed_or_reported(n, path, parsed)?;
+        if let Transform::Path(p) = &transform
+            && let Some(key) = p.first_context_key()
+        {
+            self.check_context_key(n, path, &key, index, true);
+        }
+        Some(transform)
+    }
+
+    /// A condition, bounded in length and parsed; its paths should read keys the context can hold.
+    pub(super) fn check_condition(
+        &mut self,
+        n: usize,
+        path: &str,
+        source: &str,
+        index: &HashMap<String, usize>,
+    ) -> Option<Expr> {
+        if source.chars().count() > self.limits.max_expression_len {
+            self.error(
+                path.to_owned(),
+                Some(n),
+                format!(
+                    "condition is {} characters long; the limit is {}",
+                    source.chars().count(),
+                    self.limits.max_expression_len
+                ),
+            );
+            return None;
+        }
+        let parsed = Expr::parse(source, self.limits.max_expression_depth);
+        let condition = self.parsed_or_reported(n, path, parsed)?;
+        for p in condition.paths() {
+            if let Some(key) = p.first_context_key() {
+                self.check_context_key(n, path, &key, index, false);
+            }
+        }
+        Some(condition)
+    }
+
+    /// What parsed, or `None` with the parser's error reported at `path`.
+    fn parsed_or_reported<T>(
+        &mut self,
+        n: usize,
+        path: &str,
+        parsed: Result<T, String>,
+    ) -> Option<T> {
+        parsed
+            .map_err(|error| self.error(path.to_owned(), Some(n), error))
+            .ok()
+    }
+
+    pub(super) fn check_max_visits(
+        &mut self,
+        path: &str,
+        n: Option<usize>,
+        value: Option<u32>,
+    ) -> Option<u32> {
+        let value = value?;
+        if value == 0 || value > self.limits.max_visits_ceiling {
+            self.error(
+                path.to_owned(),
+                n,
+                format!(
+                    "max_visits must be between 1 and {}",
+                    self.limits.max_visits_ceiling
+                ),
+            );
+            return None;
+        }
+        Some(value)
+    }
+
+    pub(super) fn unknown_fields(
+        &mut self,
+        path: &str,
+        n: Option<usize>,
+        unknown: &BTreeMap<String, Value>,
+        known: &[&str],
+    ) {
+        for field in unknown.keys() {
+            let hint = did_you_mean(field, known.iter().copied());
+            self.error(
+                format!("{path}.{field}"),
+                n,
+                format!("unknown field \"{field}\"{hint}"),
+            );
+        }
+    }
+
+    /// Top-level steps that no route from the entry step reaches.
+    pub(super) fn warn_unreachable(&mut self, workflow: &Workflow) {
+        let entry_id = workflow.step(workflow.entry()).id.clone();
+        for unreachable in graph::unreachable(workflow) {
+            self.warning(
+                self.nodes[unreachable].path.clone(),
+                Some(unreachable),
+                format!("step is unreachable from the entry step \"{entry_id}\""),
+            );
+        }
+    }
+}
