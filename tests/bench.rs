@@ -27,7 +27,7 @@ fn bench_prints_one_line_per_workload_with_every_field() {
         .iter()
         .map(|l| l["workload"].as_str().unwrap())
         .collect();
-    assert_eq!(workloads, ["W1", "W2", "W3", "W4", "W5"]);
+    assert_eq!(workloads, ["W1", "W2", "W3", "W4", "W5", "W6"]);
     let (steps, streaming) = lines.split_at(4);
     for line in steps {
         for field in [
@@ -69,4 +69,9 @@ fn bench_prints_one_line_per_workload_with_every_field() {
     let received = w5["pieces_received"].as_u64().unwrap();
     let missed = w5["pieces_missed"].as_u64().unwrap();
     assert!(streamed > 0 && received + missed == streamed, "{w5}");
+
+    // W6: jq transforms only, so no agent got a payload; each step is timed.
+    let w6 = &streaming[1];
+    assert!(w6["per_step_ms"].as_f64().unwrap() > 0.0, "{w6}");
+    assert_eq!(w6["bytes_to_workers"].as_u64(), Some(0), "{w6}");
 }

@@ -42,6 +42,8 @@ pub struct Args {
     /// Tasks the in-process worker runs at once.
     #[arg(long, default_value_t = 8)]
     concurrency: usize,
+    #[command(flatten)]
+    jq: crate::jq_budget::JqArgs,
 }
 
 /// Where the transcript goes: stdout, or stderr with `--json` so stdout stays one JSON object.
@@ -73,6 +75,7 @@ async fn run_locally(args: Args, traces: bool) -> anyhow::Result<ExitCode> {
         traces,
         ..Config::default()
     };
+    args.jq.install(&config)?;
     let coordinator = Coordinator::new(MemoryStore::new(), config);
     let (stop_server, server_stopped) = oneshot::channel::<()>();
     let server = tokio::spawn(baton_coordinator::grpc::serve(

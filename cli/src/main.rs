@@ -7,6 +7,7 @@
 //! - `decisions`: `baton decisions`, the decisions agents took, searched by meaning.
 //! - `dev`: `baton dev`, coordinator and workers in one process, on an in-memory store.
 //! - `bench`: `baton bench`, the benchmark: its own Redis, coordinator and worker processes.
+//! - `jq_budget`: the budget on `jq:` transforms, and the sandbox process that runs them.
 //! - `input`: `--input`, JSON or else a plain string.
 //! - `progress`: a run's events printed as they come.
 //! - `record_json`: a run record as `--json` prints it.
@@ -18,6 +19,7 @@ mod client;
 mod decisions;
 mod dev;
 mod input;
+mod jq_budget;
 mod metrics_endpoint;
 mod progress;
 mod record_json;
@@ -60,12 +62,17 @@ enum Command {
     Dev(dev::Args),
     /// Measure per-step overhead, fan-out, throughput and context size on a real cluster.
     Bench(bench::Args),
+    /// Run `jq:` transforms for a coordinator, under its budget (started by the coordinator).
+    #[command(hide = true)]
+    JqSandbox(jq_budget::SandboxArgs),
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Validate(args) => validate::run(args),
+        // Before any runtime: a sandbox is one thread running programs and one watching them.
+        Command::JqSandbox(args) => return jq_budget::sandbox(args),
         command => tokio::runtime::Builder::new_multi_thread()
             .enable_all()
             .build()
@@ -81,7 +88,9 @@ fn main() -> ExitCode {
                         Command::Decisions(args) => decisions::run(args).await,
                         Command::Dev(args) => dev::run(args).await,
                         Command::Bench(args) => bench::run(args).await,
-                        Command::Validate(_) => unreachable!("handled above"),
+                        Command::Validate(_) | Command::JqSandbox(_) => {
+                            unreachable!("handled above")
+                        }
                     }
                 })
             }),

@@ -27,6 +27,8 @@ pub struct CoordinatorArgs {
     embeddings: EmbeddingArgs,
     #[command(flatten)]
     leases: LeaseArgs,
+    #[command(flatten)]
+    jq: crate::jq_budget::JqArgs,
     /// Where to serve Prometheus metrics (`GET /metrics`); port 0 picks a free one.
     #[arg(long, default_value = "0.0.0.0:9464", conflicts_with = "no_metrics")]
     metrics_listen: SocketAddr,
@@ -118,6 +120,7 @@ pub async fn coordinator(args: CoordinatorArgs) -> anyhow::Result<ExitCode> {
 }
 
 async fn serve_coordinator(args: CoordinatorArgs, config: Config) -> anyhow::Result<ExitCode> {
+    args.jq.install(&config)?;
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("cannot listen on {}", args.listen))?;

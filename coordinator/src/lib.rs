@@ -16,6 +16,7 @@
 //! - [`parts`]: agent payloads by reference, each part encoded and hashed once per run.
 //! - `chain`: reading a run back checked against its state chain.
 //! - `decisions`: decision memory: stored with embeddings, ranked by meaning.
+//! - [`jq_sandbox`]: `jq:` transforms in budgeted processes, reused from a pool.
 //! - [`embed`]: text embedders (built-in hashed n-grams, OpenAI-compatible HTTP) and top-k cosine.
 //!
 //! Around them:
@@ -33,6 +34,7 @@ pub mod embed;
 mod error;
 pub mod grpc;
 pub mod hub;
+pub mod jq_sandbox;
 mod lease;
 mod metrics;
 mod model;

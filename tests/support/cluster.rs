@@ -293,6 +293,11 @@ impl Cluster {
     }
 
     /// The coordinator's gRPC URL, `http://127.0.0.1:<port>`.
+    /// The coordinator's process id.
+    pub fn coordinator_pid(&self) -> u32 {
+        self.coordinator.child.id()
+    }
+
     pub fn url(&self) -> &str {
         &self.url
     }

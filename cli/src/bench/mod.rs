@@ -22,6 +22,8 @@
 //! - W5 streaming: an `llm` agent streams a stand-in model's 20,000 tokens as live output; a
 //!   watcher on a second coordinator reads them (tokens per second, latency per token,
 //!   coordinators' CPU).
+//! - W6 jq: one run of 200 `jq:` transforms in a row, each in the coordinator's budgeted
+//!   sandbox (`BATON_JQ_UNBUDGETED=true` in the bench's environment runs them unbudgeted).
 
 mod cluster;
 mod model_server;
@@ -51,7 +53,7 @@ pub struct Args {
     #[arg(long, default_value_t = 3)]
     reps: usize,
     /// Which workloads, comma-separated.
-    #[arg(long, value_delimiter = ',', default_value = "W1,W2,W3,W4,W5")]
+    #[arg(long, value_delimiter = ',', default_value = "W1,W2,W3,W4,W5,W6")]
     workloads: Vec<Workload>,
     /// Multiplies every size (steps, branches, runs, blob size); CI runs 0.02 so the bench
     /// cannot rot without taking minutes.

@@ -19,6 +19,7 @@ pub enum Workload {
     W3,
     W4,
     W5,
+    W6,
 }
 
 impl FromStr for Workload {
@@ -31,8 +32,9 @@ impl FromStr for Workload {
             "W3" => Ok(Workload::W3),
             "W4" => Ok(Workload::W4),
             "W5" => Ok(Workload::W5),
+            "W6" => Ok(Workload::W6),
             other => Err(format!(
-                "unknown workload {other:?}; expected W1, W2, W3, W4 or W5"
+                "unknown workload {other:?}; expected W1, W2, W3, W4, W5 or W6"
             )),
         }
     }
@@ -43,6 +45,19 @@ fn chain(steps: usize, agent: &str) -> String {
         .map(|i| json!({"id": format!("s{i}"), "type": "agent", "agent": agent}))
         .collect();
     json!({"id": "bench-chain", "max_visits": 1, "steps": steps}).to_string()
+}
+
+/// `steps` `jq:` transforms in a row, each reshaping the one before: what a budget costs per
+/// transform (the whole chain settles within the submit).
+fn jq_chain(steps: usize) -> String {
+    let steps: Vec<Value> = (0..steps)
+        .map(|i| {
+            let previous = if i == 0 { "input".to_owned() } else { format!("context.s{}", i - 1) };
+            json!({"id": format!("s{i}"), "type": "transform",
+                   "transform": format!("jq: {{n: ((.{previous}.n // 0) + 1), files: [range(8) | \"f\\(.).rs\"]}}")})
+        })
+        .collect();
+    json!({"id": "bench-jq-chain", "max_visits": 1, "steps": steps}).to_string()
 }
 
 fn fan_out(branches: usize) -> String {
@@ -124,6 +139,11 @@ async fn once(
             let steps = scaled(200, scale);
             let input = json!({"workload": "W4"});
             let (time, gaps) = one_run(&mut client, &chain(steps, "blob64k"), &input).await?;
+            Ok((time, gaps, steps))
+        }
+        Workload::W6 => {
+            let steps = scaled(200, scale);
+            let (time, gaps) = one_run(&mut client, &jq_chain(steps), &json!({"n": 0})).await?;
             Ok((time, gaps, steps))
         }
         Workload::W5 => unreachable!("W5 is measured by streaming::measure"),

@@ -5,13 +5,15 @@
 //! imports are not available, so a transform gives the same answer wherever and whenever it runs.
 
 use std::fmt;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use jaq_core::load::{Arena, File, Loader};
 use jaq_core::{Compiler, Ctx, Vars, data};
 use jaq_json::Val;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
+
+use crate::workflow::json::text_nesting_depth;
 
 /// Native filters that read the environment, the clock or stdin, or write to stderr: a transform
 /// must give the same answer on every coordinator, so they are left out.
@@ -93,9 +95,23 @@ impl JqProgram {
         &self.source
     }
 
-    /// Runs the program on `document` and returns its single output.
+    /// Runs the program on `document` and returns its single output, within the default
+    /// [`JqOutputLimits`].
     pub fn run(&self, document: &Value) -> Result<Value, String> {
         let input = Val::deserialize(document).map_err(|e| format!("jq input: {e}"))?;
+        let text = self.run_val(input, &JqOutputLimits::default())?;
+        parse_output(&text)
+    }
+
+    /// Runs the program on a document given as JSON text and returns its single output as JSON
+    /// text, checked against `limits`: what a sandbox process does for a coordinator.
+    pub fn run_json(&self, document: &[u8], limits: &JqOutputLimits) -> Result<String, String> {
+        let mut reader = serde_json::Deserializer::from_slice(document);
+        let input = Val::deserialize(&mut reader).map_err(|e| format!("jq input: {e}"))?;
+        self.run_val(input, limits)
+    }
+
+    fn run_val(&self, input: Val, limits: &JqOutputLimits) -> Result<String, String> {
         let ctx = Ctx::<data::JustLut<Val>>::new(&self.filter.lut, Vars::new([]));
         // Not `jaq_core::unwrap_valr`: it exits the process when a program calls `halt`.
         let mut outputs = self.filter.id.run((ctx, input)).map(|output| {
@@ -117,8 +133,78 @@ impl JqProgram {
         }
         // jaq's values only serialise through their JSON text.
         let text = first.to_string();
-        serde_json::from_str(&text)
-            .map_err(|_| format!("jq program produced a value that is not JSON: {text}"))
+        limits.check(&text)?;
+        Ok(text)
+    }
+}
+
+/// The JSON text a program produced, as a value.
+pub fn parse_output(text: &str) -> Result<Value, String> {
+    serde_json::from_str(text).map_err(|_| {
+        let shown: String = text.chars().take(200).collect();
+        format!("jq program produced a value that is not JSON: {shown}")
+    })
+}
+
+/// How large and how deep a transform's result may be: the same ceilings as an agent's result
+/// (a coordinator passes its own).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JqOutputLimits {
+    pub max_bytes: usize,
+    pub max_depth: usize,
+}
+
+impl Default for JqOutputLimits {
+    fn default() -> Self {
+        Self {
+            max_bytes: 64 << 20,
+            max_depth: 100,
+        }
+    }
+}
+
+impl JqOutputLimits {
+    fn check(&self, text: &str) -> Result<(), String> {
+        if text.len() > self.max_bytes {
+            return Err(format!(
+                "jq program produced {} bytes; a step's data may be at most {} bytes",
+                text.len(),
+                self.max_bytes
+            ));
+        }
+        let depth = text_nesting_depth(text);
+        if depth > self.max_depth {
+            return Err(format!(
+                "jq program produced a value nested {depth} levels deep; the limit is {}",
+                self.max_depth
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// Where `jq:` transforms run. Without one installed they run in the calling thread, with no
+/// budget; a coordinator installs one that runs them in processes with a CPU and memory budget.
+pub trait JqRunner: Send + Sync {
+    /// The program's single output on `document`, or the error that fails the step.
+    fn run(&self, program: &JqProgram, document: &Value) -> Result<Value, String>;
+}
+
+static RUNNER: OnceLock<Box<dyn JqRunner>> = OnceLock::new();
+
+/// Installs the process's jq runner; `false` when one was installed already. Where transforms
+/// run is a property of the process (which binary, which budgets), like its allocator, and the
+/// engine stays a pure function of its inputs either way, so it is set once, not threaded
+/// through every transition.
+pub fn install_jq_runner(runner: Box<dyn JqRunner>) -> bool {
+    RUNNER.set(runner).is_ok()
+}
+
+/// Runs `program` through the installed runner, or in this thread.
+pub(crate) fn run_installed(program: &JqProgram, document: &Value) -> Result<Value, String> {
+    match RUNNER.get() {
+        Some(runner) => runner.run(program, document),
+        None => program.run(document),
     }
 }
 
@@ -167,6 +253,27 @@ mod tests {
             program.run(&document),
             Ok(json!({"count": 2, "first": "a.ts"}))
         );
+    }
+
+    #[test]
+    fn results_obey_the_size_and_depth_limits_of_an_agent_s_result() {
+        let limits = JqOutputLimits {
+            max_bytes: 10,
+            max_depth: 3,
+        };
+        let document = br#"{"input": 1, "context": {}}"#;
+        let big = JqProgram::compile("\"abcdefghij\"").unwrap();
+        assert_eq!(
+            big.run_json(document, &limits),
+            Err("jq program produced 12 bytes; a step's data may be at most 10 bytes".into())
+        );
+        let deep = JqProgram::compile("[[[[1]]]]").unwrap();
+        assert_eq!(
+            deep.run_json(document, &limits),
+            Err("jq program produced a value nested 4 levels deep; the limit is 3".into())
+        );
+        let fits = JqProgram::compile("[[[.input]]]").unwrap();
+        assert_eq!(fits.run_json(document, &limits), Ok("[[[1]]]".into()));
     }
 
     #[test]

@@ -49,7 +49,7 @@ impl Transform {
                 .resolve_strict(scope)
                 .cloned()
                 .map_err(|error| error.to_string()),
-            Transform::Jq(program) => program.run(&scope.to_document()),
+            Transform::Jq(program) => super::jq::run_installed(program, &scope.to_document()),
         }
     }
 }

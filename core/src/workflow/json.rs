@@ -56,7 +56,7 @@ pub(super) fn read_json(text: &str, limits: &Limits) -> Result<Value, Diagnostic
 }
 
 /// Deepest bracket nesting outside strings and comments.
-fn text_nesting_depth(text: &str) -> usize {
+pub(crate) fn text_nesting_depth(text: &str) -> usize {
     #[derive(PartialEq)]
     enum In {
         Code,

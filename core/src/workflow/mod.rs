@@ -15,7 +15,7 @@
 
 mod checker;
 mod graph;
-mod json;
+pub(crate) mod json;
 pub mod parse;
 mod raw;
 mod steps;

@@ -1,0 +1,99 @@
+//! The sandbox protocol: length-prefixed frames on the process's stdin and stdout.
+//!
+//! A request is two frames: a JSON header ([`Request`]) and the document as JSON text. A reply
+//! is one frame whose first byte says `O` (the rest is the output's JSON text) or `E` (the rest
+//! is the error that fails the step).
+
+use std::io::{self, Read, Write};
+
+use baton_core::eval::JqOutputLimits;
+use serde::{Deserialize, Serialize};
+
+/// The largest frame either side accepts: far above any document a coordinator admits.
+pub const MAX_FRAME_BYTES: usize = 1 << 30;
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Request {
+    pub program: String,
+    pub cpu_ms: u64,
+    pub output: JqOutputLimits,
+}
+
+pub fn write_frame(out: &mut impl Write, bytes: &[u8]) -> io::Result<()> {
+    let length = u32::try_from(bytes.len())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "frame too large"))?;
+    out.write_all(&length.to_le_bytes())?;
+    out.write_all(bytes)
+}
+
+/// The next frame, or `None` at a clean end of the stream.
+pub fn read_frame(input: &mut impl Read) -> io::Result<Option<Vec<u8>>> {
+    let mut length = [0u8; 4];
+    match input.read_exact(&mut length) {
+        Ok(()) => {}
+        Err(error) if error.kind() == io::ErrorKind::UnexpectedEof => return Ok(None),
+        Err(error) => return Err(error),
+    }
+    let length = u32::from_le_bytes(length) as usize;
+    if length > MAX_FRAME_BYTES {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("frame of {length} bytes; the limit is {MAX_FRAME_BYTES}"),
+        ));
+    }
+    let mut bytes = vec![0; length];
+    input.read_exact(&mut bytes)?;
+    Ok(Some(bytes))
+}
+
+/// A reply frame's payload: the output or the error.
+pub fn reply(result: &Result<String, String>) -> Vec<u8> {
+    let (tag, text) = match result {
+        Ok(output) => (b'O', output),
+        Err(error) => (b'E', error),
+    };
+    let mut bytes = Vec::with_capacity(text.len() + 1);
+    bytes.push(tag);
+    bytes.extend_from_slice(text.as_bytes());
+    bytes
+}
+
+/// What a reply frame says.
+pub fn read_reply(bytes: &[u8]) -> Result<String, String> {
+    let text = |rest: &[u8]| String::from_utf8_lossy(rest).into_owned();
+    match bytes.split_first() {
+        Some((b'O', rest)) => Ok(text(rest)),
+        Some((b'E', rest)) => Err(text(rest)),
+        _ => Err("the jq sandbox sent a malformed reply".to_owned()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frames_round_trip_and_a_clean_end_is_none() {
+        let mut wire = Vec::new();
+        write_frame(&mut wire, b"hello").unwrap();
+        write_frame(&mut wire, b"").unwrap();
+        let mut input = wire.as_slice();
+        assert_eq!(read_frame(&mut input).unwrap(), Some(b"hello".to_vec()));
+        assert_eq!(read_frame(&mut input).unwrap(), Some(Vec::new()));
+        assert_eq!(read_frame(&mut input).unwrap(), None);
+    }
+
+    #[test]
+    fn an_oversized_length_is_refused_before_allocating() {
+        let wire = u32::MAX.to_le_bytes();
+        let error = read_frame(&mut wire.as_slice()).unwrap_err();
+        assert!(error.to_string().contains("the limit is"), "{error}");
+    }
+
+    #[test]
+    fn replies_carry_output_or_error() {
+        assert_eq!(read_reply(&reply(&Ok("[1]".into()))), Ok("[1]".into()));
+        assert_eq!(read_reply(&reply(&Err("boom".into()))), Err("boom".into()));
+        assert!(read_reply(b"").is_err());
+    }
+}
