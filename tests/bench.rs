@@ -75,3 +75,34 @@ fn bench_prints_one_line_per_workload_with_every_field() {
     assert!(w6["per_step_ms"].as_f64().unwrap() > 0.0, "{w6}");
     assert_eq!(w6["bytes_to_workers"].as_u64(), Some(0), "{w6}");
 }
+
+#[test]
+fn bench_runs_a_secured_cluster_too() {
+    let output = baton()
+        .args([
+            "bench",
+            "--secure",
+            "--scale",
+            "0.02",
+            "--reps",
+            "1",
+            "--workloads",
+            "W1,W3",
+        ])
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "stderr:\n{}", stderr(&output));
+    let workloads: Vec<String> = stdout(&output)
+        .lines()
+        .map(|line| {
+            let line: serde_json::Value = serde_json::from_str(line).unwrap();
+            line["workload"].as_str().unwrap().to_owned()
+        })
+        .collect();
+    assert_eq!(workloads, ["W1", "W3"]);
+    assert!(
+        stderr(&output).contains("https://localhost:"),
+        "{}",
+        stderr(&output)
+    );
+}

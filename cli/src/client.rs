@@ -7,12 +7,12 @@ use std::process::ExitCode;
 use crate::record_json::record_to_json;
 use anyhow::Context as _;
 use baton_proto::Json;
+use baton_proto::connection::{ClientSecurity, Connection, with_sources};
 use baton_proto::v1::run_service_client::RunServiceClient;
 use baton_proto::v1::{
     CancelRunRequest, DecideApprovalRequest, GetRunRequest, ListRunsRequest, RunRecord,
     SubmitRunRequest, VerifyRunRequest, WatchRunRequest, run_event,
 };
-use tonic::transport::Channel;
 
 use crate::progress::{Progress, print_summary};
 
@@ -27,20 +27,42 @@ pub struct Target {
         global = true
     )]
     pub coordinator: String,
+    #[command(flatten)]
+    pub security: crate::security::ClientArgs,
 }
 
-/// Connects to the first coordinator of `urls` (one URL, or several separated by commas) that
-/// answers: any coordinator of a cluster serves every run.
-pub async fn connect(urls: &str) -> anyhow::Result<RunServiceClient<Channel>> {
+/// A client of a coordinator's run service, sending its token (if any) with every call.
+pub type Client = RunServiceClient<Connection>;
+
+/// Connects to the first coordinator of the target's URLs that answers: any coordinator of a
+/// cluster serves every run.
+pub async fn connect(target: &Target) -> anyhow::Result<Client> {
+    connect_with(&target.coordinator, &target.security.security()?).await
+}
+
+/// [`connect`] to `urls` (one URL, or several separated by commas) without TLS or a token:
+/// for the coordinators this process started itself (`baton dev`, `baton bench`).
+pub async fn connect_local(urls: &str) -> anyhow::Result<Client> {
+    connect_with(urls, &ClientSecurity::default()).await
+}
+
+pub async fn connect_with(urls: &str, security: &ClientSecurity) -> anyhow::Result<Client> {
     let mut failures = Vec::new();
     for url in urls.split(',').map(str::trim).filter(|url| !url.is_empty()) {
-        match RunServiceClient::connect(url.to_owned()).await {
-            Ok(client) => {
-                return Ok(client
+        let endpoint = match security.endpoint(url) {
+            Ok(endpoint) => endpoint,
+            Err(error) => {
+                failures.push(error.to_string());
+                continue;
+            }
+        };
+        match endpoint.connect().await {
+            Ok(channel) => {
+                return Ok(RunServiceClient::new(security.authorize(channel)?)
                     .max_decoding_message_size(baton_coordinator::grpc::MAX_MESSAGE_BYTES)
                     .max_encoding_message_size(baton_coordinator::grpc::MAX_MESSAGE_BYTES));
             }
-            Err(error) => failures.push(format!("{url}: {error}")),
+            Err(error) => failures.push(format!("{url}: {}", with_sources(&error))),
         }
     }
     anyhow::bail!(
@@ -82,7 +104,7 @@ pub async fn submit(args: SubmitArgs) -> anyhow::Result<ExitCode> {
     let workflow = std::fs::read(&args.workflow)
         .with_context(|| format!("cannot read {}", args.workflow.display()))?;
     let input = crate::input::parse(&args.input);
-    let mut client = connect(&args.target.coordinator).await?;
+    let mut client = connect(&args.target).await?;
     let mut request = tonic::Request::new(SubmitRunRequest {
         workflow,
         input: Some(Json::new(serde_json::to_vec(&input)?)),
@@ -116,11 +138,7 @@ pub async fn submit(args: SubmitArgs) -> anyhow::Result<ExitCode> {
 }
 
 /// Watches a run to its end, printing progress when asked; returns the final record.
-pub async fn follow(
-    client: &mut RunServiceClient<Channel>,
-    run_id: &str,
-    print: bool,
-) -> anyhow::Result<RunRecord> {
+pub async fn follow(client: &mut Client, run_id: &str, print: bool) -> anyhow::Result<RunRecord> {
     let mut stream = client
         .watch_run(WatchRunRequest {
             run_id: run_id.to_owned(),
@@ -186,7 +204,7 @@ enum RunsCommand {
 }
 
 pub async fn runs(args: RunsArgs) -> anyhow::Result<ExitCode> {
-    let mut client = connect(&args.target.coordinator).await?;
+    let mut client = connect(&args.target).await?;
     let mut stdout = std::io::stdout();
     match args.command {
         RunsCommand::List { limit } => {
@@ -307,7 +325,7 @@ pub struct ApproveArgs {
 }
 
 pub async fn approve(args: ApproveArgs) -> anyhow::Result<ExitCode> {
-    let mut client = connect(&args.target.coordinator).await?;
+    let mut client = connect(&args.target).await?;
     let record = client
         .decide_approval(DecideApprovalRequest {
             run_id: args.run_id,

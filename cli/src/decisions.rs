@@ -31,7 +31,7 @@ pub struct Args {
 }
 
 pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let mut client = connect(&args.target.coordinator).await?;
+    let mut client = connect(&args.target).await?;
     let (run_id, workflow_id) = if args.workflow {
         (String::new(), args.run_id)
     } else {

@@ -139,7 +139,7 @@ async fn run_locally(args: Args, traces: bool) -> anyhow::Result<ExitCode> {
         let _ = worker_stopped.await;
     }));
 
-    let mut client = crate::client::connect(&url).await?;
+    let mut client = crate::client::connect_local(&url).await?;
     let run_id = client
         .submit_run(SubmitRunRequest {
             workflow,

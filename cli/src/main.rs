@@ -2,6 +2,7 @@
 //!
 //! - this file: the subcommands, the runtime they run on, and logging.
 //! - `validate`: `baton validate`, check workflow files.
+//! - `security`: TLS, mTLS and token flags, for the coordinator and for its clients.
 //! - `server`: `baton coordinator` and `baton worker`, the cluster's processes.
 //! - `client`: `baton submit`, `runs` and `approve`, a client of a coordinator.
 //! - `decisions`: `baton decisions`, the decisions agents took, searched by meaning.
@@ -23,6 +24,7 @@ mod jq_budget;
 mod metrics_endpoint;
 mod progress;
 mod record_json;
+mod security;
 mod server;
 mod telemetry;
 mod validate;
@@ -68,6 +70,9 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    // Every TLS client and server of the process (Redis, gRPC, HTTP) uses ring, the one rustls
+    // provider built in; installed before anything can ask rustls for the process's provider.
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Validate(args) => validate::run(args),

@@ -76,6 +76,7 @@ pub fn record_to_json(record: &v1::RunRecord) -> Value {
         "created_ms": record.created_ms,
         "updated_ms": record.updated_ms,
         "trace_id": (!record.trace_id.is_empty()).then_some(&record.trace_id),
+        "submitted_by": (!record.submitted_by.is_empty()).then_some(&record.submitted_by),
         "usage": record.usage.iter().map(|usage| json!({
             "model": usage.model,
             "prompt_tokens": usage.prompt_tokens,

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use anyhow::Context as _;
 use baton_coordinator::grpc::Faults;
 use baton_coordinator::store::memory::MemoryStore;
-use baton_coordinator::store::redis::RedisStore;
+use baton_coordinator::store::redis::{ConnectOptions, RedisStore, redacted};
 use baton_coordinator::{Config, Coordinator};
 use baton_worker::Worker;
 use baton_worker::agents::AgentsFile;
@@ -17,9 +17,15 @@ pub struct CoordinatorArgs {
     /// Address to serve gRPC on.
     #[arg(long, default_value = "0.0.0.0:50051")]
     listen: SocketAddr,
-    /// Redis URL, where all run state lives.
-    #[arg(long, env = "BATON_REDIS", default_value = "redis://127.0.0.1:6379")]
-    redis: String,
+    /// Redis URL, where all run state lives: redis://[[USER]:PASSWORD@]HOST[:PORT][/DB], or
+    /// rediss:// for TLS [default: redis://127.0.0.1:6379]. Give a password through the
+    /// environment, which `ps` does not show (BATON_REDIS, the variable's old name, still works).
+    #[arg(long, env = "BATON_REDIS_URL", hide_env_values = true)]
+    redis: Option<String>,
+    /// The CA certificate (PEM) that signed the Redis server's certificate, for a rediss:// URL;
+    /// without it the system's roots are trusted.
+    #[arg(long, env = "BATON_REDIS_CA", value_name = "FILE")]
+    redis_ca: Option<PathBuf>,
     /// Keep run state in this process's memory instead (lost when it exits; for trials).
     #[arg(long, conflicts_with = "redis")]
     memory: bool,
@@ -29,6 +35,8 @@ pub struct CoordinatorArgs {
     leases: LeaseArgs,
     #[command(flatten)]
     jq: crate::jq_budget::JqArgs,
+    #[command(flatten)]
+    security: crate::security::ServeArgs,
     /// Where to serve Prometheus metrics (`GET /metrics`); port 0 picks a free one.
     #[arg(long, default_value = "0.0.0.0:9464", conflicts_with = "no_metrics")]
     metrics_listen: SocketAddr,
@@ -121,6 +129,8 @@ pub async fn coordinator(args: CoordinatorArgs) -> anyhow::Result<ExitCode> {
 
 async fn serve_coordinator(args: CoordinatorArgs, config: Config) -> anyhow::Result<ExitCode> {
     args.jq.install(&config)?;
+    let security = args.security.security()?;
+    tracing::info!(security = %args.security.describe(), "the port is secured");
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("cannot listen on {}", args.listen))?;
@@ -141,19 +151,40 @@ async fn serve_coordinator(args: CoordinatorArgs, config: Config) -> anyhow::Res
         let coordinator = Coordinator::with_embedder(MemoryStore::new(), config, embedder);
         tracing::info!(%address, store = "memory", id = coordinator.id(), "coordinator listening");
         let metrics = metrics_listener(&args).await?;
-        serve(listener, coordinator, metrics, faults).await?;
+        serve(listener, coordinator, metrics, security, faults).await?;
     } else {
-        let store = RedisStore::connect(&args.redis)
-            .await
-            .with_context(|| format!("cannot connect to Redis at {}", args.redis))?;
+        let (store, redis) = connect_redis(&args).await?;
         let coordinator = Coordinator::with_embedder(store, config, embedder);
         // Nothing to recover by hand: the tasks of a coordinator that died come back when their
         // leases run out, to whichever coordinator sweeps them first.
-        tracing::info!(%address, redis = %args.redis, id = coordinator.id(), "coordinator listening");
+        tracing::info!(%address, %redis, id = coordinator.id(), "coordinator listening");
         let metrics = metrics_listener(&args).await?;
-        serve(listener, coordinator, metrics, faults).await?;
+        serve(listener, coordinator, metrics, security, faults).await?;
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The Redis of `--redis` (else `BATON_REDIS_URL`, else the older `BATON_REDIS`, else the local
+/// default), with `--redis-ca`; the store and its URL as it may be shown, without the password.
+async fn connect_redis(args: &CoordinatorArgs) -> anyhow::Result<(RedisStore, String)> {
+    let url = match &args.redis {
+        Some(url) => url.clone(),
+        None => std::env::var("BATON_REDIS").unwrap_or_else(|_| "redis://127.0.0.1:6379".into()),
+    };
+    let ca_pem = match &args.redis_ca {
+        Some(path) => Some(
+            std::fs::read(path)
+                .with_context(|| format!("cannot read --redis-ca {}", path.display()))?,
+        ),
+        None => None,
+    };
+    let options = ConnectOptions {
+        ca_pem,
+        ..ConnectOptions::default()
+    };
+    // The store's errors name the URL, redacted, and what to fix.
+    let store = RedisStore::connect_with(&url, options).await?;
+    Ok((store, redacted(&url)))
 }
 
 /// Serves until SIGTERM or Ctrl-C, then drains: workers are told to move to another
@@ -163,6 +194,7 @@ async fn serve<S: baton_coordinator::store::Store>(
     listener: tokio::net::TcpListener,
     coordinator: Coordinator<S>,
     metrics: Option<tokio::net::TcpListener>,
+    security: baton_coordinator::grpc::Security,
     faults: Faults,
 ) -> anyhow::Result<()> {
     let source = coordinator.clone();
@@ -188,7 +220,9 @@ async fn serve<S: baton_coordinator::store::Store>(
         // Time for the goodbyes to leave before the streams are cut.
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     };
-    let served = baton_coordinator::grpc::serve_with(listener, coordinator, shutdown, faults).await;
+    let served =
+        baton_coordinator::grpc::serve_with(listener, coordinator, shutdown, security, faults)
+            .await;
     if let Some(export) = export {
         export.shutdown().await;
     }
@@ -218,6 +252,8 @@ pub struct WorkerArgs {
     /// How many tasks run at once.
     #[arg(long, default_value_t = 4)]
     concurrency: usize,
+    #[command(flatten)]
+    connection: crate::security::ClientArgs,
     /// MiB of payload parts (earlier results) kept between tasks, so that each crosses the
     /// network to this worker once; 0 keeps none.
     #[arg(long, default_value_t = Worker::DEFAULT_PART_CACHE_BYTES >> 20)]
@@ -256,6 +292,7 @@ fn build_worker(args: &WorkerArgs, traces: bool) -> anyhow::Result<Worker> {
     if let Some(id) = &args.id {
         builder = builder.id(id.clone());
     }
+    builder = builder.security(args.connection.security()?);
     if let Some(path) = &args.agents {
         builder = baton_worker::agents_into(builder, AgentsFile::load(path)?);
     }
@@ -287,10 +324,11 @@ async fn serve_worker(args: WorkerArgs, worker: Worker) -> anyhow::Result<ExitCo
         worker.id(),
         std::sync::Arc::new(move || metrics.families()),
     )?;
-    worker.run(shutdown_signal()).await;
+    let ran = worker.run(shutdown_signal()).await;
     if let Some(export) = export {
         export.shutdown().await;
     }
+    ran?;
     tracing::info!("worker stopped");
     Ok(ExitCode::SUCCESS)
 }

@@ -48,6 +48,14 @@ pub enum Error {
     #[error("a worker stream must start with a hello message")]
     NoHello,
     #[error(
+        "principal `{principal}` has {running} runs running; it may have {limit} at once (max_running_runs)"
+    )]
+    TooManyRunning {
+        principal: String,
+        running: usize,
+        limit: u32,
+    },
+    #[error(
         "the worker speaks worker protocol {worker} and this coordinator {coordinator}: run the same Baton version on both"
     )]
     Protocol { worker: u32, coordinator: u32 },

@@ -2,7 +2,9 @@
 //! steps to workers.
 //!
 //! The edge:
-//! - [`grpc`]: the tonic services: proto in, domain types to [`service`], proto out.
+//! - [`grpc`]: the tonic services: proto in, domain types to [`service`], proto out; TLS.
+//! - [`fuzzing`]: fuzz targets for what the edge decodes from workers and clients.
+//! - [`auth`]: who may call, as whom: principals, roles, protected mode.
 //!
 //! The logic, in domain types:
 //! - [`service`]: the [`Coordinator`] handle and its rooms: submit, answers, approvals, watch,
@@ -26,12 +28,14 @@
 //! - [`clock`]: where the coordinator reads the time (paused in tests).
 //! - `error`: the coordinator's [`Error`]s.
 
+pub mod auth;
 mod chain;
 pub mod clock;
 mod decisions;
 mod dispatch;
 pub mod embed;
 mod error;
+pub mod fuzzing;
 pub mod grpc;
 pub mod hub;
 pub mod jq_sandbox;

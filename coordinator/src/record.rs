@@ -31,6 +31,8 @@ pub struct RunRecord {
     pub memory: Vec<u8>,
     /// The run's trace, empty when it has none.
     pub trace_id: String,
+    /// The principal that submitted the run; empty without authentication.
+    pub submitted_by: String,
     /// The tokens every step's attempts used, summed per model (in the order models first
     /// appear).
     pub usage: Vec<ModelUsage>,

@@ -44,6 +44,8 @@ pub mod attribute {
     pub const ATTEMPT: &str = "baton.attempt";
     pub const WORKER_ID: &str = "baton.worker.id";
     pub const COORDINATOR_ID: &str = "baton.coordinator.id";
+    /// The authenticated principal that called (its name; never a token).
+    pub const PRINCIPAL: &str = "baton.principal";
 }
 
 thread_local! {
@@ -246,7 +248,7 @@ impl Traces {
     }
 
     /// Starts the `SubmitRun` span, a child of the client's `traceparent` when it names one.
-    pub fn submit(&self, client_traceparent: &str) -> SubmitSpan {
+    pub fn submit(&self, client_traceparent: &str, principal: Option<&str>) -> SubmitSpan {
         let span = self.tracer.as_ref().map(|tracer| {
             let parent = match parse_traceparent(client_traceparent) {
                 Some(remote) => Context::new().with_remote_span_context(remote),
@@ -255,12 +257,19 @@ impl Traces {
             // Named as the RPC semantic conventions name server spans.
             SpanBuilder::from_name("baton.v1.RunService/SubmitRun")
                 .with_kind(SpanKind::Server)
-                .with_attributes([
-                    KeyValue::new("rpc.system", "grpc"),
-                    KeyValue::new("rpc.service", "baton.v1.RunService"),
-                    KeyValue::new("rpc.method", "SubmitRun"),
-                    KeyValue::new(attribute::COORDINATOR_ID, self.coordinator_id.clone()),
-                ])
+                .with_attributes(
+                    [
+                        KeyValue::new("rpc.system", "grpc"),
+                        KeyValue::new("rpc.service", "baton.v1.RunService"),
+                        KeyValue::new("rpc.method", "SubmitRun"),
+                        KeyValue::new(attribute::COORDINATOR_ID, self.coordinator_id.clone()),
+                    ]
+                    .into_iter()
+                    .chain(
+                        principal.map(|name| KeyValue::new(attribute::PRINCIPAL, name.to_owned())),
+                    )
+                    .collect::<Vec<_>>(),
+                )
                 .start_with_context(tracer, &parent)
         });
         // Untraced here, a run still belongs to its caller's trace.

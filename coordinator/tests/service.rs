@@ -439,6 +439,7 @@ async fn one_unreadable_run_does_not_stop_the_others_being_picked_up() {
                 input: b"null".to_vec(),
                 created_ms: 0,
                 traceparent: String::new(),
+                submitted_by: String::new(),
             },
             TransitionWrite {
                 status: "running".into(),
@@ -472,6 +473,21 @@ impl Store for FlakyStore {
         first: baton_coordinator::store::TransitionWrite,
     ) -> Result<(), baton_coordinator::store::Error> {
         self.inner.create_run(header, first).await
+    }
+
+    async fn add_principal_run(
+        &self,
+        principal: &str,
+        run_id: &str,
+    ) -> Result<(), baton_coordinator::store::Error> {
+        self.inner.add_principal_run(principal, run_id).await
+    }
+
+    async fn running_runs_of(
+        &self,
+        principal: &str,
+    ) -> Result<usize, baton_coordinator::store::Error> {
+        self.inner.running_runs_of(principal).await
     }
 
     async fn apply_transition(

@@ -54,6 +54,7 @@ macro_rules! conformance {
 
 conformance! {
     create_then_load,
+    a_principal_s_running_runs_are_counted_until_they_end,
     create_twice_is_already_exists,
     apply_at_the_right_version,
     apply_at_a_stale_version_is_conflict,
@@ -104,6 +105,7 @@ fn header(run_id: &str, created_ms: i64) -> RunHeader {
         input: binary(),
         created_ms,
         traceparent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".to_owned(),
+        submitted_by: "ci".to_owned(),
     }
 }
 
@@ -258,6 +260,7 @@ async fn create_then_load<S: Store>(store: Arc<S>) {
         input: Vec::new(),
         created_ms: -5,
         traceparent: String::new(),
+        submitted_by: String::new(),
     };
     let first = TransitionWrite {
         event: Some(binary()),
@@ -778,6 +781,32 @@ async fn active_runs_follow_status<S: Store>(store: Arc<S>) {
             .is_err()
     );
     assert_eq!(store.active_runs().await.unwrap(), strings(&["run-a"]));
+}
+
+async fn a_principal_s_running_runs_are_counted_until_they_end<S: Store>(store: Arc<S>) {
+    assert_eq!(store.running_runs_of("ci").await.unwrap(), 0);
+    for (i, run_id) in ["run-a", "run-b", "run-c"].into_iter().enumerate() {
+        create(&*store, run_id, i as i64, start(i as i64)).await;
+        store.add_principal_run("ci", run_id).await.unwrap();
+    }
+    store.add_principal_run("ci", "run-a").await.unwrap(); // remembered once
+    store.add_principal_run("ops", "run-c").await.unwrap();
+    assert_eq!(store.running_runs_of("ci").await.unwrap(), 3);
+    assert_eq!(store.running_runs_of("nobody").await.unwrap(), 0);
+
+    store
+        .apply_transition("run-b", 1, status_write("succeeded", "done", 10))
+        .await
+        .unwrap();
+    assert_eq!(store.running_runs_of("ci").await.unwrap(), 2);
+    store
+        .apply_transition("run-c", 1, status_write("cancelled", "stop", 11))
+        .await
+        .unwrap();
+    assert_eq!(store.running_runs_of("ci").await.unwrap(), 1);
+    assert_eq!(store.running_runs_of("ops").await.unwrap(), 0);
+    // The header keeps who submitted a run.
+    assert_eq!(load(&*store, "run-a").await.header.submitted_by, "ci");
 }
 
 async fn concurrent_appliers_one_wins<S: Store>(store: Arc<S>) {
@@ -1644,6 +1673,7 @@ mod redis_layout {
                 "input",
                 "state_sha256",
                 "status",
+                "submitted_by",
                 "traceparent",
                 "updated_ms",
                 "version",

@@ -4,6 +4,7 @@
 //! - [`workflow`]: the JSON workflow model, its parser and validator.
 //! - [`diagnostics`]: problems found in a workflow, each with its JSON path and step id.
 //! - [`eval`]: paths, conditions and jq transforms, evaluated without `eval`.
+//! - [`fuzzing`]: fuzz targets for every parser here that a client or a worker can reach.
 //! - `context`: the run's immutable, structurally shared context ([`Context`]).
 //! - [`payload`]: what an agent receives (`{input, context, <ref>}`), whole or by reference.
 //! - `blob_cache`: the bounded cache of payload parts a worker keeps, mirrored by the
@@ -19,6 +20,7 @@ mod context;
 pub mod diagnostics;
 mod engine;
 pub mod eval;
+pub mod fuzzing;
 pub mod handoff;
 pub mod integrity;
 mod limits;

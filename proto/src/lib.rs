@@ -4,11 +4,14 @@
 //! - [`FILE_DESCRIPTOR_SET`]: for gRPC server reflection.
 //! - [`Json`] helpers: wrap bytes with their SHA-256 and check it on arrival.
 //! - [`trace_context`]: W3C `traceparent`, as requests and tasks carry it.
+//! - [`connection`]: how clients and workers reach a coordinator: TLS, client certificates,
+//!   bearer tokens.
 
 pub mod v1 {
     tonic::include_proto!("baton.v1");
 }
 
+pub mod connection;
 pub mod trace_context;
 
 pub use v1::Json;

@@ -100,7 +100,18 @@ pub fn baton() -> Command {
     // Nothing from the caller's environment may point the CLI elsewhere or colour its logs.
     command
         .env_remove("BATON_COORDINATOR")
+        // Nor secure it in ways the test did not ask for.
+        .env_remove("BATON_TOKEN")
+        .env_remove("BATON_TLS_CA")
+        .env_remove("BATON_TLS_CERT")
+        .env_remove("BATON_TLS_KEY")
+        .env_remove("BATON_TLS_CLIENT_CA")
+        .env_remove("BATON_TLS_CLIENT_CERT")
+        .env_remove("BATON_TLS_CLIENT_KEY")
+        .env_remove("BATON_AUTH_TOKENS")
         .env_remove("BATON_REDIS")
+        .env_remove("BATON_REDIS_URL")
+        .env_remove("BATON_REDIS_CA")
         // Nor export its spans anywhere, or put its runs in the caller's trace.
         .env_remove("OTEL_EXPORTER_OTLP_ENDPOINT")
         .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
@@ -401,6 +412,76 @@ impl Drop for Cluster {
         }
         if std::thread::panicking() {
             eprintln!("the cluster's logs:\n{}", self.logs());
+        }
+    }
+}
+
+/// A coordinator started on its own, with the store arguments and environment a test gives (for
+/// a Redis the test set up itself), and no workers. Killed and reaped on drop.
+pub struct LoneCoordinator {
+    /// Holds its log.
+    _dir: tempfile::TempDir,
+    process: Process,
+    url: String,
+}
+
+impl LoneCoordinator {
+    /// Starts `baton coordinator --listen 127.0.0.1:PORT --metrics-listen 127.0.0.1:0 ARGS...`
+    /// with `env` added to its environment, and waits until it answers `ListRuns`; panics with
+    /// its output if it exits first.
+    pub async fn start(args: &[&str], env: &[(&str, &str)]) -> LoneCoordinator {
+        let dir = tempfile::tempdir().expect("create the coordinator's folder");
+        let args: Vec<String> = args.iter().map(|arg| arg.to_string()).collect();
+        let env: Vec<(String, String)> = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        for attempt in 1..=PORT_ATTEMPTS {
+            let port = free_port();
+            let log = dir.path().join(format!("coordinator-{attempt}.log"));
+            match start_coordinator(port, &args, &env, log).await {
+                Ok(process) => {
+                    return LoneCoordinator {
+                        _dir: dir,
+                        process,
+                        url: format!("http://127.0.0.1:{port}"),
+                    };
+                }
+                // The port was taken in between: try another.
+                Err(log) if log.contains("cannot listen") && attempt < PORT_ATTEMPTS => {}
+                Err(log) => panic!("baton coordinator exited; its output:\n{log}"),
+            }
+        }
+        unreachable!("every attempt either returned or panicked")
+    }
+
+    /// Its gRPC URL, `http://127.0.0.1:<port>`.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.process.child.id()
+    }
+
+    /// What it has logged (stdout and stderr).
+    pub fn log(&self) -> String {
+        self.process.log()
+    }
+
+    pub async fn client(&self) -> RunServiceClient<Channel> {
+        RunServiceClient::connect(self.url.clone())
+            .await
+            .expect("connect to the coordinator")
+    }
+}
+
+impl Drop for LoneCoordinator {
+    fn drop(&mut self) {
+        let _ = self.process.child.kill();
+        let _ = self.process.child.wait();
+        if std::thread::panicking() {
+            eprintln!("the coordinator's log:\n{}", self.process.log());
         }
     }
 }

@@ -10,6 +10,8 @@
 //! - `serve_agents`: [`agents_into`], serve an agents file's agents with the runtime.
 //! - [`agents`]: agents declared in an `agents.toml` file (`command`, `template` and `llm`
 //!   kinds).
+//! - [`fuzzing`]: fuzz targets for what a worker reads: agents files, envelopes, tasks by
+//!   reference.
 //! - `metrics`: [`WorkerMetrics`]: tasks by agent and outcome, durations, running tasks, for
 //!   `/metrics`.
 //! - `traces`: the span of an agent's execution, in its run's trace.
@@ -19,6 +21,7 @@
 
 pub mod agents;
 mod failure;
+pub mod fuzzing;
 mod live;
 mod metrics;
 mod output;
@@ -32,5 +35,5 @@ pub use live::{CollectedOutput, OutputSink};
 pub use metrics::WorkerMetrics;
 pub use output::{ModelCall, Output};
 pub use payload::Payload;
-pub use runtime::{AgentResult, Task, Worker, WorkerBuilder};
+pub use runtime::{AgentResult, Denied, Task, Worker, WorkerBuilder};
 pub use serve_agents::agents_into;

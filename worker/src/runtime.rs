@@ -9,7 +9,9 @@
 //!         Ok(serde_json::json!({"files": ["src/theme.ts"], "input": task.payload["input"]}))
 //!     })
 //!     .build();
-//! worker.run(std::future::pending()).await;
+//! if let Err(refused) = worker.run(std::future::pending()).await {
+//!     eprintln!("{refused}");
+//! }
 //! # }
 //! ```
 //!
@@ -39,6 +41,7 @@ use baton_proto::v1::{TaskOutput, TaskResult, WorkerMessage, task_result, worker
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
 
 pub use builder::WorkerBuilder;
+pub use session::Denied;
 pub use task::Task;
 
 use crate::live::{self, OutputSink};
@@ -65,6 +68,8 @@ pub struct Worker {
     heartbeat_interval: Duration,
     agents: BTreeMap<String, Handler>,
     observer: Option<Observer>,
+    /// TLS roots, client certificate and token for every coordinator.
+    security: baton_proto::connection::ClientSecurity,
     /// The stream of the current session. Tasks answer through it when they finish, so that a
     /// task that outlives a reconnect answers on the new stream, not the dead one.
     current: std::sync::Mutex<Option<mpsc::Sender<WorkerMessage>>>,
@@ -95,14 +100,22 @@ impl Worker {
     /// When `shutdown` completes the worker drains: it tells the coordinator to send it nothing
     /// more, lets the tasks it holds finish and answers them (up to its grace period, 30 s by
     /// default), then closes the stream; the coordinator gives anything left to another worker.
-    pub async fn run(self, shutdown: impl Future<Output = ()> + Send) {
+    pub async fn run(self, shutdown: impl Future<Output = ()> + Send) -> Result<(), Denied> {
         let worker = Arc::new(self);
         let slots = Arc::new(Semaphore::new(worker.concurrency));
-        let serving = tokio::spawn(worker.clone().serve(slots));
+        let mut serving = tokio::spawn(worker.clone().serve(slots));
         // The sessions end when `run` returns, whatever the way out.
         let _serving = AbortOnDrop(serving.abort_handle());
-        shutdown.await;
+        tokio::select! {
+            () = shutdown => {}
+            denied = &mut serving => {
+                if let Ok(denied) = denied {
+                    return Err(denied);
+                }
+            }
+        }
         worker.drain().await;
+        Ok(())
     }
 
     /// Stops taking tasks and waits (up to the grace period) for those running to be answered.

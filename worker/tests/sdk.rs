@@ -406,7 +406,8 @@ async fn a_worker_shutting_down_finishes_its_task_and_takes_no_new_one() {
     tokio::time::timeout(Duration::from_secs(20), running)
         .await
         .expect("the worker stops once its task is answered")
-        .unwrap();
+        .unwrap()
+        .expect("a worker that was let in stops without an error");
     assert_eq!(
         coordinator.record(&first).await.unwrap().status,
         "succeeded",

@@ -6,11 +6,17 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
+use baton_proto::connection::ClientSecurity;
 use tokio::process::{Child, Command};
+
+use super::secure::Secure;
 
 pub struct Cluster {
     pub redis_url: String,
     pub coordinator_url: String,
+    /// How the bench's clients reach the coordinators (TLS and a token with `--secure`).
+    pub security: ClientSecurity,
+    _secure: Option<Secure>,
     /// The process id of the coordinator the workers are connected to.
     pub coordinator_pid: Option<u32>,
     /// A second coordinator no worker is connected to, and its process id, when asked for.
@@ -52,8 +58,11 @@ impl Cluster {
         blob_bytes: usize,
         agents_file: Option<&std::path::Path>,
         second_coordinator: bool,
+        secure: bool,
     ) -> anyhow::Result<Self> {
         let me = std::env::current_exe().context("cannot find the baton binary")?;
+        let secure = secure.then(Secure::new).transpose()?;
+        let security = secure.as_ref().map(Secure::client).unwrap_or_default();
         let mut children = Vec::new();
         let mut redis_dir = None;
         let redis_url = match redis {
@@ -90,11 +99,12 @@ impl Cluster {
                 url
             }
         };
-        let (coordinator_url, coordinator) = start_coordinator(&me, &redis_url).await?;
+        let (coordinator_url, coordinator) =
+            start_coordinator(&me, &redis_url, secure.as_ref()).await?;
         let coordinator_pid = coordinator.id();
         children.push(coordinator);
         let second_coordinator = if second_coordinator {
-            let (url, child) = start_coordinator(&me, &redis_url).await?;
+            let (url, child) = start_coordinator(&me, &redis_url, secure.as_ref()).await?;
             let pid = child.id();
             children.push(child);
             Some((url, pid))
@@ -120,11 +130,12 @@ impl Cluster {
                         "--no-metrics",
                     ])
                     .env("RUST_LOG", "warn")
+                    .envs(secure.iter().flat_map(Secure::worker_env))
                     .kill_on_drop(true)
                     .spawn()?,
             );
         }
-        let mut client = crate::client::connect(&coordinator_url).await?;
+        let mut client = crate::client::connect_with(&coordinator_url, &security).await?;
         wait_for("the workers", Duration::from_secs(20), || {
             let mut client = client.clone();
             async move {
@@ -141,6 +152,8 @@ impl Cluster {
         Ok(Self {
             redis_url,
             coordinator_url,
+            security,
+            _secure: secure,
             coordinator_pid,
             second_coordinator,
             children,
@@ -153,28 +166,46 @@ impl Cluster {
 async fn start_coordinator(
     me: &std::path::Path,
     redis_url: &str,
+    secure: Option<&Secure>,
 ) -> anyhow::Result<(String, Child)> {
     let port = free_port()?;
-    let url = format!("http://127.0.0.1:{port}");
+    let url = match secure {
+        Some(_) => Secure::url(port),
+        None => format!("http://127.0.0.1:{port}"),
+    };
+    let security = secure.map(Secure::client).unwrap_or_default();
     let child = Command::new(me)
         .args([
             "coordinator",
             "--listen",
             &format!("127.0.0.1:{port}"),
             "--no-metrics",
-            "--redis",
-            redis_url,
         ])
+        .args(secure.map(Secure::coordinator_args).unwrap_or_default())
+        // From the environment, so that a password in the URL stays out of `ps`.
+        .env("BATON_REDIS_URL", redis_url)
         .env("RUST_LOG", "warn")
         .kill_on_drop(true)
         .spawn()?;
     let probe = url.clone();
     wait_for("a coordinator", Duration::from_secs(20), || {
-        let probe = probe.clone();
-        async move { crate::client::connect(&probe).await.is_ok() }
+        let (probe, security) = (probe.clone(), security.clone());
+        async move { crate::client::connect_with(&probe, &security).await.is_ok() }
     })
     .await?;
     Ok((url, child))
+}
+
+impl Cluster {
+    /// A client of the coordinator at `url`, one of this cluster's.
+    pub async fn client_of(&self, url: &str) -> anyhow::Result<crate::client::Client> {
+        crate::client::connect_with(url, &self.security).await
+    }
+
+    /// A client of the coordinator the workers are connected to.
+    pub async fn client(&self) -> anyhow::Result<crate::client::Client> {
+        self.client_of(&self.coordinator_url).await
+    }
 }
 
 impl Drop for Cluster {

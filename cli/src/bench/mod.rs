@@ -29,6 +29,7 @@ mod cluster;
 mod model_server;
 mod redis_server;
 mod runs;
+mod secure;
 mod streaming;
 mod workloads;
 
@@ -62,6 +63,10 @@ pub struct Args {
     /// Tasks each worker runs at once.
     #[arg(long, default_value_t = 64)]
     concurrency: usize,
+    /// Run the cluster secured: TLS on the coordinators' port and a token on every call
+    /// (certificates and tokens made for the run).
+    #[arg(long)]
+    secure: bool,
 }
 
 pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
@@ -88,13 +93,16 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         runs::scaled(64 * 1024, args.scale),
         agents_file.as_deref(),
         streaming,
+        args.secure,
     )
     .await?;
     eprintln!(
         "bench: redis {}, coordinator {}, {} workers",
-        cluster.redis_url, cluster.coordinator_url, args.workers
+        baton_coordinator::store::redis::redacted(&cluster.redis_url),
+        cluster.coordinator_url,
+        args.workers
     );
-    let mut client = crate::client::connect(&cluster.coordinator_url).await?;
+    let mut client = cluster.client().await?;
     workloads::warm_up(&mut client, &cluster).await?;
     for workload in &args.workloads {
         let line = workloads::measure(*workload, &cluster, args.reps.max(1), args.scale).await?;

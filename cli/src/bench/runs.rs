@@ -3,11 +3,9 @@
 
 use anyhow::Context as _;
 use baton_proto::Json;
-use baton_proto::v1::run_service_client::RunServiceClient;
 use baton_proto::v1::{RunEvent, RunFinished, SubmitRunRequest, WatchRunRequest};
 use serde_json::Value;
 use tonic::Streaming;
-use tonic::transport::Channel;
 
 /// `n` times `--scale`, at least 1.
 pub(super) fn scaled(n: usize, scale: f64) -> usize {
@@ -16,7 +14,7 @@ pub(super) fn scaled(n: usize, scale: f64) -> usize {
 
 /// Submits a run; its id.
 pub(super) async fn submit(
-    client: &mut RunServiceClient<Channel>,
+    client: &mut crate::client::Client,
     workflow: Vec<u8>,
     input: &Value,
 ) -> anyhow::Result<String> {
@@ -30,7 +28,7 @@ pub(super) async fn submit(
 
 /// A run's events, from what has happened so far to its end.
 pub(super) async fn watch(
-    client: &mut RunServiceClient<Channel>,
+    client: &mut crate::client::Client,
     run_id: &str,
 ) -> anyhow::Result<Streaming<RunEvent>> {
     let request = WatchRunRequest {

@@ -47,8 +47,8 @@ async fn once(cluster: &Cluster, pieces: usize, per_s: u64) -> anyhow::Result<Se
         .second_coordinator
         .as_ref()
         .context("W5 needs the second coordinator")?;
-    let mut submitter = crate::client::connect(&cluster.coordinator_url).await?;
-    let mut watcher = crate::client::connect(watch_url).await?;
+    let mut submitter = cluster.client().await?;
+    let mut watcher = cluster.client_of(watch_url).await?;
     let workflow = json!({"id": "bench-stream", "steps": [
         {"id": "talk", "type": "agent", "agent": "stream"}
     ]});

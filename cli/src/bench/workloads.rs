@@ -3,10 +3,8 @@
 use std::str::FromStr;
 use std::time::{Duration, Instant};
 
-use baton_proto::v1::run_service_client::RunServiceClient;
 use baton_proto::v1::{GetStatsRequest, run_event};
 use serde_json::{Value, json};
-use tonic::transport::Channel;
 
 use super::cluster::Cluster;
 use super::redis_server;
@@ -74,7 +72,7 @@ fn fan_out(branches: usize) -> String {
 /// One run: submit, watch to the end. Returns its duration, the gaps between its steps' results
 /// as the client saw them, and the number of agent steps.
 async fn one_run(
-    client: &mut RunServiceClient<Channel>,
+    client: &mut crate::client::Client,
     workflow: &str,
     input: &Value,
 ) -> anyhow::Result<(Duration, Vec<Duration>)> {
@@ -107,7 +105,7 @@ async fn once(
     cluster: &Cluster,
     scale: f64,
 ) -> anyhow::Result<(Duration, Vec<Duration>, usize)> {
-    let mut client = crate::client::connect(&cluster.coordinator_url).await?;
+    let mut client = cluster.client().await?;
     match workload {
         Workload::W1 => {
             let steps = scaled(200, scale);
@@ -150,10 +148,7 @@ async fn once(
     }
 }
 
-pub async fn warm_up(
-    client: &mut RunServiceClient<Channel>,
-    cluster: &Cluster,
-) -> anyhow::Result<()> {
+pub async fn warm_up(client: &mut crate::client::Client, cluster: &Cluster) -> anyhow::Result<()> {
     let _ = client;
     once(Workload::W1, cluster, 0.1).await?;
     once(Workload::W3, cluster, 0.1).await?;
@@ -170,7 +165,7 @@ pub async fn measure(
     if workload == Workload::W5 {
         return super::streaming::measure(cluster, reps, scale).await;
     }
-    let mut client = crate::client::connect(&cluster.coordinator_url).await?;
+    let mut client = cluster.client().await?;
     let mut times = Vec::new();
     let mut gaps = Vec::new();
     let mut memory_growth = Vec::new();

@@ -8,12 +8,17 @@
 //! - `replies`: domain types back into proto messages.
 //! - `status`: the coordinator's errors as gRPC status codes, the one place they are mapped.
 //! - [`faults`]: a test hook that corrupts payloads on the wire.
+//! - [`tls`]: TLS and mTLS on the port, certificates reloaded from disk.
+//!
+//! Every call passes the [`crate::auth`] gate first (health checks pass it without
+//! credentials).
 
 pub mod faults;
 mod replies;
 pub mod requests;
 pub mod run_service;
 mod status;
+pub mod tls;
 pub mod worker_service;
 
 use std::future::Future;
@@ -25,6 +30,8 @@ use tokio::net::TcpListener;
 use tokio_stream::wrappers::TcpListenerStream;
 
 pub use self::faults::Faults;
+use self::tls::Tls;
+use crate::auth::{Gate, GateLayer};
 use crate::service::Coordinator;
 use crate::store::Store;
 
@@ -48,8 +55,26 @@ pub(crate) async fn stopped(mut stop: tokio::sync::watch::Receiver<bool>) {
 /// Largest gRPC message accepted: room for a payload that carries a large context.
 pub const MAX_MESSAGE_BYTES: usize = 96 << 20;
 
+/// Who may call, and over what: the gate, and TLS when configured.
+#[derive(Clone)]
+pub struct Security {
+    pub gate: std::sync::Arc<Gate>,
+    pub tls: Option<Tls>,
+}
+
+impl Security {
+    /// Plaintext, loopback clients only (protected mode): what a server with nothing
+    /// configured does.
+    pub fn protected() -> Self {
+        Self {
+            gate: Gate::loopback_only(),
+            tls: None,
+        }
+    }
+}
+
 /// Serves the run and worker services, health checking and reflection on `listener` until
-/// `shutdown` completes. Shutdown ends the long-lived streams (workers' task streams, run
+/// `shutdown` completes, in protected mode ([`Security::protected`]). Shutdown ends the long-lived streams (workers' task streams, run
 /// watches) at once, so that workers reconnect to another coordinator instead of holding on to
 /// one that no longer accepts anything, and the graceful shutdown can finish.
 pub async fn serve<S: Store>(
@@ -57,14 +82,22 @@ pub async fn serve<S: Store>(
     coordinator: Coordinator<S>,
     shutdown: impl Future<Output = ()> + Send,
 ) -> Result<(), tonic::transport::Error> {
-    serve_with(listener, coordinator, shutdown, Faults::none()).await
+    serve_with(
+        listener,
+        coordinator,
+        shutdown,
+        Security::protected(),
+        Faults::none(),
+    )
+    .await
 }
 
-/// [`serve`], with faults injected on the wire (tests only).
+/// [`serve`], with the given security, and faults injected on the wire (tests only).
 pub async fn serve_with<S: Store>(
     listener: TcpListener,
     coordinator: Coordinator<S>,
     shutdown: impl Future<Output = ()> + Send,
+    security: Security,
     faults: Faults,
 ) -> Result<(), tonic::transport::Error> {
     let (health_reporter, health_service) = tonic_health::server::health_reporter();
@@ -91,13 +124,40 @@ pub async fn serve_with<S: Store>(
     let workers = WorkerServiceServer::new(workers)
         .max_decoding_message_size(MAX_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_MESSAGE_BYTES);
-    tonic::transport::Server::builder()
+    // The watchers of the tokens file and the certificate end with the server.
+    let watchers: Vec<_> = [security.gate.watch(), security.tls.as_ref().map(Tls::watch)]
+        .into_iter()
+        .flatten()
+        .map(|task| AbortOnDrop(task.abort_handle()))
+        .collect();
+    let router = tonic::transport::Server::builder()
         .http2_keepalive_interval(Some(Duration::from_secs(10)))
         .http2_keepalive_timeout(Some(Duration::from_secs(20)))
+        .layer(GateLayer(security.gate))
         .add_service(health_service)
         .add_service(reflection)
         .add_service(runs)
-        .add_service(workers)
-        .serve_with_incoming_shutdown(incoming(listener), shutdown)
-        .await
+        .add_service(workers);
+    let served = match &security.tls {
+        Some(tls) => {
+            router
+                .serve_with_incoming_shutdown(tls.incoming(listener), shutdown)
+                .await
+        }
+        None => {
+            router
+                .serve_with_incoming_shutdown(incoming(listener), shutdown)
+                .await
+        }
+    };
+    drop(watchers);
+    served
+}
+
+struct AbortOnDrop(tokio::task::AbortHandle);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }

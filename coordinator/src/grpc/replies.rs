@@ -52,6 +52,7 @@ impl From<RunRecord> for v1::RunRecord {
             updated_ms: record.updated_ms,
             memory: Some(Json::new(record.memory)),
             trace_id: record.trace_id,
+            submitted_by: record.submitted_by,
             usage: record.usage.into_iter().map(Into::into).collect(),
         }
     }

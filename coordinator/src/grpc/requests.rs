@@ -63,6 +63,7 @@ pub fn submission(
         input_value,
         idempotency_key: key,
         traceparent,
+        principal: None,
     })
 }
 
@@ -334,11 +335,23 @@ fn query_text(
 }
 
 /// A person's decision on an approval step.
-pub fn decision(request: &v1::DecideApprovalRequest) -> Decision {
+/// An approval decision. With authentication on, the approver is the principal that called,
+/// whatever the request's `approver` says; without it, the request names its approver.
+pub fn decision(request: &v1::DecideApprovalRequest, principal: Option<&str>) -> Decision {
+    let named = (!request.approver.is_empty()).then(|| request.approver.clone());
     Decision {
         approved: request.approved,
         comment: (!request.comment.is_empty()).then(|| request.comment.clone()),
-        approver: (!request.approver.is_empty()).then(|| request.approver.clone()),
+        approver: principal.map(str::to_owned).or(named),
+    }
+}
+
+/// A cancel's reason, naming the principal that cancelled when authentication is on.
+pub fn cancel_reason(reason: &str, principal: Option<&str>) -> String {
+    match (principal, reason.is_empty()) {
+        (None, _) => reason.to_owned(),
+        (Some(name), true) => format!("cancelled by `{name}`"),
+        (Some(name), false) => format!("cancelled by `{name}`: {reason}"),
     }
 }
 

@@ -12,8 +12,9 @@ use futures::{Stream, StreamExt};
 use tonic::{Request, Response, Status};
 
 use super::requests;
+use crate::auth::Caller;
 use crate::error::Error;
-use crate::service::Coordinator;
+use crate::service::{Coordinator, Submission, Submitter};
 use crate::store::Store;
 
 pub struct Runs<S: Store> {
@@ -33,13 +34,25 @@ pub async fn submit<S: Store>(
     coordinator: &Coordinator<S>,
     mut request: v1::SubmitRunRequest,
     traceparent: &str,
+    caller: &Caller,
 ) -> Result<v1::SubmitRunResponse, Error> {
     let input = requests::submitted_input(&mut request)?;
-    let span = coordinator.traces().submit(traceparent);
+    let span = coordinator.traces().submit(traceparent, caller.name());
     let run_traceparent = span.run_traceparent.clone();
     let submitted =
         match requests::submission(request, input, run_traceparent, coordinator.config()) {
-            Ok(submission) => coordinator.submit(submission).await,
+            Ok(submission) => {
+                let principal = caller.0.as_ref().map(|principal| Submitter {
+                    name: principal.name.clone(),
+                    max_running_runs: principal.max_running_runs,
+                });
+                coordinator
+                    .submit(Submission {
+                        principal,
+                        ..submission
+                    })
+                    .await
+            }
             Err(refused) => Err(refused),
         };
     span.end(match &submitted {
@@ -74,7 +87,14 @@ impl<S: Store> RunService for Runs<S> {
             .and_then(|value| value.to_str().ok())
             .unwrap_or_default()
             .to_owned();
-        let submitted = submit(&self.coordinator, request.into_inner(), &traceparent).await?;
+        let caller = Caller::of(&request);
+        let submitted = submit(
+            &self.coordinator,
+            request.into_inner(),
+            &traceparent,
+            &caller,
+        )
+        .await?;
         Ok(Response::new(submitted))
     }
 
@@ -116,11 +136,10 @@ impl<S: Store> RunService for Runs<S> {
         &self,
         request: Request<v1::CancelRunRequest>,
     ) -> Result<Response<v1::RunRecord>, Status> {
+        let caller = Caller::of(&request);
         let request = request.into_inner();
-        let record = self
-            .coordinator
-            .cancel(&request.run_id, &request.reason)
-            .await?;
+        let reason = requests::cancel_reason(&request.reason, caller.name());
+        let record = self.coordinator.cancel(&request.run_id, &reason).await?;
         Ok(Response::new(record.into()))
     }
 
@@ -152,8 +171,9 @@ impl<S: Store> RunService for Runs<S> {
         &self,
         request: Request<v1::DecideApprovalRequest>,
     ) -> Result<Response<v1::RunRecord>, Status> {
+        let caller = Caller::of(&request);
         let request = request.into_inner();
-        let decision = requests::decision(&request);
+        let decision = requests::decision(&request, caller.name());
         let record = self
             .coordinator
             .decide(&request.run_id, &request.step_id, decision)

@@ -14,6 +14,7 @@ use tokio_stream::wrappers::UnboundedReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::{Faults, requests};
+use crate::auth::Caller;
 use crate::error::Error;
 use crate::hub::ToWorker;
 use crate::service::{Coordinator, WorkerHello};
@@ -80,6 +81,30 @@ pub async fn query_decisions<S: Store>(
     Ok(coordinator.worker_query_decisions(query).await?.into())
 }
 
+/// Refuses a worker whose principal may not serve one of the agents it offers, naming it.
+fn may_serve(caller: &Caller, agents: &[String]) -> Result<(), Status> {
+    let Some(principal) = &caller.0 else {
+        return Ok(());
+    };
+    match agents.iter().find(|agent| !principal.may_serve(agent)) {
+        None => Ok(()),
+        Some(agent) => {
+            let allowed: Vec<&str> = principal
+                .agents
+                .iter()
+                .flatten()
+                .map(String::as_str)
+                .collect();
+            Err(Status::permission_denied(format!(
+                "principal `{}` may not serve agent `{agent}` (its agents: {}); remove it \
+                 from this worker's agents file",
+                principal.name,
+                allowed.join(", ")
+            )))
+        }
+    }
+}
+
 type MessageStream = Pin<Box<dyn Stream<Item = Result<CoordinatorMessage, Status>> + Send>>;
 
 #[tonic::async_trait]
@@ -98,6 +123,7 @@ impl<S: Store> WorkerService for Workers<S> {
         &self,
         request: Request<Streaming<WorkerMessage>>,
     ) -> Result<Response<Self::TaskStreamStream>, Status> {
+        let caller = Caller::of(&request);
         let mut inbound = request.into_inner();
         let hello = match inbound.message().await? {
             Some(WorkerMessage {
@@ -105,6 +131,7 @@ impl<S: Store> WorkerService for Workers<S> {
             }) => WorkerHello::try_from(hello)?,
             _ => return Err(Error::NoHello.into()),
         };
+        may_serve(&caller, &hello.agents)?;
         let worker_id = hello.worker_id.clone();
         let (outbound, receiver) = mpsc::unbounded_channel();
         let (connection, closed) = self

@@ -55,7 +55,7 @@ pub use self::queries::{DecisionMatches, DecisionQuery, Scope, WorkerQuery};
 use self::runs::RunCache;
 use self::stats::Counters;
 pub use self::stats::Stats;
-pub use self::submit::{IDEMPOTENCY_TTL_S, Submission, Submitted};
+pub use self::submit::{IDEMPOTENCY_TTL_S, Submission, Submitted, Submitter};
 use self::watch::Watchers;
 pub use self::watch::{EventStream, RunEvent};
 pub use self::workers::WorkerHello;

@@ -46,6 +46,7 @@ impl<S: Store> Coordinator<S> {
             updated_ms: loaded.updated_ms,
             memory: json(&record::memory(&loaded.run)),
             trace_id: traces::trace_id_of(&loaded.header.traceparent),
+            submitted_by: loaded.header.submitted_by.clone(),
             usage: record::usage_totals(loaded.steps.values()),
         }
     }

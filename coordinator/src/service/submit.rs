@@ -31,6 +31,15 @@ pub struct Submission {
     /// W3C trace context of the run's `SubmitRun` span (or of the caller's, untraced here),
     /// stored with the run; empty for none.
     pub traceparent: String,
+    /// The authenticated principal submitting, and how many of its runs may run at once.
+    pub principal: Option<Submitter>,
+}
+
+/// Who submits a run, when the coordinator authenticates.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Submitter {
+    pub name: String,
+    pub max_running_runs: Option<u32>,
 }
 
 impl Submission {
@@ -42,6 +51,7 @@ impl Submission {
             input_value: input.clone(),
             idempotency_key: None,
             traceparent: String::new(),
+            principal: None,
         }
     }
 
@@ -96,6 +106,21 @@ impl<S: Store> Coordinator<S> {
             existing,
             workflow_id: workflow_id.clone(),
         };
+        let limited = submission
+            .principal
+            .as_ref()
+            .and_then(|principal| Some((principal.name.as_str(), principal.max_running_runs?)));
+        if let Some((name, limit)) = limited {
+            // Checked before the run is stored; submits racing each other may pass it together.
+            let running = self.inner.store.running_runs_of(name).await?;
+            if running >= limit as usize {
+                return Err(Error::TooManyRunning {
+                    principal: name.to_owned(),
+                    running,
+                    limit,
+                });
+            }
+        }
         let mut run_id = uuid::Uuid::now_v7().to_string();
         if let Some(key) = &submission.idempotency_key {
             let request = submission.request_sha256();
@@ -133,6 +158,11 @@ impl<S: Store> Coordinator<S> {
             input: submission.input.clone(),
             created_ms: now,
             traceparent: submission.traceparent.clone(),
+            submitted_by: submission
+                .principal
+                .as_ref()
+                .map(|principal| principal.name.clone())
+                .unwrap_or_default(),
         };
         let chain_start = genesis(&run_id, text, &submission.input_value);
         let transition = Run::start(workflow, submission.input_value);
@@ -158,6 +188,11 @@ impl<S: Store> Coordinator<S> {
                 return Ok(submitted(run_id, true));
             }
             Err(error) => return Err(error.into()),
+        }
+        if let Some((name, _)) = limited
+            && !transition.run.status().is_terminal()
+        {
+            self.inner.store.add_principal_run(name, &run_id).await?;
         }
         let held = self.held_change(&planned);
         loaded.adopt(transition.run.clone(), 1, planned);

@@ -23,6 +23,8 @@ pub struct MemoryStore {
     keys: Mutex<BTreeMap<String, (String, String, std::time::Instant)>>,
     /// Wakes `wait_output` callers when output is appended.
     output_added: Notify,
+    /// Principal -> the runs it submitted that were running when last looked at.
+    principal_runs: Mutex<HashMap<String, BTreeSet<String>>>,
 }
 
 #[derive(Debug)]
@@ -217,6 +219,29 @@ impl Store for MemoryStore {
         );
         runs.insert(entry.run.header.run_id.clone(), entry);
         Ok(())
+    }
+
+    async fn add_principal_run(&self, principal: &str, run_id: &str) -> Result<(), Error> {
+        self.principal_runs
+            .lock()
+            .expect("principals lock")
+            .entry(principal.to_owned())
+            .or_default()
+            .insert(run_id.to_owned());
+        Ok(())
+    }
+
+    async fn running_runs_of(&self, principal: &str) -> Result<usize, Error> {
+        let runs = self.runs.lock().expect("store lock");
+        let mut principal_runs = self.principal_runs.lock().expect("principals lock");
+        let Some(ids) = principal_runs.get_mut(principal) else {
+            return Ok(0);
+        };
+        ids.retain(|id| {
+            runs.get(id)
+                .is_some_and(|entry| entry.run.status == RunStatus::Running.as_str())
+        });
+        Ok(ids.len())
     }
 
     async fn apply_transition(

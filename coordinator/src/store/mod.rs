@@ -76,6 +76,8 @@ pub struct RunHeader {
     /// W3C trace context of the run's `SubmitRun` span, which every span of the run descends
     /// from ([`crate::traces`]); empty when the run is not traced.
     pub traceparent: String,
+    /// The principal that submitted the run; empty when the coordinator does not authenticate.
+    pub submitted_by: String,
 }
 
 /// One transition, written all or nothing.
@@ -206,6 +208,19 @@ pub trait Store: Send + Sync + 'static {
         first: TransitionWrite,
     ) -> impl Future<Output = Result<(), Error>> + Send;
 
+    /// Remembers that `principal` submitted `run_id`, a run that is running, for
+    /// `running_runs_of`.
+    fn add_principal_run(
+        &self,
+        principal: &str,
+        run_id: &str,
+    ) -> impl Future<Output = Result<(), Error>> + Send;
+
+    /// How many runs remembered for `principal` are still running (those that ended are
+    /// forgotten).
+    fn running_runs_of(&self, principal: &str)
+    -> impl Future<Output = Result<usize, Error>> + Send;
+
     fn apply_transition(
         &self,
         run_id: &str,
@@ -292,6 +307,21 @@ impl<S: Store> Store for std::sync::Arc<S> {
         first: TransitionWrite,
     ) -> impl Future<Output = Result<(), Error>> + Send {
         S::create_run(self, header, first)
+    }
+
+    fn add_principal_run(
+        &self,
+        principal: &str,
+        run_id: &str,
+    ) -> impl Future<Output = Result<(), Error>> + Send {
+        S::add_principal_run(self, principal, run_id)
+    }
+
+    fn running_runs_of(
+        &self,
+        principal: &str,
+    ) -> impl Future<Output = Result<usize, Error>> + Send {
+        S::running_runs_of(self, principal)
     }
 
     fn apply_transition(

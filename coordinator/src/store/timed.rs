@@ -43,6 +43,19 @@ impl<S: Store> Store for Timed<S> {
             .await
     }
 
+    async fn add_principal_run(&self, principal: &str, run_id: &str) -> Result<(), Error> {
+        self.time(
+            "add_principal_run",
+            self.inner.add_principal_run(principal, run_id),
+        )
+        .await
+    }
+
+    async fn running_runs_of(&self, principal: &str) -> Result<usize, Error> {
+        self.time("running_runs_of", self.inner.running_runs_of(principal))
+            .await
+    }
+
     async fn apply_transition(
         &self,
         run_id: &str,

@@ -32,5 +32,5 @@ pub async fn submit_once<S: Store>(
         input: Some(input.clone()),
         idempotency_key: idempotency_key.unwrap_or_default().to_owned(),
     };
-    run_service::submit(coordinator, request, "").await
+    run_service::submit(coordinator, request, "", &Default::default()).await
 }

@@ -18,6 +18,7 @@ pub struct WorkerBuilder {
     observer: Option<Observer>,
     shutdown_grace: Duration,
     traces: bool,
+    security: baton_proto::connection::ClientSecurity,
 }
 
 impl Worker {
@@ -38,11 +39,18 @@ impl Worker {
             observer: None,
             shutdown_grace: Duration::from_secs(30),
             traces: false,
+            security: Default::default(),
         }
     }
 }
 
 impl WorkerBuilder {
+    /// How to reach the coordinators: TLS roots, a client certificate, a token.
+    pub fn security(mut self, security: baton_proto::connection::ClientSecurity) -> Self {
+        self.security = security;
+        self
+    }
+
     /// The worker's id; defaults to `<host>-<pid>`.
     pub fn id(mut self, id: impl Into<String>) -> Self {
         self.id = Some(id.into());
@@ -148,6 +156,7 @@ impl WorkerBuilder {
             draining: Default::default(),
             shutdown_grace: self.shutdown_grace,
             traces: self.traces,
+            security: self.security,
             metrics,
         }
     }

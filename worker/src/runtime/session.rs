@@ -9,13 +9,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use baton_proto::connection::{ClientSecurity, Connection, with_sources};
 use baton_proto::v1::worker_service_client::WorkerServiceClient;
 use baton_proto::v1::{
     Heartbeat, Hello, ResendTask, WorkerMessage, coordinator_message, worker_message,
 };
 use tokio::sync::{Semaphore, mpsc};
 use tokio_stream::wrappers::ReceiverStream;
-use tonic::transport::{Channel, Endpoint};
 
 use super::task::Origin;
 use super::{AbortOnDrop, Worker, drain_message};
@@ -37,23 +37,37 @@ pub(super) enum Error {
     Connect(String),
     #[error("the coordinator refused the stream: {0}")]
     Refused(String),
+    /// The coordinator does not let this worker in (its credentials, or an agent its principal
+    /// may not serve): trying again cannot help.
+    #[error("{0}")]
+    Denied(Denied),
     #[error("the coordinator closed the stream")]
     Closed,
     #[error("the stream broke: {0}")]
     Broken(String),
 }
 
+/// The coordinator refused this worker for good, with its reason.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("the coordinator refused this worker: {0}")]
+pub struct Denied(pub String);
+
 /// The coordinator is shutting down and said so: the worker connects to its next address at
 /// once, keeping its tasks running.
 pub(super) struct Goodbye;
 
 impl Worker {
-    /// Sessions, one after another, round the worker's addresses.
-    pub(super) async fn serve(self: Arc<Self>, slots: Arc<Semaphore>) {
+    /// Sessions, one after another, round the worker's addresses, until a coordinator refuses
+    /// the worker's credentials.
+    pub(super) async fn serve(self: Arc<Self>, slots: Arc<Semaphore>) -> Denied {
         let mut backoff = Backoff::new();
         for address in self.coordinators.iter().cycle() {
             let ended = self.session(address, &slots, &mut backoff).await;
             match &ended {
+                Err(Error::Denied(denied)) => {
+                    tracing::error!(worker_id = %self.id, coordinator = %address, error = %denied, "refused");
+                    return denied.clone();
+                }
                 Ok(Goodbye) => {
                     tracing::info!(worker_id = %self.id, coordinator = %address, "the coordinator is shutting down; moving to the next one");
                 }
@@ -63,6 +77,7 @@ impl Worker {
             }
             tokio::time::sleep(pause_after(&ended, &mut backoff)).await;
         }
+        unreachable!("a worker always has a coordinator address")
     }
 
     /// One connection: hello, then tasks until the stream ends.
@@ -72,7 +87,7 @@ impl Worker {
         slots: &Arc<Semaphore>,
         backoff: &mut Backoff,
     ) -> Result<Goodbye, Error> {
-        let channel = connect(address).await?;
+        let channel = connect(address, &self.security).await?;
         let mut client = WorkerServiceClient::new(channel.clone())
             .max_decoding_message_size(usize::MAX)
             .max_encoding_message_size(usize::MAX);
@@ -84,7 +99,12 @@ impl Worker {
         let mut inbound = client
             .task_stream(ReceiverStream::new(receiver))
             .await
-            .map_err(|status| Error::Refused(status.message().to_owned()))?
+            .map_err(|status| match status.code() {
+                tonic::Code::Unauthenticated | tonic::Code::PermissionDenied => {
+                    Error::Denied(Denied(status.message().to_owned()))
+                }
+                _ => Error::Refused(status.message().to_owned()),
+            })?
             .into_inner();
         backoff.reset();
         *self.current.lock().expect("session lock") = Some(outbound.clone());
@@ -194,29 +214,21 @@ impl Worker {
     }
 }
 
-async fn connect(address: &str) -> Result<Channel, Error> {
-    let endpoint = Endpoint::from_shared(address.to_owned())
-        .map_err(|error| Error::Address(with_sources(&error)))?
+async fn connect(address: &str, security: &ClientSecurity) -> Result<Connection, Error> {
+    let endpoint = security
+        .endpoint(address)
+        .map_err(|error| Error::Address(error.to_string()))?
         .connect_timeout(CONNECT_TIMEOUT)
         .http2_keep_alive_interval(KEEPALIVE_INTERVAL)
         .keep_alive_timeout(KEEPALIVE_TIMEOUT)
         .keep_alive_while_idle(true);
-    endpoint
+    let channel = endpoint
         .connect()
         .await
-        .map_err(|error| Error::Connect(with_sources(&error)))
-}
-
-/// A transport error with its causes: its own text is only "transport error".
-fn with_sources(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
+        .map_err(|error| Error::Connect(with_sources(&error)))?;
+    security
+        .authorize(channel)
+        .map_err(|error| Error::Address(error.to_string()))
 }
 
 /// Tells the coordinator, every `interval`, that the worker is alive and how many slots it

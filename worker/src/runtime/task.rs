@@ -1,7 +1,7 @@
 //! What a handler receives: one agent step to run.
 
+use baton_proto::connection::Connection;
 use baton_proto::v1::worker_service_client::WorkerServiceClient;
-use tonic::transport::Channel;
 
 use crate::live::OutputSink;
 use crate::payload::Payload;
@@ -33,14 +33,14 @@ pub struct Task {
     /// Where the agent's live output goes: to the run's watchers ([`Task::stream`]).
     pub output: OutputSink,
     /// The session's connection to that coordinator, for queries mid-step.
-    channel: Channel,
+    channel: Connection,
 }
 
 /// The coordinator of a session, as the tasks it sends see it.
 #[derive(Debug, Clone)]
 pub(super) struct Origin {
     pub(super) address: String,
-    pub(super) channel: Channel,
+    pub(super) channel: Connection,
 }
 
 impl Task {

@@ -37,6 +37,7 @@ fn started() -> (Loaded, Transition) {
         input: br#""input""#.to_vec(),
         created_ms: NOW,
         traceparent: String::new(),
+        submitted_by: String::new(),
     };
     let chain = genesis("r1", WORKFLOW, &json!("input"));
     let loaded = Loaded::new(header, transition.run.clone(), NOW, chain);

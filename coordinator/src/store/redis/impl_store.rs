@@ -30,7 +30,8 @@ impl Store for RedisStore {
             .arg(header.workflow_id.as_str())
             .arg(header.input.as_slice())
             .arg(header.created_ms)
-            .arg(header.traceparent.as_str());
+            .arg(header.traceparent.as_str())
+            .arg(header.submitted_by.as_str());
         add_transition(&mut invocation, &first, &self.timer_prefix(), run_id);
         let mut con = self.con.clone();
         let _version: u64 = invocation
@@ -125,6 +126,11 @@ impl Store for RedisStore {
                 // Absent in runs created before runs were traced.
                 traceparent: hash
                     .remove("traceparent")
+                    .and_then(|bytes| String::from_utf8(bytes).ok())
+                    .unwrap_or_default(),
+                // Absent in runs created before principals.
+                submitted_by: hash
+                    .remove("submitted_by")
                     .and_then(|bytes| String::from_utf8(bytes).ok())
                     .unwrap_or_default(),
             };
@@ -286,6 +292,35 @@ impl Store for RedisStore {
         .await
     }
 
+    async fn add_principal_run(&self, principal: &str, run_id: &str) -> Result<(), Error> {
+        let mut con = self.con.clone();
+        let _: i64 = con
+            .sadd(self.principal_runs_key(principal), run_id)
+            .await
+            .map_err(unavailable)?;
+        Ok(())
+    }
+
+    async fn running_runs_of(&self, principal: &str) -> Result<usize, Error> {
+        let key = self.principal_runs_key(principal);
+        let mut con = self.con.clone();
+        let ids: Vec<String> = con.smembers(&key).await.map_err(unavailable)?;
+        if ids.is_empty() {
+            return Ok(0);
+        }
+        let running = self.running(&mut con, &ids).await?;
+        let ended: Vec<&String> = ids
+            .iter()
+            .zip(running)
+            .filter(|(_, running)| !running)
+            .map(|(run_id, _)| run_id)
+            .collect();
+        if !ended.is_empty() {
+            let _: i64 = con.srem(&key, &ended).await.map_err(unavailable)?;
+        }
+        Ok(ids.len() - ended.len())
+    }
+
     async fn active_runs(&self) -> Result<Vec<String>, Error> {
         self.read_retrying(|| async {
             let mut con = self.con.clone();
@@ -294,16 +329,8 @@ impl Store for RedisStore {
             if ids.is_empty() {
                 return Ok(ids);
             }
-            let mut pipe = ::redis::pipe();
-            for run_id in &ids {
-                pipe.cmd("HGET")
-                    .arg(self.run_keys(run_id).run)
-                    .arg("status");
-            }
-            let statuses: Vec<Option<Vec<u8>>> =
-                pipe.query_async(&mut con).await.map_err(unavailable)?;
-            let mut statuses = statuses.into_iter();
-            ids.retain(|_| statuses.next().flatten().as_deref() == Some(RUNNING.as_bytes()));
+            let mut running = self.running(&mut con, &ids).await?.into_iter();
+            ids.retain(|_| running.next().unwrap_or(false));
             ids.sort();
             Ok(ids)
         })
@@ -464,5 +491,26 @@ impl Store for RedisStore {
         read_streams(reply, |key| {
             by_key.get(key).map(|run_id| run_id.to_string())
         })
+    }
+}
+
+impl RedisStore {
+    /// Whether each of `run_ids` is running now, in one round trip.
+    async fn running(
+        &self,
+        con: &mut ::redis::aio::ConnectionManager,
+        run_ids: &[String],
+    ) -> Result<Vec<bool>, Error> {
+        let mut pipe = ::redis::pipe();
+        for run_id in run_ids {
+            pipe.cmd("HGET")
+                .arg(self.run_keys(run_id).run)
+                .arg("status");
+        }
+        let statuses: Vec<Option<Vec<u8>>> = pipe.query_async(con).await.map_err(unavailable)?;
+        Ok(statuses
+            .into_iter()
+            .map(|status| status.as_deref() == Some(RUNNING.as_bytes()))
+            .collect())
     }
 }

@@ -81,6 +81,12 @@ impl RedisStore {
         format!("{}:run:", self.prefix)
     }
 
+    /// `P:principal:<name>:runs`: the runs a principal with a `max_running_runs` submitted
+    /// that were running when last counted.
+    pub(super) fn principal_runs_key(&self, principal: &str) -> String {
+        format!("{}:principal:{principal}:runs", self.prefix)
+    }
+
     /// The key that holds a claim of the idempotency key `key`.
     pub(super) fn idempotency_key(&self, key: &str) -> String {
         format!("{}:idempotency:{key}", self.prefix)

@@ -1,6 +1,8 @@
 //! The Redis store: the production [`Store`].
 //!
-//! - this file: [`RedisStore`], its connection, and the layout, indexes and scripts below.
+//! - this file: [`RedisStore`], and the layout, indexes and scripts below.
+//! - `connect`: reaching Redis: the URL with its credentials and TLS, the checks made when
+//!   connecting, and [`redacted`], the URL as logs and errors show it (no password).
 //! - `keys`: the name of every key, built from the prefix; a run's keys carry its hash tag.
 //! - `scripts`: the Lua scripts, each joined from files of `lua/`; a transition as arguments.
 //! - `impl_store`: `impl Store for RedisStore`, each call of the contract.
@@ -16,7 +18,7 @@
 //!
 //! | key                   | type | holds                                                          |
 //! |-----------------------|------|----------------------------------------------------------------|
-//! | `P:run:{R}`           | hash | `workflow`, `workflow_id`, `input`, `created_ms`, `traceparent`, `updated_ms`, `status`, `error` (absent when `None`), `state_sha256`, `version`, `output_bytes` (while the run has live output) |
+//! | `P:run:{R}`           | hash | `workflow`, `workflow_id`, `input`, `created_ms`, `traceparent`, `submitted_by`, `updated_ms`, `status`, `error` (absent when `None`), `state_sha256`, `version`, `output_bytes` (while the run has live output) |
 //! | `P:run:{R}:events`    | list | the event log, `RPUSH`ed in order                              |
 //! | `P:run:{R}:results`   | hash | `"<step>#<visit>"` -> result                                   |
 //! | `P:run:{R}:steps`     | hash | step id -> step state                                          |
@@ -100,6 +102,7 @@
 //!
 //! [`Store`]: super::Store
 
+mod connect;
 mod impl_store;
 mod indexes;
 mod keys;
@@ -107,11 +110,10 @@ mod output;
 mod replies;
 mod scripts;
 
-use ::redis::Client;
-use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use ::redis::aio::ConnectionManager;
 
 use super::Error;
-use replies::unavailable;
+pub use connect::{ConnectOptions, redacted};
 
 /// The key prefix of [`RedisStore::connect`].
 pub const DEFAULT_PREFIX: &str = "baton";
@@ -141,35 +143,22 @@ impl std::fmt::Debug for RedisStore {
 }
 
 impl RedisStore {
-    /// Connects to `url` (`redis://host:port/db`, `rediss://` for TLS) with the key prefix
-    /// [`DEFAULT_PREFIX`].
+    /// Connects to `url` (`redis://[[USER]:PASSWORD@]HOST[:PORT][/DB]`, `rediss://` for TLS
+    /// with the system's roots) with the key prefix [`DEFAULT_PREFIX`];
+    /// [`RedisStore::connect_with`] says what is checked.
     pub async fn connect(url: &str) -> Result<RedisStore, Error> {
-        Self::connect_with_prefix(url, DEFAULT_PREFIX).await
+        Self::connect_with(url, ConnectOptions::default()).await
     }
 
     /// Connects to `url` and keeps every key under `prefix` (so that several stores can share a
     /// server). The prefix may not contain `{` or `}`: it would take the place of the run's hash
     /// tag.
     pub async fn connect_with_prefix(url: &str, prefix: &str) -> Result<RedisStore, Error> {
-        if prefix.contains(['{', '}']) {
-            return Err(Error::Unavailable(format!(
-                "invalid Redis key prefix {prefix:?}: it may not contain '{{' or '}}'"
-            )));
-        }
-        let client = Client::open(url).map_err(unavailable)?;
-        let con = ConnectionManager::new(client.clone())
-            .await
-            .map_err(unavailable)?;
-        let config =
-            ConnectionManagerConfig::new().set_response_timeout(Some(BLOCKING_RESPONSE_TIMEOUT));
-        let blocking = ConnectionManager::new_with_config(client, config)
-            .await
-            .map_err(unavailable)?;
-        Ok(RedisStore {
-            con,
-            blocking,
+        let options = ConnectOptions {
             prefix: prefix.to_owned(),
-        })
+            ..ConnectOptions::default()
+        };
+        Self::connect_with(url, options).await
     }
 
     /// The key prefix.

@@ -1,7 +1,7 @@
 -- create_run: writes a run's header and its first transition (version 1), or nothing.
 -- KEYS: see transition.lua.
 -- ARGV: 1 workflow, 2 workflow_id, 3 input, 4 created_ms, 5 traceparent (may be empty),
--- 6.. the first transition.
+-- 6 submitted_by (may be empty), 7.. the first transition.
 -- Replies: 1 (the version), or an error EXISTS ... / FENCED ... / CORRUPT <why>. (An error needs words after
 -- its code: redis-rs reads a lone word as a plain ERR.)
 
@@ -15,7 +15,7 @@ for k = 2, 8 do
   end
 end
 
-local t = read_transition(6)
+local t = read_transition(7)
 local err = check_fences(t) or check_results(t) or check_timer_types(t)
 if err then
   return err
@@ -28,5 +28,6 @@ redis.call('HSET', KEYS[1],
   'created_ms', ARGV[4],
   'updated_ms', ARGV[4],
   'traceparent', ARGV[5],
+  'submitted_by', ARGV[6],
   'version', 0)
 return write_transition(t)

@@ -1,0 +1,483 @@
+//! Principals and roles at the gRPC surface: every RPC against every role, workers limited to
+//! their agents, who did what recorded as the principal, limits, and the tokens file reloaded.
+//!
+//! The coordinator runs in this process (memory store, gRPC on loopback) with a tokens file,
+//! exactly as `baton coordinator --auth-tokens FILE` serves; clients are real gRPC clients.
+
+use std::path::Path;
+use std::time::Duration;
+
+use baton_coordinator::auth::Gate;
+use baton_coordinator::grpc::{Faults, Security};
+use baton_coordinator::store::memory::MemoryStore;
+use baton_coordinator::{Config, Coordinator};
+use baton_proto::connection::{ClientSecurity, Connection};
+use baton_proto::v1::run_service_client::RunServiceClient;
+use baton_proto::v1::worker_service_client::WorkerServiceClient;
+use baton_proto::v1::{
+    CancelRunRequest, DecideApprovalRequest, GetRunRequest, GetStatsRequest, ListRunsRequest,
+    QueryDecisionsRequest, SubmitRunRequest, VerifyRunRequest, WatchRunRequest,
+    WorkerQueryDecisionsRequest,
+};
+use baton_worker::Worker;
+use serde_json::{Value, json};
+use sha2::{Digest, Sha256};
+use tonic::Code;
+
+fn sha(token: &str) -> String {
+    hex::encode(Sha256::digest(token.as_bytes()))
+}
+
+/// One principal per role, each with the token `<name>-token`.
+fn tokens_file(extra: &str) -> String {
+    let mut text = String::new();
+    for (name, roles, more) in [
+        ("reader", "\"read\"", ""),
+        ("submitter", "\"submit\"", ""),
+        ("approver", "\"approve\", \"read\"", ""),
+        ("pool", "\"worker\"", "agents = [\"planner\"]\n"),
+        ("root", "\"admin\"", ""),
+        ("slow", "\"submit\"", "submits_per_second = 0.01\n"),
+        ("capped", "\"submit\", \"read\"", "max_running_runs = 1\n"),
+    ] {
+        text.push_str(&format!(
+            "[principals.{name}]\ntoken_sha256 = \"{}\"\nroles = [{roles}]\n{more}\n",
+            sha(&format!("{name}-token"))
+        ));
+    }
+    text.push_str(extra);
+    text
+}
+
+struct Server {
+    url: String,
+    _dir: tempfile::TempDir,
+    tokens: std::path::PathBuf,
+}
+
+async fn server() -> Server {
+    let dir = tempfile::tempdir().unwrap();
+    let tokens = dir.path().join("tokens.toml");
+    std::fs::write(&tokens, tokens_file("")).unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let coordinator = Coordinator::new(MemoryStore::new(), Config::default());
+    let security = Security {
+        gate: Gate::configure(Some(tokens.clone()), false, false).unwrap(),
+        tls: None,
+    };
+    tokio::spawn(baton_coordinator::grpc::serve_with(
+        listener,
+        coordinator,
+        std::future::pending(),
+        security,
+        Faults::none(),
+    ));
+    Server {
+        url,
+        _dir: dir,
+        tokens,
+    }
+}
+
+async fn connection(url: &str, token: Option<&str>) -> Connection {
+    let security = ClientSecurity {
+        token: token.map(str::to_owned),
+        ..ClientSecurity::default()
+    };
+    let channel = security.endpoint(url).unwrap().connect().await.unwrap();
+    security.authorize(channel).unwrap()
+}
+
+async fn runs(url: &str, token: Option<&str>) -> RunServiceClient<Connection> {
+    RunServiceClient::new(connection(url, token).await)
+}
+
+fn submit_request(workflow: &Value) -> SubmitRunRequest {
+    SubmitRunRequest {
+        workflow: workflow.to_string().into_bytes(),
+        input: Some(baton_proto::Json::new(b"\"x\"".to_vec())),
+        idempotency_key: String::new(),
+    }
+}
+
+/// Calls `rpc` as the holder of `token`; the status code (`Ok` when it succeeded).
+async fn call(url: &str, token: Option<&str>, rpc: &str) -> Code {
+    let mut client = runs(url, token).await;
+    let mut worker = WorkerServiceClient::new(connection(url, token).await);
+    let missing = "no-such-run".to_owned();
+    let code = |result: Result<(), tonic::Status>| result.err().map_or(Code::Ok, |s| s.code());
+    match rpc {
+        "SubmitRun" => code(
+            client
+                .submit_run(submit_request(
+                    &json!({"steps": [{"id": "t", "type": "transform", "transform": "input"}]}),
+                ))
+                .await
+                .map(drop),
+        ),
+        "GetRun" => code(
+            client
+                .get_run(GetRunRequest { run_id: missing })
+                .await
+                .map(drop),
+        ),
+        "ListRuns" => code(
+            client
+                .list_runs(ListRunsRequest { limit: 1 })
+                .await
+                .map(drop),
+        ),
+        "WatchRun" => code(
+            client
+                .watch_run(WatchRunRequest { run_id: missing })
+                .await
+                .map(drop),
+        ),
+        "CancelRun" => code(
+            client
+                .cancel_run(CancelRunRequest {
+                    run_id: missing,
+                    reason: String::new(),
+                })
+                .await
+                .map(drop),
+        ),
+        "DecideApproval" => code(
+            client
+                .decide_approval(DecideApprovalRequest {
+                    run_id: missing,
+                    step_id: "a".into(),
+                    approved: true,
+                    ..Default::default()
+                })
+                .await
+                .map(drop),
+        ),
+        "GetStats" => code(client.get_stats(GetStatsRequest {}).await.map(drop)),
+        "QueryDecisions" => code(
+            client
+                .query_decisions(QueryDecisionsRequest {
+                    run_id: missing,
+                    text: "x".into(),
+                    ..Default::default()
+                })
+                .await
+                .map(drop),
+        ),
+        "VerifyRun" => code(
+            client
+                .verify_run(VerifyRunRequest { run_id: missing })
+                .await
+                .map(drop),
+        ),
+        "TaskStream" => code(
+            worker
+                .task_stream(tokio_stream::iter(Vec::new()))
+                .await
+                .map(drop),
+        ),
+        "WorkerQueryDecisions" => code(
+            worker
+                .query_decisions(WorkerQueryDecisionsRequest::default())
+                .await
+                .map(drop),
+        ),
+        other => panic!("no such RPC in the table: {other}"),
+    }
+}
+
+const RPCS: [(&str, &str); 11] = [
+    ("SubmitRun", "submit"),
+    ("GetRun", "read"),
+    ("ListRuns", "read"),
+    ("WatchRun", "read"),
+    ("CancelRun", "submit"),
+    ("DecideApproval", "approve"),
+    ("GetStats", "read"),
+    ("QueryDecisions", "read"),
+    ("VerifyRun", "read"),
+    ("TaskStream", "worker"),
+    ("WorkerQueryDecisions", "worker"),
+];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_rpc_answers_each_role_as_the_table_says() {
+    let server = server().await;
+    let roles_of = |principal: &str| -> &'static [&'static str] {
+        match principal {
+            "reader" => &["read"],
+            "submitter" => &["submit"],
+            "approver" => &["approve", "read"],
+            "pool" => &["worker"],
+            "root" => &["read", "submit", "approve", "worker"],
+            _ => unreachable!(),
+        }
+    };
+    let mut checked = 0;
+    for (rpc, role) in RPCS {
+        for principal in ["reader", "submitter", "approver", "pool", "root"] {
+            let token = format!("{principal}-token");
+            let code = call(&server.url, Some(&token), rpc).await;
+            if roles_of(principal).contains(&role) {
+                assert!(
+                    !matches!(code, Code::PermissionDenied | Code::Unauthenticated),
+                    "{principal} may call {rpc}, got {code:?}"
+                );
+            } else {
+                assert_eq!(code, Code::PermissionDenied, "{principal} calling {rpc}");
+            }
+            checked += 1;
+        }
+        assert_eq!(
+            call(&server.url, None, rpc).await,
+            Code::Unauthenticated,
+            "{rpc} without a token"
+        );
+        assert_eq!(
+            call(&server.url, Some("guess"), rpc).await,
+            Code::Unauthenticated,
+            "{rpc} with an unknown token"
+        );
+    }
+    assert_eq!(checked, 55);
+
+    // The refusal names the role that is missing.
+    let refused = runs(&server.url, Some("reader-token"))
+        .await
+        .decide_approval(DecideApprovalRequest::default())
+        .await
+        .unwrap_err();
+    assert_eq!(
+        refused.message(),
+        "principal `reader` may not call DecideApproval: that needs the `approve` role, and it has `read`"
+    );
+    // Health checking stays open for probes.
+    let channel = tonic::transport::Endpoint::from_shared(server.url.clone())
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let health = tonic_health::pb::health_client::HealthClient::new(channel)
+        .check(tonic_health::pb::HealthCheckRequest::default())
+        .await;
+    assert!(health.is_ok(), "{health:?}");
+}
+
+async fn wait_for_status(
+    url: &str,
+    token: &str,
+    run_id: &str,
+    status: &str,
+) -> baton_proto::v1::RunRecord {
+    let mut client = runs(url, Some(token)).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let record = client
+            .get_run(GetRunRequest {
+                run_id: run_id.into(),
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        if record.status == status {
+            return record;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{run_id} never {status}: {record:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn context(record: &baton_proto::v1::RunRecord) -> Value {
+    serde_json::from_slice(&record.context.as_ref().unwrap().json).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_approver_and_the_canceller_recorded_are_the_principals() {
+    let server = server().await;
+    let workflow = json!({"steps": [
+        {"id": "gate", "type": "approval", "message": "ship it?", "next": "done"},
+        {"id": "done", "type": "transform", "transform": "input"}
+    ]});
+    let mut submitter = runs(&server.url, Some("submitter-token")).await;
+    let run_id = submitter
+        .submit_run(submit_request(&workflow))
+        .await
+        .unwrap()
+        .into_inner()
+        .run_id;
+    runs(&server.url, Some("approver-token"))
+        .await
+        .decide_approval(DecideApprovalRequest {
+            run_id: run_id.clone(),
+            step_id: "gate".into(),
+            approved: true,
+            approver: "somebody-else".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let record = wait_for_status(&server.url, "root-token", &run_id, "succeeded").await;
+    assert_eq!(context(&record)["gate"]["approver"], json!("approver"));
+
+    let second = submitter
+        .submit_run(submit_request(&workflow))
+        .await
+        .unwrap()
+        .into_inner()
+        .run_id;
+    let cancelled = submitter
+        .cancel_run(CancelRunRequest {
+            run_id: second,
+            reason: "not today".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(cancelled.status, "cancelled");
+    assert_eq!(cancelled.error, "cancelled by `submitter`: not today");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_worker_is_refused_for_an_agent_outside_its_principal_s_list() {
+    let server = server().await;
+    let worker = |agents: &[&'static str]| {
+        let mut builder =
+            Worker::builder()
+                .coordinator(server.url.clone())
+                .security(ClientSecurity {
+                    token: Some("pool-token".into()),
+                    ..Default::default()
+                });
+        for &agent in agents {
+            builder = builder.agent(agent, |_| async { Ok(json!({"ok": true})) });
+        }
+        builder.build()
+    };
+    let refused = tokio::time::timeout(
+        Duration::from_secs(20),
+        worker(&["planner", "coder"]).run(std::future::pending()),
+    )
+    .await
+    .expect("a refused worker stops at once")
+    .unwrap_err();
+    assert!(
+        refused
+            .to_string()
+            .contains("principal `pool` may not serve agent `coder` (its agents: planner)"),
+        "{refused}"
+    );
+
+    // Within its list, it works.
+    tokio::spawn(worker(&["planner"]).run(std::future::pending()));
+    let workflow = json!({"steps": [{"id": "plan", "type": "agent", "agent": "planner"}]});
+    let run_id = runs(&server.url, Some("submitter-token"))
+        .await
+        .submit_run(submit_request(&workflow))
+        .await
+        .unwrap()
+        .into_inner()
+        .run_id;
+    wait_for_status(&server.url, "reader-token", &run_id, "succeeded").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_principal_past_its_submit_rate_is_told_resource_exhausted() {
+    let server = server().await;
+    let workflow = json!({"steps": [{"id": "t", "type": "transform", "transform": "input"}]});
+    let mut slow = runs(&server.url, Some("slow-token")).await;
+    slow.submit_run(submit_request(&workflow)).await.unwrap();
+    let refused = slow
+        .submit_run(submit_request(&workflow))
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), Code::ResourceExhausted);
+    assert!(
+        refused
+            .message()
+            .contains("`slow` may submit 0.01 runs a second"),
+        "{}",
+        refused.message()
+    );
+    // Others are not held back by it.
+    runs(&server.url, Some("submitter-token"))
+        .await
+        .submit_run(submit_request(&workflow))
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_principal_at_its_running_runs_limit_is_told_resource_exhausted_until_one_ends() {
+    let server = server().await;
+    let waits = json!({"steps": [{"id": "gate", "type": "approval", "message": "go?"}]});
+    let mut capped = runs(&server.url, Some("capped-token")).await;
+    let first = capped
+        .submit_run(submit_request(&waits))
+        .await
+        .unwrap()
+        .into_inner()
+        .run_id;
+    let refused = capped.submit_run(submit_request(&waits)).await.unwrap_err();
+    assert_eq!(refused.code(), Code::ResourceExhausted);
+    assert_eq!(
+        refused.message(),
+        "principal `capped` has 1 runs running; it may have 1 at once (max_running_runs)"
+    );
+    // The run records who submitted it.
+    let record = capped
+        .get_run(GetRunRequest {
+            run_id: first.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(record.submitted_by, "capped");
+    // Once it ends, there is room again.
+    capped
+        .cancel_run(CancelRunRequest {
+            run_id: first,
+            reason: String::new(),
+        })
+        .await
+        .unwrap();
+    capped.submit_run(submit_request(&waits)).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_tokens_file_is_read_again_when_it_changes() {
+    let server = server().await;
+    let newcomer = "[principals.newcomer]\ntoken_sha256 = \"".to_owned()
+        + &sha("new-token")
+        + "\"\nroles = [\"read\"]\n";
+    assert_eq!(
+        call(&server.url, Some("new-token"), "ListRuns").await,
+        Code::Unauthenticated
+    );
+    rewrite(&server.tokens, &tokens_file(&newcomer));
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while call(&server.url, Some("new-token"), "ListRuns").await != Code::Ok {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the new principal never got in"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    // A file that no longer parses changes nothing: everyone keeps their access.
+    rewrite(&server.tokens, "[principals.broken\n");
+    tokio::time::sleep(baton_coordinator::auth::RELOAD_INTERVAL * 2).await;
+    assert_eq!(
+        call(&server.url, Some("new-token"), "ListRuns").await,
+        Code::Ok
+    );
+}
+
+/// Replaces a file the way Kubernetes updates a mounted secret: a new file renamed over it.
+fn rewrite(path: &Path, text: &str) {
+    let next = path.with_extension("next");
+    std::fs::write(&next, text).unwrap();
+    std::fs::rename(&next, path).unwrap();
+}
