@@ -29,6 +29,12 @@ pub struct Limits {
 /// How many times a step may be entered in one run unless the workflow says otherwise.
 pub const DEFAULT_MAX_VISITS: u32 = 25;
 
+/// How much data (about, as JSON) the transforms settled in one transition may produce. Past
+/// it, the next transform fails. Transforms and conditions settle within the transition that
+/// reaches them, so a loop of them (`"transform": "input"` and a condition back) copies its
+/// data once per visit in one go: 4 MiB of input looped 10,000 times would be 40 GB.
+pub const MAX_TRANSFORMED_BYTES_PER_TRANSITION: usize = 256 << 20;
+
 impl Default for Limits {
     fn default() -> Self {
         Self {

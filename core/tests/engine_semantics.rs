@@ -109,6 +109,24 @@ fn a_loop_that_never_exits_stops_at_the_visit_limit() {
 }
 
 #[test]
+fn a_loop_of_transforms_stops_copying_its_data_past_the_transition_budget() {
+    // 8 MiB of input, copied on every visit of a loop that would run 10,000 times within the
+    // submit's own transition: it stops once 256 MiB were produced, at the 32nd visit.
+    let text = r#"{"max_visits": 10000, "steps": [
+        {"id": "copy", "type": "transform", "transform": "input"},
+        {"id": "again", "type": "condition", "condition": "true", "then": "copy"}
+    ]}"#;
+    let run = Run::start(workflow(text), json!("x".repeat(8 << 20))).run;
+    assert_eq!(run.status(), RunStatus::Failed);
+    let error = run.error().unwrap();
+    assert!(
+        error.contains("step \"copy\" failed") && error.contains("produced over 256 MiB of data"),
+        "{error}"
+    );
+    assert_eq!(run.visits("copy"), 32);
+}
+
+#[test]
 fn the_default_visit_limit_is_25_and_a_step_may_set_its_own() {
     let text = r#"{"steps": [
         {"id": "count", "type": "transform", "transform": "input"},

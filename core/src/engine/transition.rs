@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use imbl::Vector;
-use serde_json::json;
+use serde_json::{Value, json};
 
 use super::parallel::{failure_summary, merge};
 use super::route::{Outcome, Route, route};
@@ -17,6 +17,7 @@ use super::{
 };
 use crate::context::{Context, StepResult};
 use crate::handoff::AgentNotes;
+use crate::limits::MAX_TRANSFORMED_BYTES_PER_TRANSITION;
 use crate::payload::{AgentPayload, ErrorInfo};
 use crate::workflow::{Step, StepIndex, StepKind};
 
@@ -33,6 +34,8 @@ pub(super) struct Builder {
     /// The notes of the agent result being applied: they go on its step record, the first
     /// record this transition writes.
     notes: Option<Arc<AgentNotes>>,
+    /// About how many bytes of data the transforms settled in this transition produced.
+    transformed_bytes: usize,
 }
 
 pub(super) fn start(run: Run) -> Transition {
@@ -41,6 +44,7 @@ pub(super) fn start(run: Run) -> Transition {
         actions: Vec::new(),
         timestamp: None,
         notes: None,
+        transformed_bytes: 0,
     };
     let entry = builder.run.workflow.entry();
     if let Some(settled) = builder.enter(entry, None) {
@@ -58,6 +62,7 @@ pub(super) fn apply(run: &Run, event: Event, at_ms: i64) -> Result<Transition, E
         actions: Vec::new(),
         timestamp: None,
         notes: None,
+        transformed_bytes: 0,
     };
     builder.run.now_ms = at_ms;
     match event {
@@ -238,7 +243,7 @@ impl Builder {
                 None
             }
             StepKind::Transform { transform, .. } => Some(match transform.evaluate(snapshot) {
-                Ok(data) => Outcome::Data(Arc::new(data)),
+                Ok(data) => self.within_transform_budget(data),
                 Err(error) => Outcome::Failed(error.into()),
             }),
             StepKind::Condition { condition, .. } => {
@@ -287,6 +292,27 @@ impl Builder {
                 None
             }
         }
+    }
+
+    /// A transform's data, unless the transforms of this transition have produced more than
+    /// [`MAX_TRANSFORMED_BYTES_PER_TRANSITION`]: a loop of transforms and conditions settles
+    /// within one transition, copying its data on every visit, and without this bound one
+    /// submit could make the coordinator copy (and store) gigabytes.
+    fn within_transform_budget(&mut self, data: Value) -> Outcome {
+        self.transformed_bytes = self
+            .transformed_bytes
+            .saturating_add(approximate_bytes(&data));
+        if self.transformed_bytes > MAX_TRANSFORMED_BYTES_PER_TRANSITION {
+            return Outcome::Failed(
+                format!(
+                    "the transforms reached without waiting for an agent or an approval produced \
+                     over {} MiB of data; a loop of transforms copies its data on every visit",
+                    MAX_TRANSFORMED_BYTES_PER_TRANSITION >> 20
+                )
+                .into(),
+            );
+        }
+        Outcome::Data(Arc::new(data))
     }
 
     fn merge(&self, step: &Step, outcomes: &Vector<Option<BranchOutcome>>) -> Outcome {
@@ -525,4 +551,22 @@ fn rejection_error(step: &Step, decision: &super::Decision) -> Arc<str> {
         .map(|comment| format!(": {comment}"))
         .unwrap_or_default();
     format!("approval \"{}\" was rejected{by}{comment}", step.id).into()
+}
+
+/// About the size of `value` as JSON, without writing it: what a transform's data costs to keep
+/// and store.
+fn approximate_bytes(value: &Value) -> usize {
+    match value {
+        Value::Null | Value::Bool(_) => 4,
+        Value::Number(_) => 8,
+        Value::String(text) => text.len() + 2,
+        Value::Array(items) => items.iter().map(approximate_bytes).sum::<usize>() + items.len() + 2,
+        Value::Object(fields) => {
+            fields
+                .iter()
+                .map(|(key, value)| key.len() + 4 + approximate_bytes(value))
+                .sum::<usize>()
+                + 2
+        }
+    }
 }
