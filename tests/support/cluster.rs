@@ -201,28 +201,17 @@ impl Cluster {
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
-        for attempt in 1..=PORT_ATTEMPTS {
-            let port = free_port();
-            let log = dir.path().join(format!("coordinator-{attempt}.log"));
-            match start_coordinator(port, &store, &coordinator_env, log).await {
-                Ok(coordinator) => {
-                    return Cluster {
-                        dir,
-                        coordinator_env,
-                        redis,
-                        coordinator,
-                        retired: Vec::new(),
-                        workers: Vec::new(),
-                        port,
-                        url: format!("http://127.0.0.1:{port}"),
-                    };
-                }
-                // The port was taken in between: try another.
-                Err(log) if log.contains("cannot listen") && attempt < PORT_ATTEMPTS => {}
-                Err(log) => panic!("baton coordinator exited; its output:\n{log}"),
-            }
+        let (coordinator, port) = start_on_free_port(dir.path(), &store, &coordinator_env).await;
+        Cluster {
+            dir,
+            coordinator_env,
+            redis,
+            coordinator,
+            retired: Vec::new(),
+            workers: Vec::new(),
+            port,
+            url: format!("http://127.0.0.1:{port}"),
         }
-        unreachable!("every attempt either returned or panicked")
     }
 
     /// Kills the coordinator (SIGKILL: no goodbye to anyone) and starts a new one on the same
@@ -436,23 +425,12 @@ impl LoneCoordinator {
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
-        for attempt in 1..=PORT_ATTEMPTS {
-            let port = free_port();
-            let log = dir.path().join(format!("coordinator-{attempt}.log"));
-            match start_coordinator(port, &args, &env, log).await {
-                Ok(process) => {
-                    return LoneCoordinator {
-                        _dir: dir,
-                        process,
-                        url: format!("http://127.0.0.1:{port}"),
-                    };
-                }
-                // The port was taken in between: try another.
-                Err(log) if log.contains("cannot listen") && attempt < PORT_ATTEMPTS => {}
-                Err(log) => panic!("baton coordinator exited; its output:\n{log}"),
-            }
+        let (process, port) = start_on_free_port(dir.path(), &args, &env).await;
+        LoneCoordinator {
+            _dir: dir,
+            process,
+            url: format!("http://127.0.0.1:{port}"),
         }
-        unreachable!("every attempt either returned or panicked")
     }
 
     /// Its gRPC URL, `http://127.0.0.1:<port>`.
@@ -492,6 +470,25 @@ fn store_args(redis: Option<&RedisServer>) -> Vec<String> {
         Some(redis) => vec!["--redis".to_owned(), redis.url()],
         None => vec!["--memory".to_owned()],
     }
+}
+
+/// Starts a coordinator with `args` and `env` on a free port (another one if the port was taken
+/// in between), logging into `dir`; its process and port once it answers.
+async fn start_on_free_port(
+    dir: &Path,
+    args: &[String],
+    env: &[(String, String)],
+) -> (Process, u16) {
+    for attempt in 1..=PORT_ATTEMPTS {
+        let port = free_port();
+        let log = dir.join(format!("coordinator-{attempt}.log"));
+        match start_coordinator(port, args, env, log).await {
+            Ok(process) => return (process, port),
+            Err(log) if log.contains("cannot listen") && attempt < PORT_ATTEMPTS => {}
+            Err(log) => panic!("baton coordinator exited; its output:\n{log}"),
+        }
+    }
+    unreachable!("every attempt either returned or panicked")
 }
 
 /// Starts `baton coordinator --listen 127.0.0.1:PORT STORE...` and waits until it answers
