@@ -115,17 +115,7 @@ fn protected_mode_answers_only_loopback_clients_until_told_otherwise() {
         let args: Vec<&str> = args.iter().map(String::as_str).collect();
         (Coordinator::start_on(dir.path(), port, &args), port)
     };
-    let list = |host: &str, port: u16| {
-        run_baton(
-            &[
-                "runs",
-                "list",
-                "--coordinator",
-                &format!("http://{host}:{port}"),
-            ],
-            &[],
-        )
-    };
+    let list = |host: &str, port: u16| runs_list(&format!("http://{host}:{port}"), &[], &[]);
 
     let (coordinator, port) = start(&[]);
     let local = list("127.0.0.1", port);
@@ -178,6 +168,13 @@ fn run_baton(args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
     output(&mut command, None)
 }
 
+/// `baton runs list --coordinator URL EXTRA...`, with these environment variables.
+fn runs_list(url: &str, extra: &[&str], env: &[(&str, &str)]) -> std::process::Output {
+    let mut args = vec!["runs", "list", "--coordinator", url];
+    args.extend(extra);
+    run_baton(&args, env)
+}
+
 #[test]
 fn a_tls_coordinator_refuses_plaintext_and_answers_https_clients() {
     let dir = tempfile::tempdir().unwrap();
@@ -196,29 +193,14 @@ fn a_tls_coordinator_refuses_plaintext_and_answers_https_clients() {
         ],
     );
 
-    let plaintext = run_baton(
-        &[
-            "runs",
-            "list",
-            "--coordinator",
-            &coordinator.url("http", "127.0.0.1"),
-        ],
-        &[],
-    );
+    let plaintext = runs_list(&coordinator.url("http", "127.0.0.1"), &[], &[]);
     assert!(
         !plaintext.status.success(),
         "a plaintext client got an answer"
     );
 
-    let unknown_ca = run_baton(
-        &[
-            "runs",
-            "list",
-            "--coordinator",
-            &coordinator.url("https", "localhost"),
-        ],
-        &[],
-    );
+    let url = coordinator.url("https", "localhost");
+    let unknown_ca = runs_list(&url, &[], &[]);
     assert!(!unknown_ca.status.success());
     assert!(
         text(&unknown_ca.stderr).contains("UnknownIssuer"),
@@ -230,11 +212,7 @@ fn a_tls_coordinator_refuses_plaintext_and_answers_https_clients() {
         (vec!["--tls-ca", ca_file.to_str().unwrap()], vec![]),
         (vec![], vec![("BATON_TLS_CA", ca_file.to_str().unwrap())]),
     ] {
-        let mut all = vec!["runs", "list", "--coordinator"];
-        let url = coordinator.url("https", "localhost");
-        all.push(&url);
-        all.extend(args);
-        let listed = run_baton(&all, &env);
+        let listed = runs_list(&url, &args, &env);
         assert!(
             listed.status.success(),
             "{}\n{}",
@@ -284,17 +262,14 @@ fn mtls_lets_in_only_clients_whose_certificate_the_client_ca_signed() {
     let url = coordinator.url("https", "localhost");
     let trust = ("BATON_TLS_CA", server_ca_file.to_str().unwrap());
 
-    let anonymous = run_baton(&["runs", "list", "--coordinator", &url], &[trust]);
+    let anonymous = runs_list(&url, &[], &[trust]);
     assert!(
         !anonymous.status.success(),
         "a client without a certificate got in"
     );
-    let stranger = run_baton(
+    let stranger = runs_list(
+        &url,
         &[
-            "runs",
-            "list",
-            "--coordinator",
-            &url,
             "--tls-cert",
             stranger_cert.to_str().unwrap(),
             "--tls-key",
