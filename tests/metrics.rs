@@ -364,3 +364,119 @@ async fn the_same_metrics_go_to_an_otlp_collector() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// `GET url` with a one-second budget, as kubelet probes: the status code and the body, or
+/// `None` when nothing answers.
+fn probe(url: &str) -> Option<(u16, String)> {
+    let rest = url.trim_start_matches("http://");
+    let (address, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    let address: std::net::SocketAddr = address.parse().expect("ip:port");
+    let mut stream = std::net::TcpStream::connect_timeout(&address, Duration::from_secs(1)).ok()?;
+    stream.set_read_timeout(Some(Duration::from_secs(3))).ok()?;
+    write!(
+        stream,
+        "GET {path} HTTP/1.0\r\nHost: {address}\r\nUser-Agent: kube-probe/1.32\r\n\r\n"
+    )
+    .ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).ok()?;
+    let (head, body) = response.split_once("\r\n\r\n")?;
+    let status = head.split_whitespace().nth(1)?.parse().ok()?;
+    Some((status, body.to_owned()))
+}
+
+/// Polls `url` until its answer satisfies `want`.
+async fn until_probe(
+    fleet: &Fleet,
+    url: &str,
+    what: &str,
+    want: impl Fn(u16, &str) -> bool,
+) -> (u16, String) {
+    let deadline = Instant::now() + harness::DEADLINE;
+    loop {
+        let answer = probe(url);
+        if let Some((status, body)) = &answer
+            && want(*status, body)
+        {
+            return (*status, body.clone());
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{url}: never {what}; last answer {answer:?}\n{}",
+            fleet.logs()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn healthz_and_readyz_follow_redis_and_the_worker_s_connection() {
+    let mut fleet = Fleet::start(
+        1,
+        Timing {
+            lease_ms: 2_000,
+            worker_silence_ms: 3_000,
+        },
+    )
+    .await;
+    let base = fleet.metrics_url(0).trim_end_matches("/metrics").to_owned();
+    let (healthz, readyz) = (format!("{base}/healthz"), format!("{base}/readyz"));
+    assert_eq!(probe(&healthz).unwrap().0, 200);
+    assert_eq!(probe(&readyz).unwrap(), (200, "ready\n".to_owned()));
+
+    let records = Records::new(fleet.dir().join("records"));
+    fleet.start_logged_worker(&records, "w1", "0", 1);
+    let worker = fleet
+        .worker_metrics_url("w1")
+        .trim_end_matches("/metrics")
+        .to_owned();
+    let ready = |status: u16, _: &str| status == 200;
+    until_probe(&fleet, &format!("{worker}/readyz"), "ready", ready).await;
+    assert_eq!(probe(&format!("{worker}/healthz")).unwrap().0, 200);
+    let metrics = scrape(&format!("{worker}/metrics"));
+    assert_eq!(sample(&metrics, "baton_worker_connected"), 1.0);
+
+    // Redis goes away: the coordinator is alive but must not be sent work.
+    fleet.redis.stop();
+    let (_, reason) = until_probe(&fleet, &readyz, "unready", |status, _| status == 503).await;
+    assert!(reason.contains("store"), "{reason}");
+    assert_eq!(probe(&healthz).unwrap().0, 200, "alive all the same");
+    fleet.redis.start_again();
+    until_probe(&fleet, &readyz, "ready again", ready).await;
+
+    // Its coordinator gone, the worker is alive and unready.
+    let status = fleet.terminate_coordinator(0).await;
+    assert!(status.success(), "{status}");
+    let (_, reason) = until_probe(
+        &fleet,
+        &format!("{worker}/readyz"),
+        "unready",
+        |status, _| status == 503,
+    )
+    .await;
+    assert!(reason.contains("not connected"), "{reason}");
+    assert_eq!(probe(&format!("{worker}/healthz")).unwrap().0, 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_metrics_address_given_and_taken_is_an_error_naming_it() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let address = taken.local_addr().unwrap().to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let mut command = harness::baton();
+    command.current_dir(dir.path()).args([
+        "coordinator",
+        "--memory",
+        "--listen",
+        "127.0.0.1:0",
+        "--metrics-listen",
+        &address,
+    ]);
+    let out = harness::output_within(&mut command, None, harness::DEADLINE);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!("cannot serve metrics on {address}")),
+        "{stderr}"
+    );
+}

@@ -9,19 +9,22 @@
 //! - `dev`: `baton dev`, coordinator and workers in one process, on an in-memory store.
 //! - `bench`: `baton bench`, the benchmark: its own Redis, coordinator and worker processes.
 //! - `jq_budget`: the budget on `jq:` transforms, and the sandbox process that runs them.
+//! - `probe`: `baton probe URL`, a health check for images with no shell.
 //! - `input`: `--input`, JSON or else a plain string.
 //! - `progress`: a run's events printed as they come.
 //! - `record_json`: a run record as `--json` prints it.
 //! - `telemetry`: OTLP export of spans and metrics.
-//! - `metrics_endpoint`: the `/metrics` endpoint the coordinator and worker processes serve.
+//! - `http_endpoint`: the HTTP port the coordinator and worker processes serve: `/metrics`,
+//!   `/healthz`, `/readyz`.
 
 mod bench;
 mod client;
 mod decisions;
 mod dev;
+mod http_endpoint;
 mod input;
 mod jq_budget;
-mod metrics_endpoint;
+mod probe;
 mod progress;
 mod record_json;
 mod security;
@@ -64,6 +67,8 @@ enum Command {
     Dev(dev::Args),
     /// Measure per-step overhead, fan-out, throughput and context size on a real cluster.
     Bench(bench::Args),
+    /// GET a URL and exit 0 on 2xx: a health check for images with no shell or curl.
+    Probe(probe::Args),
     /// Run `jq:` transforms for a coordinator, under its budget (started by the coordinator).
     #[command(hide = true)]
     JqSandbox(jq_budget::SandboxArgs),
@@ -93,6 +98,7 @@ fn main() -> ExitCode {
                         Command::Decisions(args) => decisions::run(args).await,
                         Command::Dev(args) => dev::run(args).await,
                         Command::Bench(args) => bench::run(args).await,
+                        Command::Probe(args) => probe::run(args).await,
                         Command::Validate(_) | Command::JqSandbox(_) => {
                             unreachable!("handled above")
                         }

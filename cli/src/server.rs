@@ -37,13 +37,22 @@ pub struct CoordinatorArgs {
     jq: crate::jq_budget::JqArgs,
     #[command(flatten)]
     security: crate::security::ServeArgs,
-    /// Where to serve Prometheus metrics (`GET /metrics`); port 0 picks a free one.
-    #[arg(long, default_value = "0.0.0.0:9464", conflicts_with = "no_metrics")]
-    metrics_listen: SocketAddr,
-    /// Serve no metrics.
+    /// Where to serve HTTP: Prometheus metrics (`/metrics`), and `/healthz` and `/readyz` for
+    /// probes [default: 0.0.0.0:9464; when that is taken, a free port, named in the log]. Port 0
+    /// picks a free one.
+    #[arg(long, conflicts_with = "no_metrics")]
+    metrics_listen: Option<SocketAddr>,
+    /// Serve no metrics and no probes.
     #[arg(long)]
     no_metrics: bool,
 }
+
+/// The coordinator's HTTP port unless `--metrics-listen` says otherwise.
+const COORDINATOR_HTTP: SocketAddr =
+    SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED), 9464);
+/// The worker's: another port, so that a coordinator and a worker share a machine.
+const WORKER_HTTP: SocketAddr =
+    SocketAddr::new(std::net::IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED), 9465);
 
 /// How tasks are leased, and how fast a lost worker or coordinator is noticed.
 #[derive(clap::Args)]
@@ -203,13 +212,18 @@ async fn serve<S: baton_coordinator::store::Store>(
         coordinator.id(),
         std::sync::Arc::new(move || source.metric_families()),
     )?;
-    // Ends with this function, whichever way it returns.
-    let _metrics = metrics.map(|listener| {
+    // Ends with this function, whichever way it returns: probes see the drain until the end.
+    let _http = metrics.map(|listener| {
         let scraped = coordinator.clone();
-        let server = tokio::spawn(crate::metrics_endpoint::serve(
+        let probed = coordinator.clone();
+        let ready: crate::http_endpoint::Readiness = std::sync::Arc::new(move || {
+            let probed = probed.clone();
+            Box::pin(async move { probed.readiness().await.map_err(|e| e.to_string()) })
+        });
+        let server = tokio::spawn(crate::http_endpoint::serve(
             listener,
             move || scraped.metrics_text(),
-            std::future::pending(),
+            ready,
         ));
         AbortOnDrop(server.abort_handle())
     });
@@ -265,10 +279,12 @@ pub struct WorkerArgs {
     /// finish and be answered before exiting (what is left goes to another worker).
     #[arg(long, default_value_t = 30)]
     grace_seconds: u64,
-    /// Where to serve Prometheus metrics (`GET /metrics`); port 0 picks a free one.
-    #[arg(long, default_value = "0.0.0.0:9465", conflicts_with = "no_metrics")]
-    metrics_listen: SocketAddr,
-    /// Serve no metrics.
+    /// Where to serve HTTP: Prometheus metrics (`/metrics`), and `/healthz` and `/readyz`
+    /// (ready while connected to a coordinator) for probes [default: 0.0.0.0:9465; when that is
+    /// taken, a free port, named in the log]. Port 0 picks a free one.
+    #[arg(long, conflicts_with = "no_metrics")]
+    metrics_listen: Option<SocketAddr>,
+    /// Serve no metrics and no probes.
     #[arg(long)]
     no_metrics: bool,
 }
@@ -304,17 +320,26 @@ fn build_worker(args: &WorkerArgs, traces: bool) -> anyhow::Result<Worker> {
 
 async fn serve_worker(args: WorkerArgs, worker: Worker) -> anyhow::Result<ExitCode> {
     tracing::info!(worker_id = worker.id(), "worker starting");
-    let _metrics = if args.no_metrics {
+    let _http = if args.no_metrics {
         None
     } else {
-        let listener = crate::metrics_endpoint::bind(args.metrics_listen)
-            .await
-            .with_context(|| format!("cannot serve metrics on {}", args.metrics_listen))?;
+        let listener = crate::http_endpoint::bind(args.metrics_listen, WORKER_HTTP).await?;
         let metrics = worker.metrics();
-        let server = tokio::spawn(crate::metrics_endpoint::serve(
+        let probed = worker.metrics();
+        let ready: crate::http_endpoint::Readiness = std::sync::Arc::new(move || {
+            let connected = probed.connected();
+            Box::pin(async move {
+                if connected {
+                    Ok(())
+                } else {
+                    Err("not connected to a coordinator".to_owned())
+                }
+            })
+        });
+        let server = tokio::spawn(crate::http_endpoint::serve(
             listener,
             move || metrics.render(),
-            std::future::pending(),
+            ready,
         ));
         Some(AbortOnDrop(server.abort_handle()))
     };
@@ -340,9 +365,7 @@ async fn metrics_listener(
     if args.no_metrics {
         return Ok(None);
     }
-    let listener = crate::metrics_endpoint::bind(args.metrics_listen)
-        .await
-        .with_context(|| format!("cannot serve metrics on {}", args.metrics_listen))?;
+    let listener = crate::http_endpoint::bind(args.metrics_listen, COORDINATOR_HTTP).await?;
     Ok(Some(listener))
 }
 

@@ -56,9 +56,18 @@ pub enum Error {
         limit: u32,
     },
     #[error(
-        "the worker speaks worker protocol {worker} and this coordinator {coordinator}: run the same Baton version on both"
+        "the worker speaks worker protocol {worker} and this coordinator serves {oldest} to {newest}: {}",
+        if worker > newest {
+            "upgrade the coordinators first, then the workers"
+        } else {
+            "upgrade the worker: a coordinator serves workers of its own version and the one before"
+        }
     )]
-    Protocol { worker: u32, coordinator: u32 },
+    Protocol {
+        worker: u32,
+        oldest: u32,
+        newest: u32,
+    },
     #[error("run {run_id}: stored state is corrupt: {reason}")]
     Corrupt { run_id: String, reason: String },
     #[error(

@@ -50,4 +50,4 @@ pub mod task_ref;
 pub mod traces;
 
 pub use error::Error;
-pub use service::{Config, Coordinator};
+pub use service::{Config, Coordinator, NotReady};

@@ -551,6 +551,10 @@ impl Store for FlakyStore {
         self.inner.list_runs(limit).await
     }
 
+    async fn ping(&self) -> Result<(), baton_coordinator::store::Error> {
+        self.inner.ping().await
+    }
+
     async fn active_runs(&self) -> Result<Vec<String>, baton_coordinator::store::Error> {
         self.inner.active_runs().await
     }
@@ -819,4 +823,14 @@ async fn a_claimed_key_whose_run_was_never_created_gets_its_run_on_retry() {
         coordinator.record(&submitted.run_id).await.unwrap().status,
         "running"
     );
+}
+
+#[tokio::test]
+async fn a_coordinator_is_ready_until_it_drains() {
+    let coordinator = Coordinator::new(MemoryStore::new(), Config::default());
+    assert_eq!(coordinator.readiness().await, Ok(()));
+    coordinator.shutdown().await;
+    let not_ready = coordinator.readiness().await.unwrap_err();
+    assert_eq!(not_ready, baton_coordinator::NotReady::Draining);
+    assert!(not_ready.to_string().contains("draining"), "{not_ready}");
 }

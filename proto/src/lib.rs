@@ -23,6 +23,19 @@ pub use v1::Json;
 /// (`TaskOutput`) and the tokens a result used (`TaskResult.usage`).
 pub const WORKER_PROTOCOL: u32 = 5;
 
+/// The oldest worker protocol a coordinator of this version accepts: its own and the one
+/// before. A rolling upgrade therefore goes coordinators first, then workers: while it rolls,
+/// old workers are served by new coordinators, and a new worker that reaches an old coordinator
+/// is refused (`FAILED_PRECONDITION`) and tries again until a new one answers. A change to the
+/// worker protocol keeps that promise: a coordinator still serves a worker of the protocol
+/// before, which never sends the new messages and ignores fields it does not know.
+pub const OLDEST_WORKER_PROTOCOL: u32 = WORKER_PROTOCOL - 1;
+
+/// Whether a coordinator of this version serves a worker speaking `protocol`.
+pub fn serves_worker_protocol(protocol: u32) -> bool {
+    (OLDEST_WORKER_PROTOCOL..=WORKER_PROTOCOL).contains(&protocol)
+}
+
 /// The encoded descriptors of `baton.v1`, served by reflection.
 pub const FILE_DESCRIPTOR_SET: &[u8] = tonic::include_file_descriptor_set!("baton_descriptor");
 

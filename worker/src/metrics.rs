@@ -28,6 +28,7 @@ pub struct WorkerMetrics {
     duration: Family<Labels, Histogram, fn() -> Histogram>,
     running: Gauge,
     sessions: Counter<u64, AtomicU64>,
+    connected: Gauge,
     llm_tokens: Family<Labels, Counter>,
     llm_request: Family<Labels, Histogram, fn() -> Histogram>,
     llm_first_token: Family<Labels, Histogram, fn() -> Histogram>,
@@ -43,6 +44,7 @@ impl WorkerMetrics {
         let slots: Gauge = Gauge::default();
         slots.set(concurrency as i64);
         let sessions = Counter::default();
+        let connected = Gauge::default();
         registry.register(
             "tasks",
             "Tasks run, by agent and outcome (succeeded, failed, cancelled)",
@@ -59,6 +61,11 @@ impl WorkerMetrics {
             "sessions",
             "Streams opened to a coordinator (more than one: it reconnected)",
             sessions.clone(),
+        );
+        registry.register(
+            "connected",
+            "1 while the worker holds a stream to a coordinator (what /readyz reports)",
+            connected.clone(),
         );
         let llm_tokens = Family::<Labels, Counter>::default();
         let llm_request: Family<Labels, Histogram, fn() -> Histogram> =
@@ -86,6 +93,7 @@ impl WorkerMetrics {
             duration,
             running,
             sessions,
+            connected,
             llm_tokens,
             llm_request,
             llm_first_token,
@@ -94,6 +102,16 @@ impl WorkerMetrics {
 
     pub(crate) fn session_opened(&self) {
         self.sessions.inc();
+        self.connected.set(1);
+    }
+
+    pub(crate) fn session_closed(&self) {
+        self.connected.set(0);
+    }
+
+    /// Whether the worker holds a stream to a coordinator now: the worker's readiness.
+    pub fn connected(&self) -> bool {
+        self.connected.get() > 0
     }
 
     /// A task starts: counted as running until [`RunningTask::finished`], or as cancelled if

@@ -72,10 +72,11 @@ impl TryFrom<v1::Hello> for WorkerHello {
     type Error = Error;
 
     fn try_from(hello: v1::Hello) -> Result<Self, Error> {
-        if hello.protocol != baton_proto::WORKER_PROTOCOL {
+        if !baton_proto::serves_worker_protocol(hello.protocol) {
             return Err(Error::Protocol {
                 worker: hello.protocol,
-                coordinator: baton_proto::WORKER_PROTOCOL,
+                oldest: baton_proto::OLDEST_WORKER_PROTOCOL,
+                newest: baton_proto::WORKER_PROTOCOL,
             });
         }
         if hello.worker_id.is_empty() {

@@ -24,12 +24,14 @@
 //! - `queries`: decisions found by meaning, for clients and for agents mid-step.
 //! - `stats`: counters, the profile of transitions, metrics.
 //! - `workers`: worker streams connecting, disconnecting, falling silent; shutting down.
+//! - `health`: readiness for probes (draining, the store answering).
 //! - `leases`: leases, retries, timeouts and the timers that sweep them.
 
 mod answers;
 mod approvals;
 mod change;
 mod config;
+mod health;
 mod integrity;
 mod leases;
 mod output;
@@ -48,6 +50,7 @@ use std::sync::Arc;
 
 pub use self::answers::{Answer, Outcome};
 pub use self::config::Config;
+pub use self::health::NotReady;
 pub use self::integrity::Verification;
 use self::leases::LeaseBook;
 use self::output::OutputFeed;

@@ -355,6 +355,10 @@ impl Store for MemoryStore {
         Ok(summaries)
     }
 
+    async fn ping(&self) -> Result<(), Error> {
+        Ok(())
+    }
+
     async fn active_runs(&self) -> Result<Vec<String>, Error> {
         let runs = self.runs.lock().expect("store lock");
         Ok(runs

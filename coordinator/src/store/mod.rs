@@ -186,6 +186,8 @@ pub enum Claim {
 /// - `due_tasks` returns up to `limit` tasks of `agent` whose timers are at or before `now_ms`,
 ///   earliest first, reading only those: its cost follows the due work, not the number of runs.
 /// - `task` reads one task; `version` a run's version (`None` for an unknown run).
+/// - `ping` makes one round trip to where the state lives and fails if it does not answer: a
+///   coordinator is ready for work only while it passes.
 /// - `list_runs` is newest first; `active_runs` lists runs whose status is `running`.
 /// - Chain links are appended, never rewritten; `load_run` returns them in order.
 /// - `claim_idempotency_key` atomically sets the key to `(run_id, request_sha256)` for `ttl_s`
@@ -252,6 +254,8 @@ pub trait Store: Send + Sync + 'static {
     ) -> impl Future<Output = Result<Option<Vec<u8>>, Error>> + Send;
 
     fn version(&self, run_id: &str) -> impl Future<Output = Result<Option<u64>, Error>> + Send;
+
+    fn ping(&self) -> impl Future<Output = Result<(), Error>> + Send;
 
     fn list_runs(
         &self,
@@ -377,6 +381,10 @@ impl<S: Store> Store for std::sync::Arc<S> {
 
     fn active_runs(&self) -> impl Future<Output = Result<Vec<String>, Error>> + Send {
         S::active_runs(self)
+    }
+
+    fn ping(&self) -> impl Future<Output = Result<(), Error>> + Send {
+        S::ping(self)
     }
 
     fn decisions(

@@ -99,6 +99,10 @@ impl<S: Store> Store for Timed<S> {
         self.time("list_runs", self.inner.list_runs(limit)).await
     }
 
+    async fn ping(&self) -> Result<(), Error> {
+        self.time("ping", self.inner.ping()).await
+    }
+
     async fn active_runs(&self) -> Result<Vec<String>, Error> {
         self.time("active_runs", self.inner.active_runs()).await
     }

@@ -236,7 +236,12 @@ impl Agent {
     ) -> Result<crate::Output, AgentError> {
         match self {
             Agent::Command(agent) => agent.run(payload.bytes(), env, output).await,
-            Agent::Template(agent) => agent.run(payload.value()).map(crate::Output::new),
+            Agent::Template(agent) => {
+                if !agent.delay().is_zero() {
+                    tokio::time::sleep(agent.delay()).await;
+                }
+                agent.run(payload.value()).map(crate::Output::new)
+            }
             Agent::Llm(agent) => match payload.try_value() {
                 Ok(payload) => agent.run(payload, output).await,
                 Err(reason) => Err(AgentError::Template {

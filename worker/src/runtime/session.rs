@@ -271,6 +271,7 @@ impl Drop for EndSession {
         if let Ok(mut current) = self.0.current.lock() {
             *current = None;
         }
+        self.0.metrics.session_closed();
     }
 }
 

@@ -100,7 +100,7 @@ fn an_agents_error_keeps_whether_it_may_be_retried() {
 }
 
 #[test]
-fn a_hello_must_speak_this_protocol_and_name_its_worker() {
+fn a_hello_must_speak_this_protocol_or_the_one_before_and_name_its_worker() {
     let hello = v1::Hello {
         worker_id: "w1".into(),
         agents: vec!["coder".into()],
@@ -116,14 +116,35 @@ fn a_hello_must_speak_this_protocol_and_name_its_worker() {
         read.held[1].is_err(),
         "kept, so that the worker is told to stop it"
     );
-    let old = v1::Hello {
+    let previous = v1::Hello {
         protocol: baton_proto::WORKER_PROTOCOL - 1,
         ..hello.clone()
     };
-    assert!(matches!(
-        WorkerHello::try_from(old),
-        Err(Error::Protocol { .. })
-    ));
+    assert!(
+        WorkerHello::try_from(previous).is_ok(),
+        "a rolling upgrade keeps workers of the previous protocol"
+    );
+    let older = v1::Hello {
+        protocol: baton_proto::WORKER_PROTOCOL - 2,
+        ..hello.clone()
+    };
+    let refused = WorkerHello::try_from(older).unwrap_err();
+    assert!(matches!(refused, Error::Protocol { .. }));
+    assert!(
+        refused.to_string().contains("upgrade the worker"),
+        "{refused}"
+    );
+    let newer = v1::Hello {
+        protocol: baton_proto::WORKER_PROTOCOL + 1,
+        ..hello.clone()
+    };
+    let refused = WorkerHello::try_from(newer).unwrap_err();
+    assert!(
+        refused
+            .to_string()
+            .contains("upgrade the coordinators first"),
+        "{refused}"
+    );
     let anonymous = v1::Hello {
         worker_id: String::new(),
         ..hello

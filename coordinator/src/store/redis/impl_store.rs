@@ -321,6 +321,16 @@ impl Store for RedisStore {
         Ok(ids.len() - ended.len())
     }
 
+    /// Not retried: readiness wants to know whether Redis answers now.
+    async fn ping(&self) -> Result<(), Error> {
+        let mut con = self.con.clone();
+        let _: String = ::redis::cmd("PING")
+            .query_async(&mut con)
+            .await
+            .map_err(unavailable)?;
+        Ok(())
+    }
+
     async fn active_runs(&self) -> Result<Vec<String>, Error> {
         self.read_retrying(|| async {
             let mut con = self.con.clone();

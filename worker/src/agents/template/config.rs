@@ -3,8 +3,12 @@
 use super::{Template, TemplateAgent};
 use crate::agents::config::{Checker, ConfigError, Fields};
 
-/// The fields a template agent takes besides `kind`: one of the two.
-pub(in crate::agents) const FIELDS: &[&str] = &["template", "template_file"];
+/// The fields a template agent takes besides `kind`: one of the first two, and how long the
+/// stand-in takes.
+pub(in crate::agents) const FIELDS: &[&str] = &["template", "template_file", "delay_ms"];
+
+/// A stand-in may take as long as a slow model, not longer.
+const MAX_DELAY_MS: i64 = 10 * 60 * 1_000;
 
 /// The template agent a table declares (its fields are all of [`FIELDS`]), its template
 /// compiled, or the first problem with it.
@@ -20,7 +24,22 @@ pub(in crate::agents) fn check(
     )?;
     let template =
         Template::compile(&source.text).map_err(|e| checker.compile_error(&source, e.reason))?;
-    Ok(TemplateAgent::from_compiled(checker.agent_name(), template))
+    let delay = match fields.remove("delay_ms") {
+        None => std::time::Duration::ZERO,
+        Some(value) => value
+            .get_ref()
+            .as_integer()
+            .filter(|ms| (0..=MAX_DELAY_MS).contains(ms))
+            .map(|ms| std::time::Duration::from_millis(ms as u64))
+            .ok_or_else(|| {
+                checker.invalid(
+                    "delay_ms",
+                    &value,
+                    &format!("an integer from 0 to {MAX_DELAY_MS} (milliseconds)"),
+                )
+            })?,
+    };
+    Ok(TemplateAgent::from_compiled(checker.agent_name(), template).with_delay(delay))
 }
 
 #[cfg(test)]
@@ -53,6 +72,25 @@ mod tests {
         );
         assert!(matches!(problem, Problem::Conflict { .. }));
         assert!(message.contains("together with `template`"), "{message}");
+    }
+
+    #[test]
+    fn a_delay_that_is_not_a_number_of_milliseconds() {
+        for (value, line) in [("\"2s\"", 4), ("-1", 4), ("600001", 4)] {
+            let (problem, message) = agent_error(
+                &format!(
+                    "[agents.coder]\nkind = \"template\"\ntemplate = \"{{}}\"\ndelay_ms = {value}\n"
+                ),
+                "coder",
+                "delay_ms",
+                line,
+            );
+            assert!(
+                matches!(problem, Problem::Invalid(_)),
+                "{value}: {problem:?}"
+            );
+            assert!(message.contains("milliseconds"), "{message}");
+        }
     }
 
     #[test]

@@ -115,6 +115,9 @@ pub fn render_text(source: &str, data: &Value) -> Result<String, TemplateError> 
 pub struct TemplateAgent {
     name: String,
     template: Template,
+    /// How long it waits before answering (`delay_ms`): a stand-in that takes time like a
+    /// model, so that a demo or a test can watch, cancel or lose a worker mid-step.
+    delay: std::time::Duration,
 }
 
 impl TemplateAgent {
@@ -123,6 +126,7 @@ impl TemplateAgent {
         Ok(TemplateAgent {
             name: name.into(),
             template: Template::compile(source)?,
+            delay: std::time::Duration::ZERO,
         })
     }
 
@@ -130,7 +134,18 @@ impl TemplateAgent {
         TemplateAgent {
             name: name.into(),
             template,
+            delay: std::time::Duration::ZERO,
         }
+    }
+
+    /// Waits `delay` before each answer.
+    pub fn with_delay(self, delay: std::time::Duration) -> TemplateAgent {
+        TemplateAgent { delay, ..self }
+    }
+
+    /// How long it waits before each answer.
+    pub fn delay(&self) -> std::time::Duration {
+        self.delay
     }
 
     pub fn name(&self) -> &str {
