@@ -466,20 +466,6 @@ async fn a_replaced_certificate_is_served_to_the_next_connection_and_open_stream
     );
 }
 
-/// The first `sh` block after `heading` in README.md, its lines (comments and blank lines left
-/// out).
-fn readme_block(heading: &str) -> Vec<String> {
-    let readme = std::fs::read_to_string(harness::root().join("README.md")).unwrap();
-    let section = &readme[readme.find(heading).expect("the README has the section")..];
-    let start = section.find("```sh\n").expect("a sh block") + "```sh\n".len();
-    let block = &section[start..start + section[start..].find("```").unwrap()];
-    block
-        .lines()
-        .filter(|line| !line.trim().is_empty() && !line.starts_with('#'))
-        .map(str::to_owned)
-        .collect()
-}
-
 /// Background processes of a recipe, killed on drop.
 struct Background(Vec<Child>);
 
@@ -494,7 +480,7 @@ impl Drop for Background {
 
 #[test]
 fn the_readme_s_secured_cluster_recipe_runs_as_printed() {
-    let lines = readme_block("### Security: TLS, principals, protected mode");
+    let lines = harness::readme_block("### Security: TLS, principals, protected mode");
     assert_eq!(lines.len(), 4, "{lines:#?}");
     // What the recipe expects in its folder: the certificate, the CA, the principals and their
     // tokens, and the repository's examples.
