@@ -12,6 +12,8 @@
 
 #[path = "support/images.rs"]
 mod images;
+#[path = "support/recipes.rs"]
+mod recipes;
 
 use std::collections::BTreeMap;
 use std::net::TcpListener;
@@ -432,6 +434,122 @@ fn a_compose_cluster_runs_the_example_survives_losing_a_coordinator_and_a_worker
 
     // Down, with the volumes: nothing of the project is left.
     compose.run(&["down", "-v"]);
+    let leftovers =
+        Cleanup::by_label(&format!("com.docker.compose.project={}", compose.project)).leftovers();
+    assert!(leftovers.is_empty(), "left behind: {leftovers:?}");
+}
+
+/// A process killed (and reaped) on drop.
+struct Killed(std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// deploy/README.md's compose recipe, each line as printed, from the repository root, with the
+/// `baton` this run built on PATH. Its own compose project (`COMPOSE_PROJECT_NAME`, which
+/// docker-compose reads) keeps it apart from anything else; what the README leaves to the reader
+/// (`<run id>`) is filled in; the approval comes from "another terminal" while the watch runs.
+#[test]
+fn the_deploy_readme_s_compose_recipe_runs_as_printed() {
+    images();
+    for port in [50051, 50052] {
+        assert!(
+            TcpListener::bind(("127.0.0.1", port)).is_ok(),
+            "the recipe publishes port {port}, which another program holds here"
+        );
+    }
+    let lines = recipes::block("deploy/README.md", "## Compose: one machine");
+    let compose = Compose::new(Vec::new());
+    let bin = std::path::Path::new(env!("CARGO_BIN_EXE_baton"))
+        .parent()
+        .expect("the binary's folder");
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let dir = tempfile::tempdir().expect("a temporary folder");
+    let shell = |exports: &[String], code: &str| {
+        let mut command = Command::new("bash");
+        for name in SETTINGS
+            .iter()
+            .chain(&["BATON_COORDINATOR", "BATON_TOKEN", "BATON_TLS_CA"])
+        {
+            command.env_remove(name);
+        }
+        command
+            .arg("-c")
+            .arg(format!("set -e\n{}\n{code}", exports.join("\n")))
+            .current_dir(images::root())
+            .env("PATH", &path)
+            .env("COMPOSE_PROJECT_NAME", &compose.project)
+            .env("NO_COLOR", "1");
+        command
+    };
+    let mut exports = Vec::new();
+    let mut watch: Option<Killed> = None;
+    let mut run_id = String::new();
+    let watch_out = dir.path().join("watch.out");
+    for line in &lines {
+        let (code, background) = recipes::command_of(line);
+        assert!(
+            !background,
+            "the recipe starts nothing in the background: {line}"
+        );
+        if code.starts_with("export ") {
+            exports.push(code);
+            continue;
+        }
+        if code.contains("--watch") {
+            let mut command = shell(&exports, &code);
+            command.stdout(std::fs::File::create(&watch_out).expect("watch.out"));
+            watch = Some(Killed(command.spawn().expect("start the watch")));
+            run_id = wait_for("the watch reaches approve-plan", DEADLINE, || {
+                let printed = std::fs::read_to_string(&watch_out).unwrap_or_default();
+                match printed.lines().next().and_then(|l| l.strip_prefix("run ")) {
+                    Some(id) if printed.contains("approve-plan") && printed.contains("waiting") => {
+                        Ok(id.trim().to_owned())
+                    }
+                    _ => Err(printed),
+                }
+            });
+            continue;
+        }
+        let code = code.replace("<run id>", &run_id);
+        let output = run(&mut shell(&exports, &code), COMPOSE_DEADLINE);
+        assert!(
+            output.status.success(),
+            "`{code}` failed ({}):\n{}{}",
+            output.status,
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        if code.starts_with("baton approve") {
+            let mut watching = watch.take().expect("the watch runs");
+            let status = wait_for("the watch ends", DEADLINE, || {
+                watching
+                    .0
+                    .try_wait()
+                    .map_err(|e| e.to_string())?
+                    .ok_or_else(|| std::fs::read_to_string(&watch_out).unwrap_or_default())
+            });
+            let printed = std::fs::read_to_string(&watch_out).unwrap_or_default();
+            assert!(status.success(), "{status}\n{printed}");
+            assert!(printed.contains("succeeded"), "{printed}");
+        }
+    }
+    assert!(
+        !run_id.is_empty(),
+        "the recipe submitted nothing: {lines:#?}"
+    );
+    assert!(
+        lines.last().is_some_and(|line| line.contains("down -v")),
+        "the recipe ends by taking the cluster down: {lines:#?}"
+    );
     let leftovers =
         Cleanup::by_label(&format!("com.docker.compose.project={}", compose.project)).leftovers();
     assert!(leftovers.is_empty(), "left behind: {leftovers:?}");

@@ -8,6 +8,8 @@
 
 #[path = "support/cluster.rs"]
 mod harness;
+#[path = "support/recipes.rs"]
+mod recipes;
 #[path = "support/spec.rs"]
 mod spec;
 
@@ -15,7 +17,8 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use harness::{DEADLINE, output, readme_block};
+use harness::{DEADLINE, output};
+use recipes::command_of;
 
 /// The recipe's background processes, killed on drop; their logs in `dir`.
 struct Background {
@@ -46,20 +49,6 @@ impl Drop for Background {
     }
 }
 
-/// A line split into its command and whether it ends with `&` (a trailing `# comment` dropped).
-fn command_of(line: &str) -> (String, bool) {
-    let code = match line.find(" #") {
-        // Not a `#` inside a quoted argument.
-        Some(at) if line[..at].matches('"').count().is_multiple_of(2) => &line[..at],
-        _ => line,
-    };
-    let code = code.trim();
-    match code.strip_suffix('&') {
-        Some(code) => (code.trim().to_owned(), true),
-        None => (code.to_owned(), false),
-    }
-}
-
 /// The free metrics port a log's warning names (`address=0.0.0.0:PORT`), if it warned.
 fn fallback_port(log: &str) -> Option<u16> {
     let line = log
@@ -85,7 +74,7 @@ fn get(port: u16, path: &str) -> Option<u16> {
 
 #[test]
 fn the_readme_s_cluster_recipe_runs_as_printed_on_one_machine() {
-    let lines = readme_block("## A cluster");
+    let lines = recipes::block("README.md", "## A cluster");
     for port in [6379, 50051, 50052] {
         assert!(
             std::net::TcpListener::bind(("0.0.0.0", port)).is_ok(),

@@ -10,6 +10,8 @@ mod certs;
 mod harness;
 #[path = "support/otlp.rs"]
 mod otlp;
+#[path = "support/recipes.rs"]
+mod recipes;
 #[path = "support/spec.rs"]
 mod spec;
 
@@ -480,7 +482,7 @@ impl Drop for Background {
 
 #[test]
 fn the_readme_s_secured_cluster_recipe_runs_as_printed() {
-    let lines = harness::readme_block("### Security: TLS, principals, protected mode");
+    let lines = recipes::block("README.md", "### Security: TLS, principals, protected mode");
     assert_eq!(lines.len(), 4, "{lines:#?}");
     // What the recipe expects in its folder: the certificate, the CA, the principals and their
     // tokens, and the repository's examples.

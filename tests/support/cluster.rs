@@ -66,20 +66,6 @@ pub async fn submit(
         .run_id
 }
 
-/// The first `sh` block after `heading` in README.md, its lines (comments and blank lines left
-/// out), as a user would copy them.
-pub fn readme_block(heading: &str) -> Vec<String> {
-    let readme = std::fs::read_to_string(root().join("README.md")).expect("README.md");
-    let section = &readme[readme.find(heading).expect("the README has the section")..];
-    let start = section.find("```sh\n").expect("a sh block") + "```sh\n".len();
-    let block = &section[start..start + section[start..].find("```").expect("the block ends")];
-    block
-        .lines()
-        .filter(|line| !line.trim().is_empty() && !line.starts_with('#'))
-        .map(str::to_owned)
-        .collect()
-}
-
 /// Fails unless the README prints `cargo run --release -p baton-cli -- ARGS` (its lines joined
 /// where they end in `\\`), an argument with a space in double quotes: a test that runs one of
 /// its recipes calls this with the arguments it runs, so the two cannot drift apart.
