@@ -287,11 +287,29 @@ fn slow_agents(dir: &std::path::Path) -> PathBuf {
     path
 }
 
+/// A free port, never one of those the README's recipe publishes.
 fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|listener| listener.local_addr())
-        .expect("a free port")
-        .port()
+    loop {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .and_then(|listener| listener.local_addr())
+            .expect("a free port")
+            .port();
+        if !README_PORTS.contains(&port) {
+            return port;
+        }
+    }
+}
+
+/// The host ports deploy/README.md's recipe publishes.
+const README_PORTS: [u16; 2] = [50051, 50052];
+
+/// One compose cluster at a time: two of them would compete for the machine's two cores, and
+/// for its ports.
+fn one_cluster_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    static CLUSTER: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    CLUSTER
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// Unless told otherwise, the workers serve the example's own agents file.
@@ -314,6 +332,7 @@ fn compose_mounts_the_example_agents_by_default() {
 #[test]
 fn a_compose_cluster_runs_the_example_survives_losing_a_coordinator_and_a_worker_and_leaves_nothing()
  {
+    let _alone = one_cluster_at_a_time();
     let images = images();
     let dir = tempfile::tempdir().expect("a temporary folder");
     let ports = [free_port(), free_port()];
@@ -455,11 +474,18 @@ impl Drop for Killed {
 /// (`<run id>`) is filled in; the approval comes from "another terminal" while the watch runs.
 #[test]
 fn the_deploy_readme_s_compose_recipe_runs_as_printed() {
+    let _alone = one_cluster_at_a_time();
     images();
-    for port in [50051, 50052] {
-        assert!(
-            TcpListener::bind(("127.0.0.1", port)).is_ok(),
-            "the recipe publishes port {port}, which another program holds here"
+    for port in README_PORTS {
+        // A client's connection may hold it as its local port for a moment.
+        wait_for(
+            &format!("port {port}, which the recipe publishes, is free"),
+            DEADLINE,
+            || {
+                TcpListener::bind(("127.0.0.1", port))
+                    .map(drop)
+                    .map_err(|e| e.to_string())
+            },
         );
     }
     let lines = recipes::block("deploy/README.md", "## Compose: one machine");
