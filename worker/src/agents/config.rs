@@ -459,7 +459,7 @@ template = '{"files": {{json context.plan.files}} }'
             ),
             (
                 "[agents.a]\nkind = \"template\"\nzzz = 1\n",
-                "<inline agents.toml>:3: agent \"a\": field `zzz` is not a known field (expected one of: kind, template, template_file)",
+                "<inline agents.toml>:3: agent \"a\": field `zzz` is not a known field (expected one of: kind, template, template_file, delay_ms)",
             ),
         ] {
             assert_eq!(parse(text).unwrap_err().to_string(), expected);
