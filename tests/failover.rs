@@ -235,3 +235,50 @@ async fn a_watch_on_one_coordinator_follows_a_run_another_moves_on() {
             .is_none()
     );
 }
+
+/// A task waits at the coordinator that dispatched it; when that coordinator's workers are busy
+/// and another coordinator's are idle, it goes there instead of waiting (and an autoscaler's new
+/// workers help whichever coordinator they land on).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_waiting_at_a_busy_coordinator_runs_on_another_coordinator_s_idle_worker() {
+    let mut fleet = Fleet::start(2, TIMING).await;
+    let records = Records::new(fleet.dir().join("records"));
+    let agents = records.agents_file("busy", &[("slow", vec!["logged-agent.sh", "3"])]);
+    fleet.start_worker_on("busy", &agents, 1, 0);
+    fleet.start_worker_on("idle", &agents, 1, 1);
+    fleet.wait_for_workers(2).await;
+    let one_step = json!({"steps": [{"id": "work", "type": "agent", "agent": "slow"}]})
+        .to_string()
+        .into_bytes();
+    let mut client = fleet.client(0).await.unwrap();
+    let first = harness::submit(&mut client, one_step.clone(), &json!(1)).await;
+    started(&records, "work").await;
+    // Dispatched by coordinator-0, whose only worker is busy for three seconds.
+    let second = harness::submit(&mut client, one_step, &json!(2)).await;
+
+    let mut workers = Vec::new();
+    for run_id in [&first, &second] {
+        let record = finished(&fleet, 0, run_id).await;
+        assert_eq!(record.status, "succeeded", "{}", record.error);
+        workers.push(harness::step(&record, "work").worker_id.clone());
+    }
+    assert_eq!(
+        workers,
+        ["busy", "idle"],
+        "the second task waited for the busy worker\n{}",
+        fleet.logs()
+    );
+    assert!(
+        fleet
+            .log_of("coordinator-0")
+            .contains("moved to coordinators whose workers have room"),
+        "{}",
+        fleet.log_of("coordinator-0")
+    );
+    // Each ran once.
+    let runs: Vec<_> = executions::read(records.root())
+        .into_iter()
+        .map(|e| e.run_id)
+        .collect();
+    assert_eq!(runs.len(), 2, "{runs:?}");
+}

@@ -72,6 +72,10 @@ pub struct LeaseArgs {
     /// How often due timers (expired leases, retries) are swept.
     #[arg(long, default_value_t = 200, hide = true)]
     sweep_interval_ms: u64,
+    /// A task that waited this long here for a free worker slot goes to another coordinator
+    /// whose workers have room (0: tasks stay with the coordinator that dispatched them).
+    #[arg(long, default_value_t = 1_000)]
+    rebalance_after_ms: u64,
 }
 
 impl LeaseArgs {
@@ -82,6 +86,7 @@ impl LeaseArgs {
             lease_ms: self.lease_ms.max(1),
             worker_silence_ms: self.worker_silence_ms.max(1),
             sweep_interval_ms: self.sweep_interval_ms.max(1),
+            rebalance_after_ms: self.rebalance_after_ms,
             ..defaults
         }
     }

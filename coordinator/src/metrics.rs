@@ -51,6 +51,7 @@ pub struct Metrics {
     workers: Gauge,
     free_slots: Family<Labels, Gauge>,
     pub(crate) redeliveries: Counter,
+    pub(crate) rebalanced: Counter,
     pub(crate) retries: Counter,
     pub(crate) timeouts: Counter,
     pub(crate) fenced: Counter,
@@ -72,6 +73,7 @@ impl Default for Metrics {
             workers: Gauge::default(),
             free_slots: Family::default(),
             redeliveries: Counter::default(),
+            rebalanced: Counter::default(),
             retries: Counter::default(),
             timeouts: Counter::default(),
             fenced: Counter::default(),
@@ -132,6 +134,11 @@ impl Default for Metrics {
             "lease_expiries",
             "Tasks delivered again because their worker or coordinator was lost",
             metrics.redeliveries.clone(),
+        );
+        registry.register(
+            "tasks_rebalanced",
+            "Tasks that waited here for a slot and moved to coordinators whose workers had room",
+            metrics.rebalanced.clone(),
         );
         registry.register(
             "retries",

@@ -555,6 +555,25 @@ impl Store for FlakyStore {
         self.inner.ping().await
     }
 
+    async fn advertise_slots(
+        &self,
+        coordinator: &str,
+        free: std::collections::BTreeMap<String, usize>,
+        expires_ms: i64,
+    ) -> Result<(), baton_coordinator::store::Error> {
+        self.inner
+            .advertise_slots(coordinator, free, expires_ms)
+            .await
+    }
+
+    async fn slots_elsewhere(
+        &self,
+        me: &str,
+        now_ms: i64,
+    ) -> Result<std::collections::BTreeMap<String, usize>, baton_coordinator::store::Error> {
+        self.inner.slots_elsewhere(me, now_ms).await
+    }
+
     async fn active_runs(&self) -> Result<Vec<String>, baton_coordinator::store::Error> {
         self.inner.active_runs().await
     }

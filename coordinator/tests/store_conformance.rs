@@ -78,6 +78,8 @@ conformance! {
     chain_links_append_and_decisions_keep_their_first_write,
     runs_of_workflow_newest_first_and_limited,
     idempotency_keys_are_claimed_once_until_they_expire,
+    free_slots_are_summed_over_the_other_coordinators_until_they_expire,
+    a_ping_answers_while_the_store_is_there,
     output_appends_in_order_only_while_the_run_runs,
     output_keeps_the_newest_bytes,
     wait_output_returns_what_comes_and_waits_for_it,
@@ -2195,4 +2197,58 @@ async fn wait_output_returns_what_comes_and_waits_for_it<S: Store>(store: Arc<S>
         (came[0].0.as_str(), came[0].2.text.as_str()),
         ("run-b", "two")
     );
+}
+
+fn slots(pairs: &[(&str, usize)]) -> BTreeMap<String, usize> {
+    pairs
+        .iter()
+        .map(|(agent, free)| ((*agent).to_owned(), *free))
+        .collect()
+}
+
+async fn free_slots_are_summed_over_the_other_coordinators_until_they_expire<S: Store>(
+    store: Arc<S>,
+) {
+    assert!(store.slots_elsewhere("a", 0).await.unwrap().is_empty());
+    store
+        .advertise_slots("a", slots(&[("coder", 2)]), 1_000)
+        .await
+        .unwrap();
+    store
+        .advertise_slots("b", slots(&[("coder", 3), ("tester", 1)]), 2_000)
+        .await
+        .unwrap();
+    store
+        .advertise_slots("c", slots(&[("coder", 4)]), 500)
+        .await
+        .unwrap();
+    // Not its own; c's has expired at 600.
+    assert_eq!(
+        store.slots_elsewhere("a", 600).await.unwrap(),
+        slots(&[("coder", 3), ("tester", 1)])
+    );
+    assert_eq!(
+        store.slots_elsewhere("b", 600).await.unwrap(),
+        slots(&[("coder", 2)])
+    );
+    // A new advertisement replaces the coordinator's last one.
+    store
+        .advertise_slots("b", slots(&[("tester", 2)]), 3_000)
+        .await
+        .unwrap();
+    assert_eq!(
+        store.slots_elsewhere("a", 1_500).await.unwrap(),
+        slots(&[("tester", 2)])
+    );
+    store
+        .advertise_slots("b", BTreeMap::new(), 3_000)
+        .await
+        .unwrap();
+    assert!(store.slots_elsewhere("a", 1_500).await.unwrap().is_empty());
+    // After every advertisement expired, nothing is counted.
+    assert!(store.slots_elsewhere("z", 5_000).await.unwrap().is_empty());
+}
+
+async fn a_ping_answers_while_the_store_is_there<S: Store>(store: Arc<S>) {
+    store.ping().await.unwrap();
 }

@@ -233,11 +233,20 @@ impl Fleet {
 
     /// Starts `baton worker --id ID --coordinator <every url> --agents AGENTS`.
     pub fn start_worker(&mut self, id: &str, agents: &Path, concurrency: usize) {
+        self.start_worker_at(id, agents, concurrency, self.urls());
+    }
+
+    /// Starts a worker connected to coordinator `n` only.
+    pub fn start_worker_on(&mut self, id: &str, agents: &Path, concurrency: usize, n: usize) {
+        self.start_worker_at(id, agents, concurrency, self.url(n));
+    }
+
+    fn start_worker_at(&mut self, id: &str, agents: &Path, concurrency: usize, urls: String) {
         let mut command = baton();
         command
             .arg("worker")
             .arg("--coordinator")
-            .arg(self.urls())
+            .arg(urls)
             .arg("--agents")
             .arg(agents)
             .arg("--concurrency")

@@ -313,6 +313,50 @@ impl Hub {
         state.workers.get(worker_id)?.holding.get(&key)?.sent()
     }
 
+    /// Takes out of the queues up to `take[agent]` tasks of each agent that have waited
+    /// `patience` or longer, oldest first: released, they go to a coordinator whose workers have
+    /// room. A task that was in a worker's hands already (requeued at the front) goes too.
+    pub fn waited_out(
+        &self,
+        patience: Duration,
+        take: &std::collections::BTreeMap<String, usize>,
+    ) -> Vec<ReadyTask> {
+        let mut state = self.lock();
+        let mut out = Vec::new();
+        for (agent, queue) in &mut state.queues {
+            let Some(&limit) = take.get(agent) else {
+                continue;
+            };
+            let mut waited: Vec<usize> = (0..queue.len())
+                .filter(|&at| queue[at].ready_at.elapsed() >= patience)
+                .collect();
+            waited.sort_by_key(|&at| std::cmp::Reverse(queue[at].ready_at.elapsed()));
+            waited.truncate(limit);
+            // Highest index first, so that the others stay where they are.
+            waited.sort_unstable_by(|a, b| b.cmp(a));
+            for at in waited {
+                out.extend(queue.remove(at));
+            }
+        }
+        out
+    }
+
+    /// Per agent, how many tasks have waited `patience` or longer.
+    pub fn waiting_longer_than(&self, patience: Duration) -> Vec<(String, usize)> {
+        self.lock()
+            .queues
+            .iter()
+            .map(|(agent, queue)| {
+                let waited = queue
+                    .iter()
+                    .filter(|task| task.ready_at.elapsed() >= patience)
+                    .count();
+                (agent.clone(), waited)
+            })
+            .filter(|(_, waited)| *waited > 0)
+            .collect()
+    }
+
     /// Per agent with tasks waiting: how many, and how long the oldest has waited.
     pub fn queue_stats(&self) -> Vec<(String, usize, Duration)> {
         self.lock()

@@ -169,6 +169,53 @@ async fn a_task_past_its_timeout_is_taken_back_and_stopped() {
 }
 
 #[tokio::test(start_paused = true)]
+async fn tasks_that_waited_long_enough_are_taken_out_oldest_first_as_many_as_asked() {
+    let hub = Hub::default();
+    let _busy = worker(&hub, "a", &["test"], 1);
+    hub.submit(task("r", "running#1", "test"));
+    hub.submit(task("r", "old#1", "test"));
+    tokio::time::advance(Duration::from_millis(500)).await;
+    hub.submit(task("r", "older-than-new#1", "test"));
+    tokio::time::advance(Duration::from_millis(600)).await;
+    hub.submit(task("r", "new#1", "test"));
+    hub.submit(task("r", "other#1", "lint"));
+    let patience = Duration::from_millis(1_000);
+    assert_eq!(
+        hub.waiting_longer_than(patience),
+        [("test".to_owned(), 1)],
+        "only old#1 has waited a second; the running task is not waiting"
+    );
+    let take = |pairs: &[(&str, usize)]| {
+        pairs
+            .iter()
+            .map(|(agent, n)| ((*agent).to_owned(), *n))
+            .collect::<std::collections::BTreeMap<_, _>>()
+    };
+    assert!(hub.waited_out(patience, &take(&[("lint", 5)])).is_empty());
+    tokio::time::advance(Duration::from_millis(500)).await;
+    // old#1 and older-than-new#1 have waited long enough now; one is asked for.
+    let out = hub.waited_out(patience, &take(&[("test", 1)]));
+    assert_eq!(
+        out.iter().map(|t| t.key.as_str()).collect::<Vec<_>>(),
+        ["old#1"]
+    );
+    let out = hub.waited_out(patience, &take(&[("test", 5)]));
+    assert_eq!(
+        out.iter().map(|t| t.key.as_str()).collect::<Vec<_>>(),
+        ["older-than-new#1"]
+    );
+    // What stays keeps its place: new#1 still waits for the busy worker, lint for a worker.
+    let mut waiting: Vec<(String, usize)> = hub
+        .queue_stats()
+        .into_iter()
+        .map(|(agent, n, _)| (agent, n))
+        .collect();
+    waiting.sort();
+    assert_eq!(waiting, [("lint".to_owned(), 1), ("test".to_owned(), 1)]);
+    assert!(hub.holds("a", "r", "running#1", 1));
+}
+
+#[tokio::test(start_paused = true)]
 async fn a_worker_silent_for_long_enough_is_named_and_a_heartbeat_clears_it() {
     let hub = Hub::default();
     let _a = worker(&hub, "a", &["x"], 1);

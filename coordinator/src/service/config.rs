@@ -52,6 +52,9 @@ pub struct Config {
     pub worker_silence_ms: u64,
     /// How many times a task may be lost with its worker or coordinator before its step fails.
     pub max_lost_deliveries: u32,
+    /// A task queued here this long with no free slot among this coordinator's workers is handed
+    /// to coordinators whose workers have room (as many as they advertise); 0: never.
+    pub rebalance_after_ms: u64,
     /// Build OpenTelemetry spans of runs, through the global tracer provider (which should use
     /// [`crate::traces::SpanIds`]). Off, nothing is spent on them.
     pub traces: bool,
@@ -85,6 +88,7 @@ impl Default for Config {
             sweep_interval_ms: 200,
             worker_silence_ms: 5_000,
             max_lost_deliveries: 10,
+            rebalance_after_ms: 1_000,
             traces: false,
             clock: Clock::system(),
         }

@@ -182,17 +182,11 @@ impl<S: Store> Coordinator<S> {
         self.inner.leases.stop();
         let _leases = self.inner.leases.writes.lock().await;
         let queued = self.inner.hub.goodbye();
-        let now = self.now_ms();
-        for task in queued {
-            let (run_id, key) = (task.run_id(), task.key.as_str());
-            let Some(entry) = self.held_entry(run_id, key) else {
-                continue;
-            };
-            let released = lease::released(&entry, now);
-            if let Err(error) = self.swap(run_id, key, &entry, Some(&released)).await {
-                tracing::warn!(%run_id, task = %key, %error, "cannot release a queued task; its lease runs out instead");
-            }
+        for (task, error) in self.release_queued(queued).await.1 {
+            tracing::warn!(run_id = %task.run_id(), task = %task.key, %error, "cannot release a queued task; its lease runs out instead");
         }
+        // No slots here any more: other coordinators must not hand tasks to this one.
+        self.advertise_no_slots().await;
         tracing::info!("coordinator stopping: workers sent elsewhere, queued tasks released");
     }
 }

@@ -9,7 +9,7 @@ use tokio::sync::Notify;
 
 use super::{
     Claim, DueTask, Error, OUTPUT_KEPT_AFTER_END, OUTPUT_MAX_BYTES, OutputOffset, OutputPiece,
-    RunHeader, RunSummary, Store, StoredRun, TaskSwap, TransitionWrite,
+    RunHeader, RunSummary, Store, StoredRun, TaskSwap, TransitionWrite, sum_slots,
 };
 
 /// Runs in a map behind one lock. Every call holds the lock for its whole write, which is what
@@ -25,6 +25,15 @@ pub struct MemoryStore {
     output_added: Notify,
     /// Principal -> the runs it submitted that were running when last looked at.
     principal_runs: Mutex<HashMap<String, BTreeSet<String>>>,
+    /// Coordinator -> what it advertised.
+    slots: Mutex<HashMap<String, Advertisement>>,
+}
+
+/// Free slots per agent a coordinator advertised, and until when.
+#[derive(Debug)]
+struct Advertisement {
+    expires_ms: i64,
+    free: BTreeMap<String, usize>,
 }
 
 #[derive(Debug)]
@@ -357,6 +366,34 @@ impl Store for MemoryStore {
 
     async fn ping(&self) -> Result<(), Error> {
         Ok(())
+    }
+
+    async fn advertise_slots(
+        &self,
+        coordinator: &str,
+        free: BTreeMap<String, usize>,
+        expires_ms: i64,
+    ) -> Result<(), Error> {
+        self.slots
+            .lock()
+            .expect("store lock")
+            .insert(coordinator.to_owned(), Advertisement { expires_ms, free });
+        Ok(())
+    }
+
+    async fn slots_elsewhere(
+        &self,
+        me: &str,
+        now_ms: i64,
+    ) -> Result<BTreeMap<String, usize>, Error> {
+        let mut slots = self.slots.lock().expect("store lock");
+        slots.retain(|_, advertised| advertised.expires_ms > now_ms);
+        Ok(sum_slots(
+            slots
+                .iter()
+                .filter(|(coordinator, _)| coordinator.as_str() != me)
+                .map(|(_, advertised)| &advertised.free),
+        ))
     }
 
     async fn active_runs(&self) -> Result<Vec<String>, Error> {

@@ -186,6 +186,10 @@ pub enum Claim {
 /// - `due_tasks` returns up to `limit` tasks of `agent` whose timers are at or before `now_ms`,
 ///   earliest first, reading only those: its cost follows the due work, not the number of runs.
 /// - `task` reads one task; `version` a run's version (`None` for an unknown run).
+/// - `advertise_slots` replaces what `coordinator` said before about its workers' free slots per
+///   agent, until `expires_ms`; `slots_elsewhere` sums, per agent, what the coordinators other
+///   than `me` advertised that has not expired at `now_ms` (expired advertisements are ignored,
+///   and may be removed).
 /// - `ping` makes one round trip to where the state lives and fails if it does not answer: a
 ///   coordinator is ready for work only while it passes.
 /// - `list_runs` is newest first; `active_runs` lists runs whose status is `running`.
@@ -257,6 +261,19 @@ pub trait Store: Send + Sync + 'static {
 
     fn ping(&self) -> impl Future<Output = Result<(), Error>> + Send;
 
+    fn advertise_slots(
+        &self,
+        coordinator: &str,
+        free: BTreeMap<String, usize>,
+        expires_ms: i64,
+    ) -> impl Future<Output = Result<(), Error>> + Send;
+
+    fn slots_elsewhere(
+        &self,
+        me: &str,
+        now_ms: i64,
+    ) -> impl Future<Output = Result<BTreeMap<String, usize>, Error>> + Send;
+
     fn list_runs(
         &self,
         limit: usize,
@@ -301,6 +318,19 @@ pub trait Store: Send + Sync + 'static {
         after: Vec<(String, OutputOffset)>,
         block: Duration,
     ) -> impl Future<Output = Result<Vec<(String, OutputOffset, OutputPiece)>, Error>> + Send;
+}
+
+/// Free slots per agent, summed over several coordinators' advertisements.
+pub(crate) fn sum_slots<'a>(
+    advertised: impl IntoIterator<Item = &'a BTreeMap<String, usize>>,
+) -> BTreeMap<String, usize> {
+    let mut sum = BTreeMap::new();
+    for free in advertised {
+        for (agent, slots) in free {
+            *sum.entry(agent.clone()).or_default() += slots;
+        }
+    }
+    sum
 }
 
 /// A shared store is a store: two coordinators (or a coordinator and a test) can use one.
@@ -385,6 +415,23 @@ impl<S: Store> Store for std::sync::Arc<S> {
 
     fn ping(&self) -> impl Future<Output = Result<(), Error>> + Send {
         S::ping(self)
+    }
+
+    fn advertise_slots(
+        &self,
+        coordinator: &str,
+        free: BTreeMap<String, usize>,
+        expires_ms: i64,
+    ) -> impl Future<Output = Result<(), Error>> + Send {
+        S::advertise_slots(self, coordinator, free, expires_ms)
+    }
+
+    fn slots_elsewhere(
+        &self,
+        me: &str,
+        now_ms: i64,
+    ) -> impl Future<Output = Result<BTreeMap<String, usize>, Error>> + Send {
+        S::slots_elsewhere(self, me, now_ms)
     }
 
     fn decisions(

@@ -103,6 +103,28 @@ impl<S: Store> Store for Timed<S> {
         self.time("ping", self.inner.ping()).await
     }
 
+    async fn advertise_slots(
+        &self,
+        coordinator: &str,
+        free: BTreeMap<String, usize>,
+        expires_ms: i64,
+    ) -> Result<(), Error> {
+        self.time(
+            "advertise_slots",
+            self.inner.advertise_slots(coordinator, free, expires_ms),
+        )
+        .await
+    }
+
+    async fn slots_elsewhere(
+        &self,
+        me: &str,
+        now_ms: i64,
+    ) -> Result<BTreeMap<String, usize>, Error> {
+        self.time("slots_elsewhere", self.inner.slots_elsewhere(me, now_ms))
+            .await
+    }
+
     async fn active_runs(&self) -> Result<Vec<String>, Error> {
         self.time("active_runs", self.inner.active_runs()).await
     }

@@ -12,10 +12,13 @@
 //! - `renew`: renewing every held lease in one store call.
 //! - `sweep`: claiming due tasks and approval timeouts, and delivering claimed attempts.
 //! - `retries`: a failed attempt through the step's retry policy; timeouts.
+//! - `rebalance`: free slots advertised, and tasks that waited too long here moved to
+//!   coordinators whose workers have room.
 //!
 //! [`Config::lease_ms`]: super::Config::lease_ms
 //! [`Config::sweep_interval_ms`]: super::Config::sweep_interval_ms
 
+mod rebalance;
 mod renew;
 mod retries;
 mod sweep;
@@ -47,6 +50,8 @@ pub(super) struct LeaseBook {
     pub writes: AsyncMutex<()>,
     /// Shutting down: no more claims, no new workers.
     stopping: AtomicBool,
+    /// The free slots this coordinator last advertised.
+    advertised: rebalance::Advertised,
 }
 
 impl LeaseBook {
@@ -91,6 +96,8 @@ pub(super) async fn run_timers<S: Store>(inner: Weak<Inner<S>>) {
             coordinator.renew_leases().await;
         }
         coordinator.sweep().await;
+        coordinator.advertise_slots().await;
+        coordinator.rebalance_waiting().await;
         // No strong handle across the sleep: dropping the last one stops the timers.
         drop(coordinator);
         tokio::time::sleep(interval).await;

@@ -321,6 +321,56 @@ impl Store for RedisStore {
         Ok(ids.len() - ended.len())
     }
 
+    async fn advertise_slots(
+        &self,
+        coordinator: &str,
+        free: BTreeMap<String, usize>,
+        expires_ms: i64,
+    ) -> Result<(), Error> {
+        let advertisement = serde_json::json!({"expires_ms": expires_ms, "free": free});
+        let mut con = self.con.clone();
+        let _: i64 = con
+            .hset(self.slots_key(), coordinator, advertisement.to_string())
+            .await
+            .map_err(unavailable)?;
+        Ok(())
+    }
+
+    /// Expired advertisements (of coordinators that stopped) are removed on the way.
+    async fn slots_elsewhere(
+        &self,
+        me: &str,
+        now_ms: i64,
+    ) -> Result<BTreeMap<String, usize>, Error> {
+        #[derive(serde::Deserialize)]
+        struct Advertisement {
+            expires_ms: i64,
+            free: BTreeMap<String, usize>,
+        }
+        let mut con = self.con.clone();
+        let all: HashMap<String, String> =
+            con.hgetall(self.slots_key()).await.map_err(unavailable)?;
+        let mut live = Vec::new();
+        let mut expired = Vec::new();
+        for (coordinator, text) in all {
+            match serde_json::from_str::<Advertisement>(&text) {
+                Ok(ad) if ad.expires_ms > now_ms => {
+                    if coordinator != me {
+                        live.push(ad.free);
+                    }
+                }
+                _ => expired.push(coordinator),
+            }
+        }
+        if !expired.is_empty() {
+            let _: i64 = con
+                .hdel(self.slots_key(), &expired)
+                .await
+                .map_err(unavailable)?;
+        }
+        Ok(crate::store::sum_slots(&live))
+    }
+
     /// Not retried: readiness wants to know whether Redis answers now.
     async fn ping(&self) -> Result<(), Error> {
         let mut con = self.con.clone();

@@ -71,6 +71,12 @@ impl RedisStore {
         format!("{}:runs:active", self.prefix)
     }
 
+    /// `P:slots`: each coordinator's advertisement of its workers' free slots (field: its id;
+    /// value: `{"expires_ms", "free": {agent: slots}}`).
+    pub(super) fn slots_key(&self) -> String {
+        format!("{}:slots", self.prefix)
+    }
+
     /// The timer set of `agent`: `P:timers:<agent>`.
     pub(super) fn agent_timers_key(&self, agent: &str) -> String {
         format!("{}{agent}", self.timer_prefix())

@@ -68,7 +68,10 @@
 //! - `P:idempotency:<key>`, a string `<run id> <request sha256>` that expires, for SubmitRun's
 //!   idempotency keys (`SET NX EX`: the first submitter claims it);
 //! - `P:timers:<agent>`, a sorted set per agent (member `<run id>/<task key>`, score the task's
-//!   `due_ms`): lease deadlines and retry times, which the coordinators' sweeps read.
+//!   `due_ms`): lease deadlines and retry times, which the coordinators' sweeps read;
+//! - `P:slots`, a hash: coordinator id -> `{"expires_ms", "free": {agent: slots}}`, the free
+//!   worker slots each coordinator advertises (not an index: expired fields are dropped by the
+//!   reader that finds them).
 //!
 //! These keys live on other slots than the runs in a Cluster, so the run scripts cannot touch
 //! them; they are updated with separate commands after a script succeeded. They are an index, not
