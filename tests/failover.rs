@@ -243,7 +243,7 @@ async fn a_watch_on_one_coordinator_follows_a_run_another_moves_on() {
 async fn a_task_waiting_at_a_busy_coordinator_runs_on_another_coordinator_s_idle_worker() {
     let mut fleet = Fleet::start(2, TIMING).await;
     let records = Records::new(fleet.dir().join("records"));
-    let agents = records.agents_file("busy", &[("slow", vec!["logged-agent.sh", "3"])]);
+    let agents = records.agents_file("busy", &[("slow", vec!["logged-agent.sh", "6"])]);
     fleet.start_worker_on("busy", &agents, 1, 0);
     fleet.start_worker_on("idle", &agents, 1, 1);
     fleet.wait_for_workers(2).await;
@@ -253,7 +253,8 @@ async fn a_task_waiting_at_a_busy_coordinator_runs_on_another_coordinator_s_idle
     let mut client = fleet.client(0).await.unwrap();
     let first = harness::submit(&mut client, one_step.clone(), &json!(1)).await;
     started(&records, "work").await;
-    // Dispatched by coordinator-0, whose only worker is busy for three seconds.
+    // Dispatched by coordinator-0, whose only worker is busy for six seconds: far longer than
+    // the second task waits before it moves (a second, and a sweep).
     let second = harness::submit(&mut client, one_step, &json!(2)).await;
 
     let mut workers = Vec::new();

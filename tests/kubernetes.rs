@@ -187,6 +187,19 @@ impl Rendered {
             .collect()
     }
 
+    /// [`Rendered::by_component`], failing when there is none (a loop over nothing checks
+    /// nothing).
+    #[track_caller]
+    fn expect_component(&self, component: &str) -> Vec<&Value> {
+        let found = self.by_component(component);
+        assert!(
+            !found.is_empty(),
+            "{} renders no workload labelled {COMPONENT}={component}",
+            self.name
+        );
+        found
+    }
+
     fn by_component(&self, component: &str) -> Vec<&Value> {
         self.workloads()
             .into_iter()
@@ -803,8 +816,8 @@ fn network_policies_let_only_coordinators_reach_redis_and_workers_and_clients_th
         "default".to_owned(),
     )]);
     for rendered in installations() {
-        let coordinators = rendered.by_component("coordinator");
-        let workers = rendered.by_component("worker");
+        let coordinators = rendered.expect_component("coordinator");
+        let workers = rendered.expect_component("worker");
         let stores = rendered.by_component("store");
         let mut expect = |allowed: bool,
                           from: &str,
@@ -1003,7 +1016,7 @@ fn coordinators_and_workers_are_probed_on_readyz_and_healthz_of_their_metrics_po
 fn pods_are_given_longer_to_stop_than_they_take_to_drain() {
     let mut problems = Vec::new();
     for rendered in installations() {
-        for worker in rendered.by_component("worker") {
+        for worker in rendered.expect_component("worker") {
             let container = the_container(worker);
             let grace = pod_spec(worker)["terminationGracePeriodSeconds"]
                 .as_i64()
@@ -1020,7 +1033,7 @@ fn pods_are_given_longer_to_stop_than_they_take_to_drain() {
                 ));
             }
         }
-        for coordinator in rendered.by_component("coordinator") {
+        for coordinator in rendered.expect_component("coordinator") {
             let container = the_container(coordinator);
             let grace = pod_spec(coordinator)["terminationGracePeriodSeconds"]
                 .as_i64()
@@ -1191,7 +1204,7 @@ fn redis_keeps_its_append_only_file_on_a_volume_claim() {
 fn coordinators_are_named_by_their_pod_and_serve_clients_through_a_service() {
     let mut problems = Vec::new();
     for rendered in installations() {
-        for coordinator in rendered.by_component("coordinator") {
+        for coordinator in rendered.expect_component("coordinator") {
             let container = the_container(coordinator);
             let at = format!("{}: {}", rendered.name, name(coordinator));
             if args(container).first() != Some(&"coordinator") {
@@ -1373,7 +1386,7 @@ fn prometheus_scrapes_coordinators_and_workers_in_production() {
     let production = overlay("overlays/production");
     let monitors = production.of_kind("PodMonitor");
     for component in ["coordinator", "worker"] {
-        for workload in production.by_component(component) {
+        for workload in production.expect_component(component) {
             assert!(
                 monitors
                     .iter()
@@ -1481,7 +1494,7 @@ fn production_serves_tls_from_cert_manager_and_commits_no_secret() {
         redis_url["value"].is_null() && redis_url["valueFrom"]["secretKeyRef"].is_object(),
         "production's Redis URL is not from a Secret: {redis_url}"
     );
-    for worker in production.by_component("worker") {
+    for worker in production.expect_component("worker") {
         let container = the_container(worker);
         let url = env(container, "BATON_COORDINATOR")
             .and_then(|e| e["value"].as_str())
@@ -1584,7 +1597,7 @@ fn images_are_named_once_and_pinned_by_each_overlay() {
 fn production_exports_traces_to_the_collector_with_the_standard_variables() {
     let production = overlay("overlays/production");
     for component in ["coordinator", "worker"] {
-        for workload in production.by_component(component) {
+        for workload in production.expect_component(component) {
             let container = the_container(workload);
             let endpoint = env(container, "OTEL_EXPORTER_OTLP_ENDPOINT")
                 .and_then(|e| e["value"].as_str())

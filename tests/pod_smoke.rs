@@ -751,7 +751,7 @@ fn slow_planner(objects: &mut [Value], worker: &Value) {
 }
 
 /// How long the planner takes (see [`slow_planner`]): well within the worker's --grace-seconds.
-const PLAN_DELAY: Duration = Duration::from_secs(3);
+const PLAN_DELAY: Duration = Duration::from_secs(5);
 
 fn step<'a>(record: &'a Value, id: &str) -> Option<&'a Value> {
     record["steps"]

@@ -330,7 +330,8 @@ impl Hub {
             let mut waited: Vec<usize> = (0..queue.len())
                 .filter(|&at| queue[at].ready_at.elapsed() >= patience)
                 .collect();
-            waited.sort_by_key(|&at| std::cmp::Reverse(queue[at].ready_at.elapsed()));
+            // By the instant each became ready (a total order; elapsed times move while sorting).
+            waited.sort_by_key(|&at| queue[at].ready_at);
             waited.truncate(limit);
             // Highest index first, so that the others stay where they are.
             waited.sort_unstable_by(|a, b| b.cmp(a));

@@ -52,6 +52,8 @@ pub(super) struct LeaseBook {
     stopping: AtomicBool,
     /// The free slots this coordinator last advertised.
     advertised: rebalance::Advertised,
+    /// When tasks of each agent last went to other coordinators' room.
+    rebalanced: Mutex<HashMap<String, Instant>>,
 }
 
 impl LeaseBook {

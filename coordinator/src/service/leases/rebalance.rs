@@ -54,10 +54,16 @@ impl<S: Store> Coordinator<S> {
                 return;
             }
         }
+        // Under the lease writes, which shutdown holds while it says there is no room: slots
+        // counted before a shutdown are never advertised after it.
+        let _leases = self.inner.leases.writes.lock().await;
+        if self.inner.leases.stopping() {
+            return;
+        }
         self.write_advertisement(free).await;
     }
 
-    /// Says this coordinator has no room (it is shutting down).
+    /// Says this coordinator has no room (it is shutting down, and holds the lease writes).
     pub(in crate::service) async fn advertise_no_slots(&self) {
         self.write_advertisement(BTreeMap::new()).await;
     }
@@ -104,18 +110,42 @@ impl<S: Store> Coordinator<S> {
                 return;
             }
         };
-        let take: BTreeMap<String, usize> = waiting
-            .into_iter()
-            .filter_map(|(agent, waited)| {
-                let room = elsewhere.get(&agent).copied().unwrap_or(0);
-                (room > 0).then(|| (agent, waited.min(room)))
-            })
-            .collect();
+        // Advertisements are renewed every sweep at best: once tasks of an agent went to the
+        // room advertised, none go again until `patience` has passed, so that one advertisement
+        // is not spent twice.
+        let take: BTreeMap<String, usize> = {
+            let mut last = self
+                .inner
+                .leases
+                .rebalanced
+                .lock()
+                .expect("rebalanced lock");
+            last.retain(|_, at: &mut Instant| at.elapsed() < patience);
+            waiting
+                .into_iter()
+                .filter(|(agent, _)| !last.contains_key(agent))
+                .filter_map(|(agent, waited)| {
+                    let room = elsewhere.get(&agent).copied().unwrap_or(0);
+                    (room > 0).then(|| (agent, waited.min(room)))
+                })
+                .collect()
+        };
         if take.is_empty() {
             return;
         }
         let _leases = self.inner.leases.writes.lock().await;
         let tasks = self.inner.hub.waited_out(patience, &take);
+        {
+            let mut last = self
+                .inner
+                .leases
+                .rebalanced
+                .lock()
+                .expect("rebalanced lock");
+            for task in &tasks {
+                last.insert(task.agent.clone(), Instant::now());
+            }
+        }
         let (released, failed) = self.release_queued(tasks).await;
         self.inner.metrics.rebalanced.inc_by(released as u64);
         if released > 0 {
@@ -124,11 +154,12 @@ impl<S: Store> Coordinator<S> {
                 "tasks that waited here moved to coordinators whose workers have room"
             );
         }
-        // Not written: they stay here, for this coordinator's own workers.
+        // The write may have been applied all the same (only its answer lost): queued here
+        // again, such a task could run on two coordinators' workers. Left out of the hub, it is
+        // still held here, so the next renewal finds it nowhere and releases it (or learns that
+        // it was released): it is delivered once either way.
         for (task, error) in failed {
-            tracing::warn!(run_id = %task.run_id(), task = %task.key, %error, "cannot move a waiting task; it stays queued here");
-            let assignments = self.inner.hub.submit(task);
-            self.assigned(assignments).await;
+            tracing::warn!(run_id = %task.run_id(), task = %task.key, %error, "cannot move a waiting task; the next lease renewal releases it");
         }
     }
 
