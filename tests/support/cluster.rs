@@ -10,12 +10,13 @@
 
 #![allow(dead_code)]
 
+#[path = "process.rs"]
+mod process;
 #[path = "../../coordinator/tests/support/redis_server.rs"]
 mod redis_server;
 
 use std::collections::BTreeMap;
 use std::fs::File;
-use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -819,54 +820,6 @@ pub fn output(command: &mut Command, stdin: Option<&str>) -> Output {
 
 /// [`output`] with another deadline.
 pub fn output_within(command: &mut Command, stdin: Option<&str>, deadline: Duration) -> Output {
-    command
-        .stdin(if stdin.is_some() {
-            Stdio::piped()
-        } else {
-            Stdio::null()
-        })
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let mut child = command
-        .spawn()
-        .unwrap_or_else(|e| panic!("could not run {command:?}: {e}"));
-    if let Some(text) = stdin {
-        let mut pipe = child.stdin.take().expect("stdin is piped");
-        let text = text.to_owned();
-        // Written from a thread, so a child that reads slowly cannot block the test.
-        std::thread::spawn(move || {
-            use std::io::Write;
-            let _ = pipe.write_all(text.as_bytes());
-        });
-    }
-    let read = |mut pipe: Box<dyn Read + Send>| {
-        std::thread::spawn(move || {
-            let mut bytes = Vec::new();
-            let _ = pipe.read_to_end(&mut bytes);
-            bytes
-        })
-    };
-    let stdout = read(Box::new(child.stdout.take().expect("stdout is piped")));
-    let stderr = read(Box::new(child.stderr.take().expect("stderr is piped")));
-    let until = Instant::now() + deadline;
-    let status = loop {
-        if let Some(status) = child.try_wait().expect("poll a child") {
-            break status;
-        }
-        if Instant::now() > until {
-            let _ = child.kill();
-            let _ = child.wait();
-            let stdout = String::from_utf8_lossy(&stdout.join().unwrap_or_default()).into_owned();
-            let stderr = String::from_utf8_lossy(&stderr.join().unwrap_or_default()).into_owned();
-            panic!(
-                "{command:?} did not exit within {deadline:?}; killed it.\n── stdout:\n{stdout}\n── stderr:\n{stderr}"
-            );
-        }
-        std::thread::sleep(POLL);
-    };
-    Output {
-        status,
-        stdout: stdout.join().expect("read stdout"),
-        stderr: stderr.join().expect("read stderr"),
-    }
+    process::run_within(command, stdin.map(str::as_bytes), deadline)
+        .unwrap_or_else(|error| panic!("{error}"))
 }

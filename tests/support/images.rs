@@ -17,10 +17,13 @@
 
 #![allow(dead_code)]
 
+#[path = "process.rs"]
+pub mod process;
+
 use std::io::{Read, Write};
 use std::net::{TcpStream, ToSocketAddrs};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
@@ -115,43 +118,7 @@ pub fn run(command: &mut Command, deadline: Duration) -> Output {
 /// [`run`], returning why it failed instead of failing the test (for `Drop`, which must not
 /// panic while a failing test unwinds).
 pub fn try_run(command: &mut Command, deadline: Duration) -> Result<Output, String> {
-    command
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped());
-    let mut child = command
-        .spawn()
-        .map_err(|e| format!("could not run {command:?}: {e}"))?;
-    let read = |mut pipe: Box<dyn Read + Send>| {
-        std::thread::spawn(move || {
-            let mut bytes = Vec::new();
-            let _ = pipe.read_to_end(&mut bytes);
-            bytes
-        })
-    };
-    let stdout = read(Box::new(child.stdout.take().expect("stdout is piped")));
-    let stderr = read(Box::new(child.stderr.take().expect("stderr is piped")));
-    let until = Instant::now() + deadline;
-    let status = loop {
-        if let Some(status) = child.try_wait().map_err(|e| e.to_string())? {
-            break status;
-        }
-        if Instant::now() > until {
-            let _ = child.kill();
-            let _ = child.wait();
-            return Err(format!(
-                "{command:?} did not finish within {deadline:?}:\n{}{}",
-                String::from_utf8_lossy(&stdout.join().unwrap_or_default()),
-                String::from_utf8_lossy(&stderr.join().unwrap_or_default())
-            ));
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    Ok(Output {
-        status,
-        stdout: stdout.join().unwrap_or_default(),
-        stderr: stderr.join().unwrap_or_default(),
-    })
+    process::run_within(command, None, deadline)
 }
 
 /// `command`'s stdout, trimmed; fails the test with its stderr unless it exits 0.

@@ -6,9 +6,8 @@
 #![allow(dead_code)]
 
 use std::collections::BTreeMap;
-use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 
 use serde_json::Value;
 
@@ -75,19 +74,8 @@ pub fn python() -> PathBuf {
 
 /// Runs `command` with `input` on its stdin; its output.
 pub fn with_input(command: &mut Command, input: &[u8]) -> Output {
-    let mut child = command
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot run {command:?}: {e}"));
-    child
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(input)
-        .expect("write to the child's stdin");
-    child.wait_with_output().expect("wait for the child")
+    super::images::process::run_within(command, Some(input), DOCKER_DEADLINE)
+        .unwrap_or_else(|error| panic!("{error}"))
 }
 
 pub fn kind(object: &Value) -> &str {
