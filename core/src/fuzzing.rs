@@ -643,12 +643,23 @@ fn arbitrary_payload(u: &mut Unstructured) -> arbitrary::Result<(AgentPayload, u
     } else {
         None
     };
+    let map = if u.arbitrary()? {
+        Some(Arc::new(serde_json::json!({
+            "step": "each",
+            "item": json_value(u, 3)?,
+            "index": u.int_in_range(0..=99_999u32)?,
+            "count": 100_000,
+        })))
+    } else {
+        None
+    };
     let payload = AgentPayload {
         context,
         reference,
         error,
         messages,
         handoff,
+        map,
     };
     Ok((payload, u.arbitrary()?))
 }

@@ -88,6 +88,9 @@ pub struct Source {
     pub agent: String,
     pub step_id: Arc<str>,
     pub visit: u32,
+    /// The map item it ran, by index.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub item: Option<u32>,
     pub decisions: Vec<Arc<DecisionRecord>>,
     /// Ids of the messages it added or replaced.
     pub message_ids: Vec<String>,
@@ -104,6 +107,9 @@ pub struct Handoff {
     pub target_agent: String,
     pub step_id: Arc<str>,
     pub visit: u32,
+    /// The map item the target runs, by index.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub item: Option<u32>,
     /// The decisions the sources took, in source order.
     pub decisions: Vec<Arc<DecisionRecord>>,
     /// Keys of the stored decisions (`decision:<key>`) and messages (`message:<id>`).
@@ -143,6 +149,7 @@ impl Handoff {
             target_agent: target_agent.to_owned(),
             step_id,
             visit,
+            item: None,
             decisions,
             memory_refs,
             timestamp,
@@ -202,6 +209,7 @@ mod tests {
                 agent: "tester".into(),
                 step_id: "unit".into(),
                 visit: 1,
+                item: None,
                 decisions: vec![decision],
                 message_ids: vec!["unit#1/0".into()],
             }),
@@ -209,6 +217,7 @@ mod tests {
                 agent: "integrator".into(),
                 step_id: "integration".into(),
                 visit: 1,
+                item: None,
                 decisions: vec![],
                 message_ids: vec![],
             }),

@@ -32,9 +32,9 @@ pub use blob_cache::BlobLru;
 pub use context::{Context, StepResult, VisibleContext};
 pub use diagnostics::{Diagnostic, Diagnostics, Severity};
 pub use engine::{
-    Action, AgentTask, Decision, EngineError, Event, MessageHistory, Run, RunStatus, StepRecord,
-    StepStatus, TaskId, Transition, Waiting,
+    Action, AgentTask, Decision, EngineError, Event, MapProgress, MessageHistory, Run, RunStatus,
+    StepRecord, StepStatus, TaskId, Transition, Waiting,
 };
-pub use limits::Limits;
+pub use limits::{Limits, MAP_MAX_IN_FLIGHT, MAX_MAP_ITEMS};
 pub use payload::{AgentPayload, Manifest};
 pub use workflow::{Workflow, parse_workflow, parse_workflow_with};

@@ -35,6 +35,15 @@ pub const DEFAULT_MAX_VISITS: u32 = 25;
 /// data once per visit in one go: 4 MiB of input looped 10,000 times would be 40 GB.
 pub const MAX_TRANSFORMED_BYTES_PER_TRANSITION: usize = 256 << 20;
 
+/// How many items one map step takes: past it, the step fails naming the count.
+pub const MAX_MAP_ITEMS: usize = 100_000;
+
+/// How many of a map step's items may wait for agents at once: the ceiling of its
+/// `max_concurrency`, and what a map without one gets. Every item in flight is a task entry
+/// and a timer in the store and a queued task in a coordinator, so this bounds what one step
+/// can put there; it is also Step Functions' ceiling for a distributed map's children.
+pub const MAP_MAX_IN_FLIGHT: u32 = 10_000;
+
 impl Default for Limits {
     fn default() -> Self {
         Self {

@@ -381,10 +381,7 @@ fn stale_and_unknown_events_are_refused_and_change_nothing() {
         EngineError::UnknownTask(first_plan.task.clone())
     );
     // A task that never existed.
-    let ghost = TaskId {
-        step_id: "review".into(),
-        visit: 1,
-    };
+    let ghost = TaskId::new("review", 1);
     assert!(matches!(
         before.apply(Event::AgentFailed {
             task: ghost,
@@ -493,15 +490,9 @@ fn pending_tasks_after_a_replay_are_the_tasks_that_were_dispatched() {
             (task, agent, payload)
         );
     }
-    let not_waited_for = TaskId {
-        step_id: "unit".into(),
-        visit: 2,
-    };
+    let not_waited_for = TaskId::new("unit", 2);
     assert!(replayed.pending_task(&not_waited_for).is_none());
-    let settled = TaskId {
-        step_id: "code".into(),
-        visit: 1,
-    };
+    let settled = TaskId::new("code", 1);
     assert!(replayed.pending_task(&settled).is_none());
 
     // A top-level step reached through on_error keeps its error in the rebuilt payload.

@@ -408,7 +408,7 @@ fn an_unknown_step_type_is_an_error_with_a_hint() {
         &doc(json!([agent("plan"), { "id": "code", "type": "agnet", "agent": "coder" }])),
         "$.steps[1].type",
         Some("code"),
-        "unknown step type \"agnet\"; expected agent, transform, parallel, condition or approval; did you mean \"agent\"?",
+        "unknown step type \"agnet\"; expected agent, transform, parallel, condition, approval or map; did you mean \"agent\"?",
     );
     let far = only_error(
         &doc(json!([{ "id": "code", "type": "shell" }])),
@@ -615,7 +615,7 @@ fn a_branch_repeating_a_top_level_id_is_a_duplicate() {
 
 #[test]
 fn reserved_step_ids_are_errors() {
-    let reserved = ["input", "context", "error", "messages", "handoff"];
+    let reserved = ["input", "context", "error", "messages", "handoff", "map"];
     assert_eq!(RESERVED_KEYS, reserved);
     for id in reserved {
         only_error(

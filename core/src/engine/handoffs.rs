@@ -12,11 +12,12 @@ use std::sync::Arc;
 use imbl::Vector;
 use serde_json::value::RawValue;
 
+use super::map::ItemHand;
 use super::transition::Builder;
 use super::{Handed, MessageHistory, Pending};
 use crate::handoff::{AgentNotes, DecisionRecord, Handoff, Source, rfc3339};
 use crate::messages::{MAX_HISTORY, MessageUpdate, add_branch_messages, add_messages, assign_ids};
-use crate::workflow::{Step, StepIndex, StepKind};
+use crate::workflow::{MapBody, MapStep, Step, StepIndex, StepKind};
 
 impl Builder {
     /// Records what an agent step visit hands on: its decisions at once, its messages into the
@@ -27,14 +28,80 @@ impl Builder {
         &mut self,
         index: StepIndex,
         visit: u32,
-        mut notes: AgentNotes,
+        notes: AgentNotes,
     ) -> Result<(), Arc<str>> {
+        let (source, messages, merged) = self.take_notes(index, visit, None, notes);
+        match self.run.workflow.step(index).parent {
+            None => {
+                if let Ok(Some(merged)) = &merged {
+                    self.run.messages = MessageHistory::new(merged.clone());
+                }
+                self.run.sources = Arc::new(vec![source]);
+            }
+            Some(parent) => {
+                let handed = Handed {
+                    entries: vec![(source, messages)],
+                };
+                self.file_handed(parent, index, handed);
+            }
+        }
+        merged.map(|_| ())
+    }
+
+    /// [`Builder::hand_on`] for a map item's agent: its decisions at once; its messages wait
+    /// with the item (they join the history in index order when the map settles), and it hands
+    /// over to the chain's next agent.
+    pub(super) fn hand_on_item(
+        &mut self,
+        task: &crate::engine::TaskId,
+        notes: AgentNotes,
+        hand: &mut ItemHand<'_>,
+    ) -> Result<(), Arc<str>> {
+        let index = self
+            .run
+            .workflow
+            .index_of(&task.step_id)
+            .expect("a task the run waits for names one of its steps");
+        let (source, messages, merged) = self.take_notes(index, task.visit, task.item, notes);
+        *hand.sources = Arc::new(vec![source.clone()]);
+        hand.handed.push((source, messages));
+        merged.map(|_| ())
+    }
+
+    /// An agent's notes, checked: its decisions recorded, its messages given ids and checked
+    /// against the history (not applied), and the source record of its visit.
+    #[expect(
+        clippy::type_complexity,
+        reason = "one private helper's three results, named at its two callers"
+    )]
+    fn take_notes(
+        &mut self,
+        index: StepIndex,
+        visit: u32,
+        item: Option<u32>,
+        mut notes: AgentNotes,
+    ) -> (
+        Arc<Source>,
+        Vec<MessageUpdate>,
+        Result<Option<Vec<crate::messages::Message>>, Arc<str>>,
+    ) {
         let workflow = self.run.workflow.clone();
         let step = workflow.step(index);
-        let StepKind::Agent { agent } = &step.kind else {
-            unreachable!("only agent steps take agent results");
+        let agent = match &step.kind {
+            StepKind::Agent { agent } => agent,
+            StepKind::Map(MapStep {
+                body: MapBody::Agent(agent),
+                ..
+            }) => agent,
+            _ => unreachable!("only agent steps take agent results"),
         };
-        let message_ids = assign_ids(&mut notes.messages, &step.id, visit);
+        // A map's items share the step (and, for an `agent` map, the visit): the item tells
+        // their messages and decisions apart.
+        let label = match item {
+            Some(i) => format!("{}[{i}]", step.id),
+            None => step.id.to_string(),
+        };
+        let message_ids = assign_ids(&mut notes.messages, &label, visit);
         // Most results carry no messages: the history stays as it is, shared.
         let checked = if notes.messages.is_empty() {
             Ok(None)
@@ -42,7 +109,7 @@ impl Builder {
             add_messages(
                 self.run.messages.messages(),
                 notes.messages.clone(),
-                &step.id,
+                &label,
                 visit,
                 agent,
             )
@@ -60,7 +127,17 @@ impl Builder {
                 }
             })
         };
-        let (source, merged) = match checked {
+        let source = |decisions, message_ids| {
+            Arc::new(Source {
+                agent: agent.clone(),
+                step_id: step.id.clone(),
+                visit,
+                item,
+                decisions,
+                message_ids,
+            })
+        };
+        match checked {
             Ok(merged) => {
                 // The ids this update leaves in the history, each once: what memory_refs name.
                 let kept: std::collections::HashSet<&str> =
@@ -81,7 +158,7 @@ impl Builder {
                     .enumerate()
                     .map(|(n, d)| {
                         Arc::new(DecisionRecord {
-                            key: format!("{}#{visit}/{n}", step.id),
+                            key: format!("{label}#{visit}/{n}"),
                             agent: agent.clone(),
                             step_id: step.id.to_string(),
                             visit,
@@ -93,43 +170,10 @@ impl Builder {
                     })
                     .collect();
                 self.run.decisions.extend(decisions.iter().cloned());
-                let source = Source {
-                    agent: agent.clone(),
-                    step_id: step.id.clone(),
-                    visit,
-                    decisions,
-                    message_ids,
-                };
-                (source, Ok(merged))
+                (source(decisions, message_ids), notes.messages, Ok(merged))
             }
-            Err(refused) => {
-                notes.messages.clear();
-                let source = Source {
-                    agent: agent.clone(),
-                    step_id: step.id.clone(),
-                    visit,
-                    decisions: Vec::new(),
-                    message_ids: Vec::new(),
-                };
-                (source, Err(refused))
-            }
-        };
-        let source = Arc::new(source);
-        match step.parent {
-            None => {
-                if let Ok(Some(merged)) = &merged {
-                    self.run.messages = MessageHistory::new(merged.clone());
-                }
-                self.run.sources = Arc::new(vec![source]);
-            }
-            Some(parent) => {
-                let handed = Handed {
-                    entries: vec![(source, notes.messages)],
-                };
-                self.file_handed(parent, index, handed);
-            }
+            Err(refused) => (source(Vec::new(), Vec::new()), Vec::new(), Err(refused)),
         }
-        merged.map(|_| ())
     }
 
     /// Files what `branch` handed on into its slot of the parallel step `parent`.
@@ -151,6 +195,7 @@ impl Builder {
     /// another passes all of it up instead, so that nothing is applied before the outermost
     /// parallel step settles (its other branches all started from the same history).
     pub(super) fn merge_handed(&mut self, parallel: StepIndex, handed: &Vector<Option<Handed>>) {
+        // (A map step's items merge the same way, in index order.)
         let entries: Vec<(Arc<Source>, Vec<MessageUpdate>)> = handed
             .iter()
             .flatten()
@@ -192,23 +237,27 @@ impl Builder {
         step: &Step,
         agent: &str,
         visit: u32,
+        item: Option<u32>,
+        sources: &[Arc<Source>],
     ) -> Option<Arc<RawValue>> {
-        (!self.run.sources.is_empty()).then(|| {
+        (!sources.is_empty()).then(|| {
             let timestamp = self.timestamp();
-            let handoff = Arc::new(Handoff::new(
-                &self.run.sources,
+            let mut handoff = Handoff::new(
+                sources,
                 agent,
                 step.id.clone(),
                 visit,
                 (!timestamp.is_empty()).then(|| timestamp.to_string()),
-            ));
+            );
+            handoff.item = item;
+            let handoff = Arc::new(handoff);
             self.run.handoffs.push_back(handoff.clone());
             Arc::from(handoff.to_raw())
         })
     }
 
     /// The transition's time, RFC 3339 (empty when the event carried none).
-    fn timestamp(&mut self) -> Arc<str> {
+    pub(super) fn timestamp(&mut self) -> Arc<str> {
         let now_ms = self.run.now_ms;
         self.timestamp
             .get_or_insert_with(|| rfc3339(now_ms).unwrap_or_default().into())

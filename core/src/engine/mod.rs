@@ -10,9 +10,13 @@
 //! - [`handoffs`]: what agents hand on to the next agent step: decisions, messages, handoffs.
 //! - [`route`]: where a settled step leads (pure, per step).
 //! - [`parallel`]: how branch outcomes merge into the parallel step's data.
+//! - [`map`]: map steps: items started up to the cap, chains run per item, outcomes filed.
+//! - [`redrive`]: a failed run resumed from the step that failed.
 
 mod handoffs;
+mod map;
 mod parallel;
+mod redrive;
 mod route;
 mod transition;
 
@@ -35,6 +39,22 @@ use crate::workflow::{RetryPolicy, StepIndex, StepType, Workflow};
 pub struct TaskId {
     pub step_id: Arc<str>,
     pub visit: u32,
+    /// The item of a map step this task runs, by index. Its step is the map step itself (and
+    /// its visit the map's) for an `agent` map, or a step of the map's chain (whose visits are
+    /// counted over every item, so that each is unique in the run).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub item: Option<u32>,
+}
+
+impl TaskId {
+    /// The task of a step visit that is not a map item.
+    pub fn new(step_id: impl Into<Arc<str>>, visit: u32) -> Self {
+        Self {
+            step_id: step_id.into(),
+            visit,
+            item: None,
+        }
+    }
 }
 
 /// What a person decided at an approval step. It becomes the step's data.
@@ -90,6 +110,10 @@ pub enum Event {
     Cancel { reason: String },
     /// The run is to fail now: its stored data cannot be trusted (an integrity failure).
     Halt { error: String },
+    /// A failed run is to resume from the step that failed, as a new visit of it: an agent,
+    /// transform or approval runs again; a map step runs again only its items that did not
+    /// succeed, keeping the results of the others.
+    Redrive,
 }
 
 /// Something the coordinator must do after a transition.
@@ -114,7 +138,7 @@ pub enum Action {
     },
 }
 
-/// An agent step ready for a worker.
+/// An agent step ready for a worker. A map item's payload carries its `map` entry.
 #[derive(Debug, Clone)]
 pub struct AgentTask {
     pub task: TaskId,
@@ -161,6 +185,8 @@ pub enum StepStatus {
     Failed,
     /// An approval that was turned down.
     Rejected,
+    /// A failed visit a redrive took up again: the next visit of the step resumes it.
+    Redriven,
 }
 
 impl StepStatus {
@@ -169,6 +195,7 @@ impl StepStatus {
             StepStatus::Succeeded => "succeeded",
             StepStatus::Failed => "failed",
             StepStatus::Rejected => "rejected",
+            StepStatus::Redriven => "redriven",
         }
     }
 }
@@ -179,8 +206,10 @@ pub struct StepRecord {
     pub step_id: Arc<str>,
     pub step_type: StepType,
     pub visit: u32,
-    /// The parallel step this was a branch of.
+    /// The parallel step this was a branch of, or the map step whose item it ran.
     pub parent: Option<Arc<str>>,
+    /// The map item it ran, by index.
+    pub item: Option<u32>,
     pub status: StepStatus,
     pub data: Option<Arc<Value>>,
     pub error: Option<Arc<str>>,
@@ -233,6 +262,10 @@ pub enum EngineError {
     UnknownTask(TaskId),
     #[error("step \"{0}\" is not waiting for an approval")]
     NotAwaitingApproval(String),
+    #[error("the run has {0}; only a failed run can be retried")]
+    NotFailed(RunStatus),
+    #[error("the run cannot be retried: it did not fail at a step ({0})")]
+    NothingToRedrive(String),
 }
 
 /// Work the run has started and not yet settled, by step.
@@ -247,6 +280,7 @@ enum Pending {
     Approval {
         visit: u32,
     },
+    Map(map::MapRun),
     Parallel {
         visit: u32,
         /// One slot per branch, in workflow order.
@@ -299,6 +333,8 @@ impl Default for MessageHistory {
 /// How one branch settled: its data, or its error.
 type BranchOutcome = Result<Arc<Value>, Arc<str>>;
 
+pub use map::MapProgress;
+
 /// One run of a workflow. Immutable: [`Run::apply`] returns a new run.
 #[derive(Debug, Clone)]
 pub struct Run {
@@ -316,6 +352,8 @@ pub struct Run {
     sources: Arc<Vec<Arc<Source>>>,
     /// When the event being applied happened (ms since the epoch; 0 when unknown).
     now_ms: i64,
+    /// Where a failed run would resume ([`Event::Redrive`]), if it failed at a step.
+    redrive: Option<redrive::Resume>,
 }
 
 /// The outcome of a transition: the new run and what to do about it.
@@ -341,6 +379,7 @@ impl Run {
             handoffs: Vector::new(),
             sources: Arc::default(),
             now_ms: 0,
+            redrive: None,
         };
         transition::start(run)
     }
@@ -431,13 +470,19 @@ impl Run {
     pub fn pending_tasks(&self) -> Vec<AgentTask> {
         self.pending
             .iter()
-            .filter_map(|(&index, pending)| self.pending_agent_task(index, pending))
+            .flat_map(|(&index, pending)| match pending {
+                Pending::Map(map) => self.item_tasks(index, map),
+                _ => self.pending_agent_task(index, pending).into_iter().collect(),
+            })
             .collect()
     }
 
     /// One agent task in flight, rebuilt as it was dispatched, if the run waits for it: what a
     /// coordinator delivers again, without building every other pending task's payload.
     pub fn pending_task(&self, task: &TaskId) -> Option<AgentTask> {
+        if task.item.is_some() {
+            return self.pending_item_task(task);
+        }
         let index = self.workflow.index_of(&task.step_id)?;
         let rebuilt = self.pending_agent_task(index, self.pending.get(&index)?)?;
         (rebuilt.task == *task).then_some(rebuilt)
@@ -465,10 +510,7 @@ impl Run {
                 .map(|data| (key.clone(), data.clone()))
         });
         Some(AgentTask {
-            task: TaskId {
-                step_id: step.id.clone(),
-                visit: *visit,
-            },
+            task: TaskId::new(step.id.clone(), *visit),
             agent: agent.clone(),
             payload: AgentPayload {
                 context: self.context.clone(),
@@ -476,6 +518,7 @@ impl Run {
                 error: error.clone(),
                 messages: self.messages.json.clone(),
                 handoff: handoff.clone(),
+                map: None,
             },
             retry: step.retry.clone(),
             timeout_ms: step.timeout_ms,
@@ -486,28 +529,42 @@ impl Run {
     pub fn waiting(&self) -> Vec<Waiting> {
         self.pending
             .iter()
-            .filter_map(|(&index, pending)| {
+            .flat_map(|(&index, pending)| {
                 let step = self.workflow.step(index);
                 match (pending, &step.kind) {
+                    (Pending::Map(map), _) => self.items_waiting(map),
                     (Pending::Agent { visit, .. }, crate::workflow::StepKind::Agent { agent }) => {
-                        Some(Waiting::Agent {
-                            task: TaskId {
-                                step_id: step.id.clone(),
-                                visit: *visit,
-                            },
+                        vec![Waiting::Agent {
+                            task: TaskId::new(step.id.clone(), *visit),
                             agent: agent.clone(),
-                        })
+                        }]
                     }
                     (
                         Pending::Approval { .. },
                         crate::workflow::StepKind::Approval { message, .. },
-                    ) => Some(Waiting::Approval {
+                    ) => vec![Waiting::Approval {
                         step_id: step.id.clone(),
                         message: message.clone(),
-                    }),
-                    _ => None,
+                    }],
+                    _ => Vec::new(),
                 }
             })
             .collect()
+    }
+
+    /// The progress of each map step under way, in workflow order.
+    pub fn map_progress(&self) -> Vec<MapProgress> {
+        self.pending
+            .iter()
+            .filter_map(|(&index, pending)| match pending {
+                Pending::Map(map) => Some(map.progress(&self.workflow.step(index).id)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Whether [`Event::Redrive`] would resume the run, and at which step; or why not.
+    pub fn redrive_target(&self) -> Result<Arc<str>, EngineError> {
+        redrive::target(self)
     }
 }

@@ -18,10 +18,12 @@ pub enum Outcome {
     Condition(bool),
     /// A person decided.
     Approval(Decision),
-    /// Every branch settled; `data` is `{"success", "data": [...]}`.
-    Parallel {
+    /// Every branch (or map item) settled; `data` is `{"success", "data": [...]}`. `failed`
+    /// says why the step itself failed: more map items failed than it tolerates.
+    Merged {
         data: Arc<Value>,
         all_succeeded: bool,
+        failed: Option<Arc<str>>,
     },
 }
 
@@ -64,10 +66,25 @@ pub fn route(step: &Step, outcome: &Outcome) -> Route {
             (false, Some(target)) => Route::Goto(*target),
             (false, None) => recover(),
         },
-        // A failed branch does not fail the parallel step: its data says which failed, and
-        // `on_error`, when set, is where the workflow wants to handle that.
         (
-            Outcome::Parallel {
+            Outcome::Merged {
+                failed: Some(_), ..
+            },
+            _,
+        ) => recover(),
+        // A failed branch does not fail the parallel step: its data says which failed, and
+        // `on_error`, when set, is where the workflow wants to handle that. The same goes for
+        // a map step's items, unless it sets `tolerated_failures` (the failures it tolerates
+        // go on; more fail it, above).
+        (
+            Outcome::Merged {
+                all_succeeded: false,
+                ..
+            },
+            StepKind::Map(map),
+        ) if map.tolerated_failures.is_some() => goto(step.on_success),
+        (
+            Outcome::Merged {
                 all_succeeded: false,
                 ..
             },

@@ -28,24 +28,40 @@ type Settled = (StepIndex, u32, Outcome);
 /// [`super::handoffs`], which is why the fields that bookkeeping uses are `pub(super)`.
 pub(super) struct Builder {
     pub(super) run: Run,
-    actions: Vec<Action>,
+    pub(super) actions: Vec<Action>,
     /// The transition's time as RFC 3339, formatted once when first needed.
     pub(super) timestamp: Option<Arc<str>>,
     /// The notes of the agent result being applied: they go on its step record, the first
     /// record this transition writes.
-    notes: Option<Arc<AgentNotes>>,
+    pub(super) notes: Option<Arc<AgentNotes>>,
     /// About how many bytes of data the transforms settled in this transition produced.
     transformed_bytes: usize,
+    /// A redrive's map step, with the outcomes of the visit that failed: what succeeded is kept.
+    pub(super) kept: Option<(StepIndex, Vector<Option<BranchOutcome>>)>,
+    /// Why the run came to the agent or map step settling now (through `on_error`): what a
+    /// redrive of it hands the step again.
+    pub(super) entered_with: Option<ErrorInfo>,
+    /// This transition is a redrive: the step it enters again is not held to its visit limit.
+    pub(super) redriving: bool,
+}
+
+impl Builder {
+    pub(super) fn new(run: Run) -> Self {
+        Builder {
+            run,
+            actions: Vec::new(),
+            timestamp: None,
+            notes: None,
+            transformed_bytes: 0,
+            kept: None,
+            entered_with: None,
+            redriving: false,
+        }
+    }
 }
 
 pub(super) fn start(run: Run) -> Transition {
-    let mut builder = Builder {
-        run,
-        actions: Vec::new(),
-        timestamp: None,
-        notes: None,
-        transformed_bytes: 0,
-    };
+    let mut builder = Builder::new(run);
     let entry = builder.run.workflow.entry();
     if let Some(settled) = builder.enter(entry, None) {
         builder.settle(settled);
@@ -54,18 +70,38 @@ pub(super) fn start(run: Run) -> Transition {
 }
 
 pub(super) fn apply(run: &Run, event: Event, at_ms: i64) -> Result<Transition, EngineError> {
+    if let Event::Redrive = event {
+        return super::redrive::apply(run, at_ms);
+    }
     if run.status.is_terminal() {
         return Err(EngineError::NotRunning(run.status));
     }
-    let mut builder = Builder {
-        run: run.clone(),
-        actions: Vec::new(),
-        timestamp: None,
-        notes: None,
-        transformed_bytes: 0,
-    };
+    let mut builder = Builder::new(run.clone());
     builder.run.now_ms = at_ms;
     match event {
+        Event::AgentSucceeded { task, data, notes } if task.item.is_some() => {
+            builder.notes = (!notes.is_empty()).then(|| Arc::new(notes.clone()));
+            let settled = builder.settle_item(&task, |builder, hand| {
+                match builder.hand_on_item(&task, notes, hand) {
+                    Ok(()) => Outcome::Data(Arc::new(data)),
+                    Err(refused) => Outcome::Failed(refused),
+                }
+            })?;
+            if let Some(settled) = settled {
+                builder.settle(settled);
+            }
+        }
+        Event::AgentFailed { task, error } if task.item.is_some() => {
+            let settled = builder.settle_item(&task, |builder, hand| {
+                builder
+                    .hand_on_item(&task, AgentNotes::default(), hand)
+                    .expect("without notes there is nothing to refuse");
+                Outcome::Failed(error.into())
+            })?;
+            if let Some(settled) = settled {
+                builder.settle(settled);
+            }
+        }
         Event::AgentSucceeded { task, data, notes } => {
             let (index, visit) = builder.take_agent(&task)?;
             builder.notes = (!notes.is_empty()).then(|| Arc::new(notes.clone()));
@@ -99,12 +135,13 @@ pub(super) fn apply(run: &Run, event: Event, at_ms: i64) -> Result<Transition, E
         }
         Event::Cancel { reason } => builder.end(RunStatus::Cancelled, Some(reason)),
         Event::Halt { error } => builder.end(RunStatus::Failed, Some(error)),
+        Event::Redrive => unreachable!("applied above"),
     }
     Ok(builder.finish())
 }
 
 impl Builder {
-    fn finish(self) -> Transition {
+    pub(super) fn finish(self) -> Transition {
         Transition {
             run: self.run,
             actions: self.actions,
@@ -119,7 +156,8 @@ impl Builder {
             .index_of(&task.step_id)
             .ok_or_else(unknown)?;
         match self.run.pending.get(&index) {
-            Some(Pending::Agent { visit, .. }) if *visit == task.visit => {
+            Some(Pending::Agent { visit, error, .. }) if *visit == task.visit => {
+                self.entered_with = error.clone();
                 self.run.pending.remove(&index);
                 Ok((index, task.visit))
             }
@@ -151,7 +189,7 @@ impl Builder {
     }
 
     /// Records settled steps and follows their routes until work waits or the run ends.
-    fn settle(&mut self, settled: Settled) {
+    pub(super) fn settle(&mut self, settled: Settled) {
         let mut next = Some(settled);
         while let Some((index, visit, outcome)) = next.take() {
             if self.run.status.is_terminal() {
@@ -166,18 +204,19 @@ impl Builder {
         }
     }
 
-    fn bump_visit(&mut self, index: StepIndex) -> u32 {
+    pub(super) fn bump_visit(&mut self, index: StepIndex) -> u32 {
         let visit = self.run.visits.get(&index).copied().unwrap_or(0) + 1;
         self.run.visits.insert(index, visit);
         visit
     }
 
     /// Enters a top-level step; returns it at once if it settled without waiting.
-    fn enter(&mut self, index: StepIndex, error: Option<ErrorInfo>) -> Option<Settled> {
+    pub(super) fn enter(&mut self, index: StepIndex, error: Option<ErrorInfo>) -> Option<Settled> {
         let workflow = self.run.workflow.clone();
         let step = workflow.step(index);
         let visit = self.bump_visit(index);
-        if visit > step.max_visits {
+        // A redrive resumes a visit that failed: it does not count against the limit.
+        if visit > step.max_visits && !std::mem::take(&mut self.redriving) {
             self.end(
                 RunStatus::Failed,
                 Some(format!(
@@ -215,7 +254,8 @@ impl Builder {
                         }
                     },
                 };
-                let handoff = self.handoff_into(step, agent, visit);
+                let sources = self.run.sources.clone();
+                let handoff = self.handoff_into(step, agent, visit, None, &sources);
                 self.run.pending.insert(
                     index,
                     Pending::Agent {
@@ -225,10 +265,7 @@ impl Builder {
                     },
                 );
                 self.actions.push(Action::Dispatch(AgentTask {
-                    task: TaskId {
-                        step_id: step.id.clone(),
-                        visit,
-                    },
+                    task: TaskId::new(step.id.clone(), visit),
                     agent: agent.clone(),
                     payload: AgentPayload {
                         context: snapshot.clone(),
@@ -236,6 +273,7 @@ impl Builder {
                         error,
                         messages: self.run.messages.json().clone(),
                         handoff,
+                        map: None,
                     },
                     retry: step.retry.clone(),
                     timeout_ms: step.timeout_ms,
@@ -248,6 +286,16 @@ impl Builder {
             }),
             StepKind::Condition { condition, .. } => {
                 Some(Outcome::Condition(condition.is_true(snapshot)))
+            }
+            StepKind::Map(_) => {
+                let kept = match self.kept.take() {
+                    Some((step, kept)) if step == index => Some(kept),
+                    other => {
+                        self.kept = other;
+                        None
+                    }
+                };
+                self.begin_map(index, visit, snapshot, error, kept)
             }
             StepKind::Approval { message, .. } => {
                 self.run.pending.insert(index, Pending::Approval { visit });
@@ -298,7 +346,7 @@ impl Builder {
     /// [`MAX_TRANSFORMED_BYTES_PER_TRANSITION`]: a loop of transforms and conditions settles
     /// within one transition, copying its data on every visit, and without this bound one
     /// submit could make the coordinator copy (and store) gigabytes.
-    fn within_transform_budget(&mut self, data: Value) -> Outcome {
+    pub(super) fn within_transform_budget(&mut self, data: Value) -> Outcome {
         self.transformed_bytes = self
             .transformed_bytes
             .saturating_add(approximate_bytes(&data));
@@ -323,9 +371,10 @@ impl Builder {
         let (data, all_succeeded) = merge(branches.iter().zip(outcomes.iter()).filter_map(
             |(&branch, outcome)| Some((workflow.step(branch).id.as_ref(), outcome.as_ref()?)),
         ));
-        Outcome::Parallel {
+        Outcome::Merged {
             data: Arc::new(data),
             all_succeeded,
+            failed: None,
         }
     }
 
@@ -378,11 +427,22 @@ impl Builder {
             Outcome::Approval(decision) => {
                 (Err(rejection_error(step, &decision)), StepStatus::Rejected)
             }
-            Outcome::Parallel {
+            Outcome::Merged {
+                failed: Some(error),
+                ..
+            } => (Err(error), StepStatus::Failed),
+            Outcome::Merged {
                 data,
                 all_succeeded: true,
+                ..
             } => (Ok(data), StepStatus::Succeeded),
-            Outcome::Parallel { data, .. } => (Err(failure_summary(&data)), StepStatus::Failed),
+            // A map that tolerates its failures succeeded, as its route says.
+            Outcome::Merged { data, .. }
+                if matches!(&step.kind, StepKind::Map(map) if map.tolerated_failures.is_some()) =>
+            {
+                (Ok(data), StepStatus::Succeeded)
+            }
+            Outcome::Merged { data, .. } => (Err(failure_summary(&data)), StepStatus::Failed),
             // Validation keeps conditions out of branches; a value is still the honest answer.
             Outcome::Condition(value) => (Ok(Arc::new(json!(value))), StepStatus::Succeeded),
         };
@@ -392,6 +452,7 @@ impl Builder {
             step_type: step.step_type(),
             visit,
             parent,
+            item: None,
             status,
             data: settled.as_ref().ok().cloned(),
             error: settled.as_ref().err().cloned(),
@@ -411,6 +472,7 @@ impl Builder {
     ) -> Option<(StepIndex, Option<ErrorInfo>)> {
         let workflow = self.run.workflow.clone();
         let step = workflow.step(index);
+        let entered_with = self.entered_with.take();
         let next = route(step, &outcome);
         let success = |data: &Arc<serde_json::Value>| {
             StepResult::success(step.id.clone(), visit, data.clone())
@@ -460,21 +522,31 @@ impl Builder {
                     }
                 }
             }
-            // The parallel step's data always enters the context, so that later steps can read
-            // `success` and each branch's outcome.
-            Outcome::Parallel {
+            // A parallel or map step's data always enters the context, so that later steps
+            // (and `on_error`) can read `success` and each branch's or item's outcome.
+            Outcome::Merged {
                 data,
                 all_succeeded,
-            } => (
-                Some(success(data)),
-                if *all_succeeded {
-                    StepStatus::Succeeded
-                } else {
-                    StepStatus::Failed
-                },
-                Some(data.clone()),
-                (!all_succeeded).then(|| failure_summary(data)),
-            ),
+                failed,
+            } => {
+                let tolerated =
+                    matches!(&step.kind, StepKind::Map(map) if map.tolerated_failures.is_some());
+                let error = match failed {
+                    Some(error) => Some(error.clone()),
+                    None if *all_succeeded || tolerated => None,
+                    None => Some(failure_summary(data)),
+                };
+                (
+                    Some(success(data)),
+                    if error.is_some() {
+                        StepStatus::Failed
+                    } else {
+                        StepStatus::Succeeded
+                    },
+                    Some(data.clone()),
+                    error,
+                )
+            }
         };
         if let Some(result) = stored {
             self.run.context = self
@@ -491,6 +563,7 @@ impl Builder {
             step_type: step.step_type(),
             visit,
             parent: None,
+            item: None,
             status,
             data,
             error: error.clone(),
@@ -512,6 +585,7 @@ impl Builder {
                 None
             }
             Route::Fail => {
+                self.run.redrive = super::redrive::resume_at(step, index, &outcome, entered_with);
                 let error = error.unwrap_or_else(|| "step failed".into());
                 self.end(
                     RunStatus::Failed,
@@ -526,11 +600,23 @@ impl Builder {
     fn end(&mut self, status: RunStatus, error: Option<String>) {
         let workflow = self.run.workflow.clone();
         for (index, pending) in std::mem::take(&mut self.run.pending) {
-            if let Pending::Agent { visit, .. } = pending {
-                self.actions.push(Action::Abandon(TaskId {
-                    step_id: workflow.step(index).id.clone(),
-                    visit,
-                }));
+            match pending {
+                Pending::Agent { visit, .. } => {
+                    self.actions
+                        .push(Action::Abandon(TaskId::new(workflow.step(index).id.clone(), visit)));
+                }
+                Pending::Map(map) => {
+                    let run = self.run.clone();
+                    self.actions.extend(
+                        run.items_waiting(&map)
+                            .into_iter()
+                            .filter_map(|waiting| match waiting {
+                                super::Waiting::Agent { task, .. } => Some(Action::Abandon(task)),
+                                super::Waiting::Approval { .. } => None,
+                            }),
+                    );
+                }
+                Pending::Approval { .. } | Pending::Parallel { .. } => {}
             }
         }
         self.run.status = status;

@@ -24,6 +24,11 @@ pub trait Scope {
     fn input(&self) -> &Value;
     /// The latest successful data stored under `key` (a step id or an `output` alias).
     fn result(&self, key: &str) -> Option<&Value>;
-    /// The whole scope as `{"input": ..., "context": {...}}`, the document jq programs see.
+    /// The whole scope as `{"input": ..., "context": {...}}`, the document jq programs see
+    /// (with `"map"` inside a map step's chain).
     fn to_document(&self) -> Value;
+    /// Inside a map step's chain, the item being run: `{"step", "item", "index", "count"}`.
+    fn map_item(&self) -> Option<&Value> {
+        None
+    }
 }

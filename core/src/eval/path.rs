@@ -23,6 +23,9 @@ pub enum Root {
     Input,
     /// `context`: the results of earlier steps, by step id or `output` alias.
     Context,
+    /// `map`: the item a map step's chain is running (`{"step", "item", "index", "count"}`);
+    /// only defined inside a chain.
+    Map,
 }
 
 /// One step down into a value.
@@ -57,7 +60,7 @@ impl Path {
         let trimmed = text.trim();
         path.parse(trimmed).map_err(|error| {
             format!(
-                "cannot parse path \"{trimmed}\" at column {}: expected `context.<step>...` or `input...`",
+                "cannot parse path \"{trimmed}\" at column {}: expected `context.<step>...`, `input...` or `map...`",
                 error.offset() + 1
             )
         })
@@ -78,6 +81,9 @@ impl Path {
                         .ok_or_else(|| ResolveError::StepNotFound(key.into_owned()))?
                 }
             },
+            Root::Map => scope
+                .map_item()
+                .ok_or_else(|| ResolveError::PathNotFound(self.text.clone()))?,
         };
         segments.try_fold(start, |value, segment| {
             step_into(value, segment).ok_or_else(|| ResolveError::PathNotFound(self.text.clone()))
@@ -126,11 +132,15 @@ fn step_into<'a>(value: &'a Value, segment: &Segment) -> Option<&'a Value> {
     }
 }
 
-/// `context` or `input`, then any number of segments.
+/// `context`, `input` or `map`, then any number of segments.
 pub(crate) fn path(input: &mut &str) -> ModalResult<Path> {
     let start = *input;
-    let root =
-        alt(("context".value(Root::Context), "input".value(Root::Input))).parse_next(input)?;
+    let root = alt((
+        "context".value(Root::Context),
+        "input".value(Root::Input),
+        "map".value(Root::Map),
+    ))
+    .parse_next(input)?;
     // `contexts.x` or `inputs` are not paths.
     if input.starts_with(is_segment_char) {
         return Err(ErrMode::Backtrack(ContextError::new()));

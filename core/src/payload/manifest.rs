@@ -36,6 +36,9 @@ pub struct Manifest {
     /// The handoff record: different for every task, so carried inline, as the JSON it is.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub handoff: Option<RawJson>,
+    /// A map item's `{"step", "item", "index", "count"}`: different for every task, so inline.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub map: Option<RawJson>,
 }
 
 /// JSON kept as its text (a [`RawValue`]), compared by that text.
@@ -77,6 +80,9 @@ impl Manifest {
                 .handoff
                 .as_deref()
                 .map(|raw| RawJson(raw.to_owned())),
+            map: payload.map.as_deref().map(|item| {
+                RawJson(serde_json::value::to_raw_value(item).expect("an item is JSON"))
+            }),
         }
     }
 
@@ -156,6 +162,10 @@ pub fn assemble<'a>(
         out.extend_from_slice(br#","handoff":"#);
         out.extend_from_slice(handoff.0.get().as_bytes());
     }
+    if let Some(item) = &manifest.map {
+        out.extend_from_slice(br#","map":"#);
+        out.extend_from_slice(item.0.get().as_bytes());
+    }
     out.push(b'}');
     Ok(out)
 }
@@ -209,6 +219,9 @@ mod tests {
                     &json!({"source_agent": "planner", "decisions": []}),
                 )
                 .unwrap(),
+            )),
+            map: Some(Arc::new(
+                json!({"step": "each", "item": {"file": "a \"b\".ts"}, "index": 3, "count": 9}),
             )),
         }
     }

@@ -5,7 +5,8 @@
 //! ```
 //! plus `"error": {"step", "message"}` when the step was reached through another step's
 //! `on_error`, then `"messages"` (the run's message history, always) and `"handoff"` (the record
-//! of the agents that handed over, when there were any). The payload holds a context snapshot, not a copy: it is serialised straight from
+//! of the agents that handed over, when there were any) and, for a map step's item, `"map"`:
+//! `{"step", "item", "index", "count"}`. The payload holds a context snapshot, not a copy: it is serialised straight from
 //! the shared results.
 //!
 //! - `manifest`: the payload by reference, each part named by its SHA-256 ([`Manifest`]), and its
@@ -24,8 +25,9 @@ mod manifest;
 pub use manifest::{Manifest, MissingPart, assemble};
 
 /// Top-level keys of the agent payload that Baton owns; no step id or alias may take them.
-/// `messages` and `handoff` are kept for message history and handoff records.
-pub const RESERVED_KEYS: &[&str] = &["input", "context", "error", "messages", "handoff"];
+/// `messages` and `handoff` are kept for message history and handoff records, `map` for the
+/// item a map step's agent runs.
+pub const RESERVED_KEYS: &[&str] = &["input", "context", "error", "messages", "handoff", "map"];
 
 /// The failure that sent a run to an `on_error` step.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -47,6 +49,8 @@ pub struct AgentPayload {
     /// The handoff record of this step visit (see [`crate::handoff::Handoff`]), as JSON: it is
     /// written once and copied into the payload as it is.
     pub handoff: Option<Arc<RawValue>>,
+    /// For a map step's item: `{"step", "item", "index", "count"}`.
+    pub map: Option<Arc<Value>>,
 }
 
 impl AgentPayload {
@@ -75,6 +79,9 @@ impl Serialize for AgentPayload {
         map.serialize_entry("messages", self.messages.as_ref())?;
         if let Some(handoff) = &self.handoff {
             map.serialize_entry("handoff", handoff.as_ref())?;
+        }
+        if let Some(item) = &self.map {
+            map.serialize_entry("map", item.as_ref())?;
         }
         map.end()
     }

@@ -1,4 +1,5 @@
-//! Routing edges between steps, for reachability warnings.
+//! Routing edges between steps, for reachability warnings (routes stay within the top level or
+//! within one chain).
 
 use super::{StepIndex, StepKind, Workflow};
 
@@ -16,9 +17,10 @@ pub fn successors(workflow: &Workflow, index: StepIndex) -> Vec<StepIndex> {
             on_reject,
             ..
         } => vec![*on_approve, *on_reject],
-        StepKind::Agent { .. } | StepKind::Transform { .. } | StepKind::Parallel { .. } => {
-            vec![step.on_success]
-        }
+        StepKind::Agent { .. }
+        | StepKind::Transform { .. }
+        | StepKind::Parallel { .. }
+        | StepKind::Map(_) => vec![step.on_success],
     }
     .into_iter()
     .flatten()
@@ -27,18 +29,18 @@ pub fn successors(workflow: &Workflow, index: StepIndex) -> Vec<StepIndex> {
     out
 }
 
-/// Top-level steps that no route from the entry step reaches, in document order.
-pub fn unreachable(workflow: &Workflow) -> Vec<StepIndex> {
+/// The steps of `scope` (the top level, or one chain; its first step is the entry) that no
+/// route from the entry reaches, in document order.
+pub fn unreachable(workflow: &Workflow, scope: &[StepIndex]) -> Vec<StepIndex> {
     let mut seen = vec![false; workflow.steps().len()];
-    let mut stack = vec![workflow.entry()];
+    let mut stack = vec![scope[0]];
     while let Some(index) = stack.pop() {
         if std::mem::replace(&mut seen[index], true) {
             continue;
         }
         stack.extend(successors(workflow, index));
     }
-    workflow
-        .top_level()
+    scope
         .iter()
         .copied()
         .filter(|index| !seen[*index])

@@ -8,6 +8,7 @@
 //! - `steps`: each step read by itself, checked against its type, and built into a [`Step`].
 //! - `validate`: the rules that need the whole document: ids, references, expressions, limits,
 //!   reachability, and "did you mean" hints.
+//! - `maps`: the rules only map steps and their chains have.
 //! - `checker`: what the passes share: the steps as found, and each problem with its step.
 //! - `graph`: routing edges between top-level steps, for reachability.
 //!
@@ -16,6 +17,7 @@
 mod checker;
 mod graph;
 pub(crate) mod json;
+mod maps;
 pub mod parse;
 mod raw;
 mod steps;
@@ -40,8 +42,8 @@ pub struct Workflow {
     pub description: Option<String>,
     /// How many times any step may be entered in one run (a step's own `max_visits` wins).
     pub max_visits: u32,
-    /// Every step, parallel branches included, in document order (a parallel step before its
-    /// branches).
+    /// Every step, parallel branches and map chains included, in document order (a parallel
+    /// or map step before its own steps).
     steps: Vec<Step>,
     /// Indexes of the top-level steps, in document order; the first is the entry.
     top_level: Vec<StepIndex>,
@@ -61,7 +63,7 @@ pub struct Step {
     pub on_success: Option<StepIndex>,
     /// `on_error`: where to go when the step fails.
     pub on_error: Option<StepIndex>,
-    /// The parallel step this step is a branch of.
+    /// The parallel step this step is a branch of, or the map step whose chain it is in.
     pub parent: Option<StepIndex>,
     pub max_visits: u32,
     /// Parsed now, enforced by the coordinator.
@@ -98,6 +100,59 @@ pub enum StepKind {
         /// `on_reject`; when absent a rejection fails the step.
         on_reject: Option<StepIndex>,
     },
+    Map(MapStep),
+}
+
+/// A map step: the same work for every item of a list.
+#[derive(Debug)]
+pub struct MapStep {
+    /// What gives the items: a path or a `jq:` program that must give an array.
+    pub items: Transform,
+    pub items_source: String,
+    /// What runs per item.
+    pub body: MapBody,
+    /// At most this many items wait for agents at once; `None` is the engine's ceiling,
+    /// [`crate::limits::MAP_MAX_IN_FLIGHT`], which in practice leaves the workers' slots as the cap.
+    pub max_concurrency: Option<u32>,
+    /// How many failed items the step survives; more fail it. `None`: failed items never fail
+    /// the step by themselves (as with a parallel step's branches).
+    pub tolerated_failures: Option<Tolerance>,
+}
+
+/// What a map step runs for each item.
+#[derive(Debug, Clone, PartialEq)]
+pub enum MapBody {
+    /// One agent per item: the map step's own task, per item.
+    Agent(String),
+    /// A chain of agent, transform and condition steps (their indexes, the first is the entry),
+    /// routed inside the chain as top-level steps are; the last data is the item's result.
+    Chain(Vec<StepIndex>),
+}
+
+/// `tolerated_failures`: a count, or a percentage of the items.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Tolerance {
+    Count(u64),
+    Percent(f64),
+}
+
+impl Tolerance {
+    /// Whether `failed` failures out of `count` items are more than this tolerates.
+    pub fn exceeded_by(self, failed: usize, count: usize) -> bool {
+        match self {
+            Tolerance::Count(allowed) => failed as u64 > allowed,
+            Tolerance::Percent(percent) => failed as f64 * 100.0 > percent * count as f64,
+        }
+    }
+}
+
+impl std::fmt::Display for Tolerance {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Tolerance::Count(n) => write!(f, "{n}"),
+            Tolerance::Percent(p) => write!(f, "{p}%"),
+        }
+    }
 }
 
 /// The `type` of a step, without its fields.
@@ -109,15 +164,17 @@ pub enum StepType {
     Parallel,
     Condition,
     Approval,
+    Map,
 }
 
 impl StepType {
-    pub const ALL: [StepType; 5] = [
+    pub const ALL: [StepType; 6] = [
         StepType::Agent,
         StepType::Transform,
         StepType::Parallel,
         StepType::Condition,
         StepType::Approval,
+        StepType::Map,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -127,6 +184,7 @@ impl StepType {
             StepType::Parallel => "parallel",
             StepType::Condition => "condition",
             StepType::Approval => "approval",
+            StepType::Map => "map",
         }
     }
 
@@ -198,12 +256,8 @@ impl Step {
             StepKind::Parallel { .. } => StepType::Parallel,
             StepKind::Condition { .. } => StepType::Condition,
             StepKind::Approval { .. } => StepType::Approval,
+            StepKind::Map(_) => StepType::Map,
         }
-    }
-
-    /// True for a branch of a parallel step.
-    pub fn is_branch(&self) -> bool {
-        self.parent.is_some()
     }
 }
 
@@ -231,5 +285,17 @@ impl Workflow {
 
     pub fn step_by_id(&self, id: &str) -> Option<&Step> {
         self.index_of(id).map(|index| &self.steps[index])
+    }
+
+    /// The parallel step `index` is a branch of, if it is one.
+    pub fn parallel_of(&self, index: StepIndex) -> Option<StepIndex> {
+        let parent = self.steps[index].parent?;
+        matches!(self.steps[parent].kind, StepKind::Parallel { .. }).then_some(parent)
+    }
+
+    /// The map step whose chain `index` is in, if it is in one.
+    pub fn map_of(&self, index: StepIndex) -> Option<StepIndex> {
+        let parent = self.steps[index].parent?;
+        matches!(self.steps[parent].kind, StepKind::Map(_)).then_some(parent)
     }
 }

@@ -48,6 +48,10 @@ pub struct RawStep {
     pub retry: Option<RawRetry>,
     pub timeout_ms: Option<u64>,
     pub max_visits: Option<u32>,
+    pub items: Option<String>,
+    pub max_concurrency: Option<u32>,
+    /// A count or `"N%"`: read as JSON so that validation can say which it is not.
+    pub tolerated_failures: Option<Value>,
     #[serde(flatten)]
     pub unknown: BTreeMap<String, Value>,
 }
@@ -73,6 +77,9 @@ pub const STEP_FIELDS: &[&str] = &[
     "retry",
     "timeout_ms",
     "max_visits",
+    "items",
+    "max_concurrency",
+    "tolerated_failures",
 ];
 
 #[derive(Debug, Clone, Default, Deserialize)]

@@ -80,8 +80,16 @@ impl Checker<'_> {
             if let Some(parent) = parent {
                 self.nodes[parent].children.push(index);
             }
-            if self.nodes[index].step_type() != Some(StepType::Parallel) {
-                continue;
+            match self.nodes[index].step_type() {
+                Some(StepType::Parallel) => {}
+                // A chain's steps are read like branches; only one level: a chain holds no map.
+                Some(StepType::Map) if self.chain_of(index).is_none() => {
+                    if let Some(chain) = value.get("steps").and_then(Value::as_array) {
+                        self.collect(chain, &format!("{path}.steps"), Some(index), depth);
+                    }
+                    continue;
+                }
+                _ => continue,
             }
             if let Some(branches) = value.get("steps").and_then(Value::as_array) {
                 if depth + 1 > self.limits.max_parallel_depth {
@@ -119,7 +127,7 @@ impl Checker<'_> {
         workflow_max_visits: u32,
         index: &HashMap<String, usize>,
     ) -> Option<Checked> {
-        let is_branch = self.nodes[n].parent.is_some();
+        let is_branch = self.parallel_of(n).is_some();
         self.unknown_fields(path, Some(n), &raw.unknown, STEP_FIELDS);
         match &raw.id {
             None => self.error(path.to_owned(), Some(n), "a step needs an \"id\""),
@@ -140,7 +148,7 @@ impl Checker<'_> {
             self.error(
                 path.to_owned(),
                 Some(n),
-                "a step needs a \"type\": agent, transform, parallel, condition or approval",
+                "a step needs a \"type\": agent, transform, parallel, condition, approval or map",
             );
             return None;
         };
@@ -150,12 +158,13 @@ impl Checker<'_> {
                 format!("{path}.type"),
                 Some(n),
                 format!(
-                    "unknown step type \"{type_name}\"; expected agent, transform, parallel, condition or approval{hint}"
+                    "unknown step type \"{type_name}\"; expected agent, transform, parallel, condition, approval or map{hint}"
                 ),
             );
             return None;
         };
         self.check_fields_apply(n, path, raw, step_type, is_branch);
+        self.check_chain_step(n, path, step_type);
         for (field, target) in [
             ("next", &raw.next),
             ("on_error", &raw.on_error),
@@ -278,6 +287,7 @@ impl Checker<'_> {
                     when_false: None,
                 })
             }
+            StepType::Map => self.check_map(n, path, raw, index).map(StepKind::Map),
             StepType::Approval => Some(StepKind::Approval {
                 message: raw.message.clone().unwrap_or_else(|| {
                     format!(
@@ -301,7 +311,7 @@ impl Checker<'_> {
         step_type: StepType,
         is_branch: bool,
     ) {
-        let present: [(&str, bool); 13] = [
+        let present: [(&str, bool); 16] = [
             ("agent", raw.agent.is_some()),
             ("input", raw.input.is_some()),
             ("transform", raw.transform.is_some()),
@@ -315,13 +325,32 @@ impl Checker<'_> {
             ("retry", raw.retry.is_some()),
             ("timeout_ms", raw.timeout_ms.is_some()),
             ("output", raw.output.is_some()),
+            ("items", raw.items.is_some()),
+            ("max_concurrency", raw.max_concurrency.is_some()),
+            ("tolerated_failures", raw.tolerated_failures.is_some()),
         ];
+        // A chain's agents take their own retry, timeout and input.
+        let map_fields: &[&str] = if raw.steps.is_some() {
+            &["items", "steps", "max_concurrency", "tolerated_failures", "output"]
+        } else {
+            &[
+                "items",
+                "agent",
+                "input",
+                "max_concurrency",
+                "tolerated_failures",
+                "retry",
+                "timeout_ms",
+                "output",
+            ]
+        };
         let applies: &[&str] = match step_type {
             StepType::Agent => &["agent", "input", "retry", "timeout_ms", "output"],
             StepType::Transform => &["transform", "output"],
             StepType::Parallel => &["steps", "output"],
             StepType::Condition => &["condition", "then", "else"],
             StepType::Approval => &["message", "on_approve", "on_reject", "timeout_ms", "output"],
+            StepType::Map => map_fields,
         };
         for (field, is_present) in present {
             if is_present && !applies.contains(&field) {
@@ -425,15 +454,22 @@ impl Checker<'_> {
             let checked = checked?;
             let node = &self.nodes[n];
             let raw = node.raw.as_ref()?;
-            let on_success: Option<StepIndex> = if node.parent.is_some() {
+            // A chain step goes on to the next step of its chain, as a top-level step goes on
+            // to the next top-level step; a branch goes nowhere (its parallel step routes).
+            let siblings: &[usize] = match node.parent {
+                None => top_level,
+                Some(parent) if self.chain_of(n).is_some() => &self.nodes[parent].children,
+                Some(_) => &[],
+            };
+            let on_success: Option<StepIndex> = if siblings.is_empty() {
                 None
             } else if raw.next.is_some() {
                 resolve(&raw.next)
             } else if raw.end == Some(true) {
                 None
             } else {
-                let position = top_level.iter().position(|&t| t == n)?;
-                top_level.get(position + 1).copied()
+                let position = siblings.iter().position(|&t| t == n)?;
+                siblings.get(position + 1).copied()
             };
             let kind = match checked.kind {
                 StepKind::Condition {
@@ -477,7 +513,7 @@ impl Checker<'_> {
 fn with_article(step_type: StepType) -> String {
     let article = match step_type {
         StepType::Agent | StepType::Approval => "an",
-        StepType::Transform | StepType::Parallel | StepType::Condition => "a",
+        StepType::Transform | StepType::Parallel | StepType::Condition | StepType::Map => "a",
     };
     format!("{article} {}", step_type.as_str())
 }

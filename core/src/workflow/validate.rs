@@ -7,11 +7,16 @@ use std::collections::{BTreeMap, HashMap};
 use serde_json::Value;
 
 use super::checker::{Checker, Node};
-use super::{StepType, Workflow, graph};
+use super::{MapBody, MapStep, StepKind, StepType, Workflow, graph};
 use crate::diagnostics::did_you_mean;
 use crate::eval::Transform;
 use crate::eval::expr::Expr;
+use crate::eval::path::Root;
 use crate::payload::RESERVED_KEYS;
+
+/// Why a `map.` path outside a chain reads nothing.
+const MAP_OUTSIDE_A_CHAIN: &str =
+    "\"map\" is the item a map step's chain runs, and is only defined inside a chain";
 
 impl Checker<'_> {
     /// First occurrence of each id; later ones are reported as duplicates.
@@ -74,7 +79,8 @@ impl Checker<'_> {
         }
     }
 
-    /// `next`, `then`, ... must name a top-level step.
+    /// `next`, `then`, ... must name a step of the same scope: a top-level step from a
+    /// top-level step, a step of the same chain from a chain step.
     pub(super) fn check_target(
         &mut self,
         n: usize,
@@ -83,36 +89,33 @@ impl Checker<'_> {
         target: &str,
         index: &HashMap<String, usize>,
     ) {
-        match index.get(target) {
-            Some(&t) if self.nodes[t].parent.is_some() => {
-                let parent = self.nodes[t].parent.and_then(|p| self.nodes[p].id.clone());
-                self.error(
-                    path.to_owned(),
-                    Some(n),
-                    format!(
-                        "{field} names \"{target}\", a branch of parallel step \"{}\"; only top-level steps can be routed to",
-                        parent.unwrap_or_default()
-                    ),
-                );
-            }
-            Some(_) => {}
-            None => {
-                let hint = did_you_mean(target, self.top_level_ids());
-                self.error(
-                    path.to_owned(),
-                    Some(n),
-                    format!("{field} names no step: \"{target}\"{hint}"),
-                );
-            }
-        }
-    }
-
-    fn top_level_ids(&self) -> Vec<&str> {
-        self.nodes
-            .iter()
-            .filter(|node| node.parent.is_none())
-            .filter_map(|node| node.id.as_deref())
-            .collect()
+        let id_of = |checker: &Self, node: usize| checker.nodes[node].id.clone().unwrap_or_default();
+        let Some(&t) = index.get(target) else {
+            let hint = did_you_mean(target, self.scope_ids(n));
+            self.error(
+                path.to_owned(),
+                Some(n),
+                format!("{field} names no step: \"{target}\"{hint}"),
+            );
+            return;
+        };
+        let problem = match (self.chain_of(n), self.chain_of(t), self.parallel_of(t)) {
+            (_, _, Some(parallel)) => format!(
+                "{field} names \"{target}\", a branch of parallel step \"{}\"; only top-level steps can be routed to",
+                id_of(self, parallel)
+            ),
+            (Some(mine), Some(theirs), _) if mine == theirs => return,
+            (None, None, _) => return,
+            (Some(mine), _, _) => format!(
+                "{field} names \"{target}\", which is not in map step \"{}\"'s chain; a chain step routes within its chain",
+                id_of(self, mine)
+            ),
+            (None, Some(theirs), _) => format!(
+                "{field} names \"{target}\", a step of map step \"{}\"'s chain; only top-level steps can be routed to",
+                id_of(self, theirs)
+            ),
+        };
+        self.error(path.to_owned(), Some(n), problem);
     }
 
     /// Keys the context can hold: top-level steps that produce data, by alias or id.
@@ -153,17 +156,21 @@ impl Checker<'_> {
         index: &HashMap<String, usize>,
         strict: bool,
     ) {
-        if self.context_keys.contains(key) {
+        if self.context_keys.contains(key) || self.chain_keys(n).contains(&key) {
             return;
         }
-        let problem = match index.get(key).map(|&t| &self.nodes[t]) {
-            Some(target) if target.parent.is_some() => format!(
+        let problem = match index.get(key).map(|&t| (t, &self.nodes[t])) {
+            Some((t, _)) if self.chain_of(t).is_some() => format!(
+                "\"{key}\" is a step of map step \"{}\"'s chain; each item's results are in the map step's data, and in the item's own context only inside the chain",
+                self.chain_of(t).and_then(|m| self.nodes[m].id.clone()).unwrap_or_default()
+            ),
+            Some((_, target)) if target.parent.is_some() => format!(
                 "\"{key}\" is a parallel branch; branch results are in the parallel step's data, not in the context by their own id"
             ),
-            Some(target) if target.step_type() == Some(StepType::Condition) => {
+            Some((_, target)) if target.step_type() == Some(StepType::Condition) => {
                 format!("\"{key}\" is a condition step, which stores no data")
             }
-            Some(target) => format!(
+            Some((_, target)) => format!(
                 "step \"{key}\" stores its data under its output \"{}\"; refer to that instead",
                 target.context_key().unwrap_or_default()
             ),
@@ -197,10 +204,13 @@ impl Checker<'_> {
             self.limits.max_jq_len,
         );
         let transform = self.parsed_or_reported(n, path, parsed)?;
-        if let Transform::Path(p) = &transform
-            && let Some(key) = p.first_context_key()
-        {
-            self.check_context_key(n, path, &key, index, true);
+        if let Transform::Path(p) = &transform {
+            if let Some(key) = p.first_context_key() {
+                self.check_context_key(n, path, &key, index, true);
+            }
+            if p.root == Root::Map && self.chain_of(n).is_none() {
+                self.error(path.to_owned(), Some(n), MAP_OUTSIDE_A_CHAIN);
+            }
         }
         Some(transform)
     }
@@ -230,6 +240,13 @@ impl Checker<'_> {
         for p in condition.paths() {
             if let Some(key) = p.first_context_key() {
                 self.check_context_key(n, path, &key, index, false);
+            }
+            if p.root == Root::Map && self.chain_of(n).is_none() {
+                self.warning(
+                    path.to_owned(),
+                    Some(n),
+                    format!("{MAP_OUTSIDE_A_CHAIN}; the path will always be undefined"),
+                );
             }
         }
         Some(condition)
@@ -285,15 +302,26 @@ impl Checker<'_> {
         }
     }
 
-    /// Top-level steps that no route from the entry step reaches.
+    /// Top-level steps that no route from the entry step reaches, and chain steps that no
+    /// route from their chain's first step reaches.
     pub(super) fn warn_unreachable(&mut self, workflow: &Workflow) {
-        let entry_id = workflow.step(workflow.entry()).id.clone();
-        for unreachable in graph::unreachable(workflow) {
-            self.warning(
-                self.nodes[unreachable].path.clone(),
-                Some(unreachable),
-                format!("step is unreachable from the entry step \"{entry_id}\""),
-            );
+        let mut scopes = vec![workflow.top_level().to_vec()];
+        scopes.extend(workflow.steps().iter().filter_map(|step| match &step.kind {
+            StepKind::Map(MapStep {
+                body: MapBody::Chain(chain),
+                ..
+            }) => Some(chain.clone()),
+            _ => None,
+        }));
+        for scope in scopes {
+            let entry_id = workflow.step(scope[0]).id.clone();
+            for unreachable in graph::unreachable(workflow, &scope) {
+                self.warning(
+                    self.nodes[unreachable].path.clone(),
+                    Some(unreachable),
+                    format!("step is unreachable from the entry step \"{entry_id}\""),
+                );
+            }
         }
     }
 }

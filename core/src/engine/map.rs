@@ -1,0 +1,729 @@
+//! Map steps: the same work for every item of a list, as a third `impl Builder` beside
+//! [`super::transition`] and [`super::handoffs`].
+//!
+//! Entering a map step evaluates `items` against the context as it is then (the snapshot every
+//! item sees) and starts items in order until `max_concurrency` of them wait for agents; each
+//! item that settles files its outcome into its slot and starts the next. An item runs the map's
+//! `agent` (a task of the map step itself, per item) or its chain, routed like top-level steps
+//! inside an item context of its own (the snapshot plus the chain's results). When every item has
+//! settled, the step's data is `{"success", "data": [{"index", "status", "result", "error"}]}` in
+//! item order, and the items' messages join the history in index order. More failures than
+//! `tolerated_failures` abandon the items in flight at once and fail the step.
+//!
+//! Everything an item changes is O(1) (persistent vectors and maps, shared snapshots): settling
+//! one item of 100,000 costs what settling one of ten does, until the last one builds the data.
+
+use std::sync::Arc;
+
+use imbl::{OrdMap, Vector};
+use serde_json::value::RawValue;
+use serde_json::{Map, Value, json};
+
+use super::route::{Outcome, Route, route};
+use super::transition::Builder;
+use super::{
+    Action, AgentTask, BranchOutcome, EngineError, Handed, Pending, Run, StepRecord, StepStatus,
+    TaskId, Waiting,
+};
+use crate::context::{Context, StepResult};
+use crate::eval::Scope;
+use crate::handoff::Source;
+use crate::limits::{MAP_MAX_IN_FLIGHT, MAX_MAP_ITEMS};
+use crate::messages::MessageUpdate;
+use crate::payload::{AgentPayload, ErrorInfo};
+use crate::workflow::{MapBody, MapStep, StepIndex, StepKind, StepType};
+
+/// A map step under way.
+#[derive(Debug, Clone)]
+pub(crate) struct MapRun {
+    pub visit: u32,
+    /// The context when the step started: what every item sees.
+    snapshot: Context,
+    /// Why the run came to the map step through `on_error`: an `agent` map's items receive it.
+    error: Option<ErrorInfo>,
+    items: Arc<Vec<Value>>,
+    /// One slot per item, in item order.
+    outcomes: Vector<Option<BranchOutcome>>,
+    /// What each item's agents handed on, joined in index order when the step settles.
+    handed: Vector<Option<Handed>>,
+    /// Items not started yet, in order.
+    queue: Vector<u32>,
+    /// Items waiting for an agent, by index.
+    running: OrdMap<u32, ItemRun>,
+    succeeded: usize,
+    failed: usize,
+}
+
+/// One item waiting for an agent: where its chain stands.
+#[derive(Debug, Clone)]
+struct ItemRun {
+    /// `{"step", "item", "index", "count"}`, as agents receive it under `map`.
+    info: Arc<Value>,
+    /// The step whose task it waits for: the map step, or a step of its chain.
+    step: StepIndex,
+    visit: u32,
+    /// Why the item came to this step through `on_error` (or, for an `agent` map, the map's).
+    error: Option<ErrorInfo>,
+    handoff: Option<Arc<RawValue>>,
+    /// The snapshot plus the chain's results so far.
+    context: Context,
+    /// How many times this item entered each step of the chain.
+    visits: OrdMap<StepIndex, u32>,
+    /// The last data the chain produced: the item's result when the chain ends.
+    last: Option<Arc<Value>>,
+    /// The chain's agents that hand on to its next agent (empty: those before the map).
+    sources: Arc<Vec<Arc<Source>>>,
+    /// What the item's agents handed on so far.
+    handed: Vec<(Arc<Source>, Vec<MessageUpdate>)>,
+}
+
+/// How far a map step under way has come.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MapProgress {
+    pub step_id: Arc<str>,
+    pub visit: u32,
+    /// Items in all.
+    pub count: usize,
+    pub succeeded: usize,
+    pub failed: usize,
+    /// Items waiting for an agent.
+    pub running: usize,
+}
+
+impl MapRun {
+    pub(super) fn progress(&self, step_id: &Arc<str>) -> MapProgress {
+        MapProgress {
+            step_id: step_id.clone(),
+            visit: self.visit,
+            count: self.items.len(),
+            succeeded: self.succeeded,
+            failed: self.failed,
+            running: self.running.len(),
+        }
+    }
+}
+
+/// What paths, conditions and jq programs of a chain step read: the item's context and `map`.
+struct ItemScope<'a> {
+    context: &'a Context,
+    info: &'a Value,
+}
+
+impl Scope for ItemScope<'_> {
+    fn input(&self) -> &Value {
+        self.context.input()
+    }
+
+    fn result(&self, key: &str) -> Option<&Value> {
+        self.context.result(key)
+    }
+
+    fn to_document(&self) -> Value {
+        let mut document = self.context.to_document();
+        document["map"] = Value::clone(self.info);
+        document
+    }
+
+    fn map_item(&self) -> Option<&Value> {
+        Some(self.info)
+    }
+}
+
+/// What happens next to an item whose chain is being driven.
+enum Next {
+    /// Step `index` (visit) settled with this outcome.
+    Settled(StepIndex, u32, Outcome),
+    /// Enter this chain step (through `on_error`, with the failure).
+    Enter(StepIndex, Option<ErrorInfo>),
+    /// It waits for an agent.
+    Waits,
+    Done(BranchOutcome),
+}
+
+/// Where an item stands after a step of it settled.
+enum ItemNext {
+    /// It waits for an agent again.
+    Waits(ItemRun),
+    /// It is done, with this outcome.
+    Done(BranchOutcome, Vec<(Arc<Source>, Vec<MessageUpdate>)>),
+}
+
+impl Builder {
+    /// Enters a map step: evaluates its items and starts them. Returns its outcome when it
+    /// settles at once (no items, or items that need no agent).
+    pub(super) fn begin_map(
+        &mut self,
+        index: StepIndex,
+        visit: u32,
+        snapshot: &Context,
+        error: Option<ErrorInfo>,
+        kept: Option<Vector<Option<BranchOutcome>>>,
+    ) -> Option<Outcome> {
+        let workflow = self.run.workflow.clone();
+        let StepKind::Map(map) = &workflow.step(index).kind else {
+            unreachable!("only map steps begin as maps");
+        };
+        let items = match items_of(map, snapshot) {
+            Ok(items) => items,
+            Err(error) => return Some(Outcome::Failed(error.into())),
+        };
+        // A redrive keeps what succeeded, if the items are still the same list.
+        let kept = kept.filter(|kept| kept.len() == items.len());
+        let mut outcomes: Vector<Option<BranchOutcome>> = Vector::new();
+        let mut queue = Vector::new();
+        let mut succeeded = 0;
+        for i in 0..items.len() {
+            match kept.as_ref().and_then(|kept| kept[i].clone()) {
+                Some(Ok(result)) => {
+                    outcomes.push_back(Some(Ok(result)));
+                    succeeded += 1;
+                }
+                _ => {
+                    outcomes.push_back(None);
+                    queue.push_back(i as u32);
+                }
+            }
+        }
+        let run = MapRun {
+            visit,
+            snapshot: snapshot.clone(),
+            error,
+            handed: Vector::from(vec![None; items.len()]),
+            items: Arc::new(items),
+            outcomes,
+            queue,
+            running: OrdMap::new(),
+            succeeded,
+            failed: 0,
+        };
+        self.advance_map(index, run)
+    }
+
+    /// Takes the map item `task` answers, if the run waits for it: the map step's index, its
+    /// state (out of `pending`, put back by [`Builder::advance_map`]) and the item.
+    fn take_item(&mut self, task: &TaskId) -> Result<(StepIndex, MapRun, ItemRun), EngineError> {
+        let unknown = || EngineError::UnknownTask(task.clone());
+        let (item, step) = task.item.zip(self.run.workflow.index_of(&task.step_id)).ok_or_else(unknown)?;
+        let map_index = match self.run.workflow.map_of(step) {
+            Some(map) => map,
+            None => step,
+        };
+        let Some(Pending::Map(map)) = self.run.pending.get(&map_index) else {
+            return Err(unknown());
+        };
+        match map.running.get(&item) {
+            Some(running) if running.step == step && running.visit == task.visit => {}
+            _ => return Err(unknown()),
+        }
+        let Some(Pending::Map(mut map)) = self.run.pending.remove(&map_index) else {
+            unreachable!("just found");
+        };
+        let running = map.running.remove(&item).expect("just found");
+        Ok((map_index, map, running))
+    }
+
+    /// An agent of a map item answered: the item goes on (or is done), the map starts what it
+    /// can. Returns the map step if it settled.
+    pub(super) fn settle_item(
+        &mut self,
+        task: &TaskId,
+        outcome: impl FnOnce(&mut Builder, &mut ItemHand<'_>) -> Outcome,
+    ) -> Result<Option<(StepIndex, u32, Outcome)>, EngineError> {
+        let (map_index, mut map, mut item) = self.take_item(task)?;
+        let index = task.item.expect("an item task");
+        let outcome = outcome(
+            self,
+            &mut ItemHand {
+                sources: &mut item.sources,
+                handed: &mut item.handed,
+            },
+        );
+        let step = item.step;
+        let next = self.drive(map_index, item, index, Next::Settled(step, task.visit, outcome));
+        self.file(&mut map, index, next);
+        let visit = map.visit;
+        Ok(self
+            .advance_map(map_index, map)
+            .map(|outcome| (map_index, visit, outcome)))
+    }
+
+    /// Starts items while there is room, and settles the map once every item has settled (or
+    /// too many failed). Puts the map back into `pending` while it waits.
+    fn advance_map(&mut self, index: StepIndex, mut map: MapRun) -> Option<Outcome> {
+        let workflow = self.run.workflow.clone();
+        let step = workflow.step(index);
+        let StepKind::Map(spec) = &step.kind else {
+            unreachable!("only map steps advance");
+        };
+        let cap = spec.max_concurrency.unwrap_or(MAP_MAX_IN_FLIGHT) as usize;
+        loop {
+            if let Some(tolerance) = spec.tolerated_failures
+                && tolerance.exceeded_by(map.failed, map.items.len())
+            {
+                self.entered_with = map.error.clone();
+                return Some(self.give_up(step.id.clone(), spec, map));
+            }
+            if map.running.len() >= cap {
+                break;
+            }
+            let Some(i) = map.queue.pop_front() else {
+                break;
+            };
+            let next = self.start_item(index, spec, &map, i);
+            self.file(&mut map, i, next);
+        }
+        if map.running.is_empty() && map.queue.is_empty() {
+            self.entered_with = map.error.clone();
+            return Some(self.collect(index, map, None));
+        }
+        self.run.pending.insert(index, Pending::Map(map));
+        None
+    }
+
+    /// Files where an item stands: waiting again, or settled into its slot.
+    fn file(&mut self, map: &mut MapRun, i: u32, next: ItemNext) {
+        match next {
+            ItemNext::Waits(item) => {
+                map.running.insert(i, item);
+            }
+            ItemNext::Done(outcome, handed) => {
+                if outcome.is_ok() {
+                    map.succeeded += 1;
+                } else {
+                    map.failed += 1;
+                }
+                map.outcomes.set(i as usize, Some(outcome));
+                if !handed.is_empty() {
+                    map.handed.set(i as usize, Some(Handed { entries: handed }));
+                }
+            }
+        }
+    }
+
+    /// Starts item `i`: its agent, or its chain's first step.
+    fn start_item(&mut self, index: StepIndex, spec: &MapStep, map: &MapRun, i: u32) -> ItemNext {
+        let workflow = self.run.workflow.clone();
+        let step = workflow.step(index);
+        let info = Arc::new(json!({
+            "step": step.id.as_ref(),
+            "item": map.items[i as usize],
+            "index": i,
+            "count": map.items.len(),
+        }));
+        let mut item = ItemRun {
+            info,
+            step: index,
+            visit: map.visit,
+            error: None,
+            handoff: None,
+            context: map.snapshot.clone(),
+            visits: OrdMap::new(),
+            last: None,
+            sources: Arc::default(),
+            handed: Vec::new(),
+        };
+        match &spec.body {
+            MapBody::Agent(agent) => {
+                item.error = map.error.clone();
+                match self.dispatch_item(index, agent, i, &mut item) {
+                    Ok(()) => ItemNext::Waits(item),
+                    Err(error) => ItemNext::Done(Err(error), Vec::new()),
+                }
+            }
+            MapBody::Chain(chain) => self.drive(index, item, i, Next::Enter(chain[0], None)),
+        }
+    }
+
+    /// Sends the item's agent task for step `index` (the map step or a chain agent).
+    fn dispatch_item(
+        &mut self,
+        index: StepIndex,
+        agent: &str,
+        i: u32,
+        item: &mut ItemRun,
+    ) -> Result<(), Arc<str>> {
+        let workflow = self.run.workflow.clone();
+        let step = workflow.step(index);
+        if let Some(key) = &step.input
+            && item.context.data(key).is_none()
+        {
+            return Err(format!("Referenced step not found: {key}").into());
+        }
+        let sources = if item.sources.is_empty() {
+            self.run.sources.clone()
+        } else {
+            item.sources.clone()
+        };
+        item.step = index;
+        item.handoff = self.handoff_into(step, agent, item.visit, Some(i), &sources);
+        let task = TaskId {
+            step_id: step.id.clone(),
+            visit: item.visit,
+            item: Some(i),
+        };
+        let task = item_task(&self.run, task, agent, item);
+        self.actions.push(Action::Dispatch(task));
+        Ok(())
+    }
+
+    /// Runs an item's chain on from `next` until it waits for an agent or ends. A loop, not
+    /// recursion: a chain of transforms and conditions may go round thousands of times.
+    fn drive(&mut self, map_index: StepIndex, mut item: ItemRun, i: u32, mut next: Next) -> ItemNext {
+        loop {
+            next = match next {
+                Next::Settled(index, visit, outcome) => {
+                    self.go_on(map_index, &mut item, i, index, visit, outcome)
+                }
+                Next::Enter(index, error) => self.enter_chain(&mut item, i, index, error),
+                Next::Waits => return ItemNext::Waits(item),
+                Next::Done(outcome) => {
+                    return ItemNext::Done(outcome, std::mem::take(&mut item.handed));
+                }
+            }
+        }
+    }
+
+    /// Enters chain step `index` for an item: an agent waits; a transform or condition settles.
+    fn enter_chain(
+        &mut self,
+        item: &mut ItemRun,
+        i: u32,
+        index: StepIndex,
+        error: Option<ErrorInfo>,
+    ) -> Next {
+        let workflow = self.run.workflow.clone();
+        let step = workflow.step(index);
+        let in_item = item.visits.get(&index).copied().unwrap_or(0) + 1;
+        if in_item > step.max_visits {
+            return Next::Done(Err(format!(
+                "step \"{}\" reached its limit of {} visits in item {i}; if the loop is meant to run longer, raise \"max_visits\" on the workflow or the step",
+                step.id, step.max_visits
+            )
+            .into()));
+        }
+        item.visits.insert(index, in_item);
+        // Visits are counted over every item, so that each task and result is unique in the run.
+        let visit = self.bump_visit(index);
+        let outcome = match &step.kind {
+            StepKind::Agent { agent } => {
+                item.visit = visit;
+                item.error = error;
+                match self.dispatch_item(index, agent, i, item) {
+                    Ok(()) => return Next::Waits,
+                    Err(error) => Outcome::Failed(error),
+                }
+            }
+            StepKind::Transform { transform, .. } => {
+                let scope = ItemScope {
+                    context: &item.context,
+                    info: &item.info,
+                };
+                match transform.evaluate(&scope) {
+                    Ok(data) => self.within_transform_budget(data),
+                    Err(error) => Outcome::Failed(error.into()),
+                }
+            }
+            StepKind::Condition { condition, .. } => {
+                let scope = ItemScope {
+                    context: &item.context,
+                    info: &item.info,
+                };
+                Outcome::Condition(condition.is_true(&scope))
+            }
+            _ => unreachable!("validation keeps chains to agents, transforms and conditions"),
+        };
+        Next::Settled(index, visit, outcome)
+    }
+
+    /// Step `index` of an item settled with `outcome`: records it, keeps its data in the
+    /// item's context, and routes within the chain.
+    fn go_on(
+        &mut self,
+        map_index: StepIndex,
+        item: &mut ItemRun,
+        i: u32,
+        index: StepIndex,
+        visit: u32,
+        outcome: Outcome,
+    ) -> Next {
+        let workflow = self.run.workflow.clone();
+        let step = workflow.step(index);
+        self.record_item(map_index, index, visit, i, &outcome);
+        if index == map_index {
+            // An `agent` map: the agent's answer is the item's.
+            return Next::Done(match outcome {
+                Outcome::Data(data) => Ok(data),
+                Outcome::Failed(error) => Err(error),
+                _ => unreachable!("an agent settles with data or an error"),
+            });
+        }
+        let error = match &outcome {
+            Outcome::Data(data) => {
+                item.context = item.context.with_result(
+                    step.context_key.clone(),
+                    StepResult::success(step.id.clone(), visit, data.clone()),
+                );
+                item.last = Some(data.clone());
+                None
+            }
+            Outcome::Failed(error) => {
+                item.context = item.context.with_result(
+                    step.context_key.clone(),
+                    StepResult::failure(step.id.clone(), visit, error.clone()),
+                );
+                Some(error.clone())
+            }
+            _ => None,
+        };
+        match route(step, &outcome) {
+            Route::Goto(next) => Next::Enter(next, None),
+            Route::Recover(next) => Next::Enter(
+                next,
+                Some(ErrorInfo {
+                    step: step.id.clone(),
+                    message: error.unwrap_or_else(|| "step failed".into()),
+                }),
+            ),
+            Route::End => Next::Done(Ok(item
+                .last
+                .clone()
+                .unwrap_or_else(|| Arc::new(Value::Null)))),
+            Route::Fail => Next::Done(Err(error.unwrap_or_else(|| "step failed".into()))),
+        }
+    }
+
+    /// Keeps one settled step visit of an item in the history (and on the state chain).
+    fn record_item(
+        &mut self,
+        map_index: StepIndex,
+        index: StepIndex,
+        visit: u32,
+        i: u32,
+        outcome: &Outcome,
+    ) {
+        let workflow = self.run.workflow.clone();
+        let step = workflow.step(index);
+        let (status, data, error) = match outcome {
+            Outcome::Data(data) => (StepStatus::Succeeded, Some(data.clone()), None),
+            Outcome::Failed(error) => (StepStatus::Failed, None, Some(error.clone())),
+            Outcome::Condition(value) => (
+                StepStatus::Succeeded,
+                Some(Arc::new(json!({ "result": value }))),
+                None,
+            ),
+            _ => unreachable!("chain steps settle with data, an error or a condition"),
+        };
+        let step_type = if index == map_index {
+            StepType::Agent
+        } else {
+            step.step_type()
+        };
+        self.run.history.push_back(StepRecord {
+            step_id: step.id.clone(),
+            step_type,
+            visit,
+            parent: Some(workflow.step(map_index).id.clone()),
+            item: Some(i),
+            status,
+            data,
+            error,
+            next: None,
+            notes: self.notes.take(),
+            at_ms: self.run.now_ms,
+        });
+    }
+
+    /// Too many items failed: those in flight are abandoned, those not started never run, and
+    /// the step fails.
+    fn give_up(&mut self, step_id: Arc<str>, spec: &MapStep, mut map: MapRun) -> Outcome {
+        let tolerance = spec
+            .tolerated_failures
+            .expect("only a map with a tolerance gives up");
+        let why = format!(
+            "{} of {} items failed; tolerated_failures is {tolerance}",
+            map.failed,
+            map.items.len()
+        );
+        for (i, item) in std::mem::take(&mut map.running) {
+            self.actions.push(Action::Abandon(TaskId {
+                step_id: self.run.workflow.step(item.step).id.clone(),
+                visit: item.visit,
+                item: Some(i),
+            }));
+            map.outcomes
+                .set(i as usize, Some(Err(format!("abandoned: {why}").into())));
+        }
+        for i in std::mem::take(&mut map.queue) {
+            map.outcomes
+                .set(i as usize, Some(Err(format!("not run: {why}").into())));
+        }
+        let index = self
+            .run
+            .workflow
+            .index_of(&step_id)
+            .expect("the map step is in its workflow");
+        self.collect(index, map, Some(format!("step \"{step_id}\": {why}").into()))
+    }
+
+    /// Every item has settled (or been given up): the step's data, in item order, and the
+    /// items' messages into the history, in index order.
+    fn collect(&mut self, index: StepIndex, map: MapRun, failed: Option<Arc<str>>) -> Outcome {
+        self.merge_handed(index, &map.handed);
+        let mut all_succeeded = true;
+        let data: Vec<Value> = map
+            .outcomes
+            .iter()
+            .enumerate()
+            .map(|(i, outcome)| {
+                let mut entry = Map::with_capacity(4);
+                entry.insert("index".into(), json!(i));
+                match outcome {
+                    Some(Ok(result)) => {
+                        entry.insert("status".into(), json!("fulfilled"));
+                        entry.insert("result".into(), Value::clone(result));
+                        entry.insert("error".into(), Value::Null);
+                    }
+                    Some(Err(error)) => {
+                        all_succeeded = false;
+                        entry.insert("status".into(), json!("rejected"));
+                        entry.insert("result".into(), Value::Null);
+                        entry.insert("error".into(), json!(error.as_ref()));
+                    }
+                    None => unreachable!("every item has settled"),
+                }
+                Value::Object(entry)
+            })
+            .collect();
+        Outcome::Merged {
+            data: Arc::new(json!({"success": all_succeeded, "data": data})),
+            all_succeeded,
+            failed,
+        }
+    }
+
+}
+
+/// What an item's agent answer may change besides its outcome: the chain's sources and what
+/// the item hands on ([`Builder::hand_on`]).
+pub(super) struct ItemHand<'a> {
+    pub sources: &'a mut Arc<Vec<Arc<Source>>>,
+    pub handed: &'a mut Vec<(Arc<Source>, Vec<MessageUpdate>)>,
+}
+
+/// The task of an item as dispatched (and rebuilt after a replay: nothing it reads changes
+/// while the item waits).
+fn item_task(run: &Run, task: TaskId, agent: &str, item: &ItemRun) -> AgentTask {
+    let step = run.workflow.step(item.step);
+    let reference = step.input.as_ref().and_then(|key| {
+        item.context
+            .data(key)
+            .map(|data| (key.clone(), data.clone()))
+    });
+    AgentTask {
+        task,
+        agent: agent.to_owned(),
+        payload: AgentPayload {
+            context: item.context.clone(),
+            reference,
+            error: item.error.clone(),
+            messages: run.messages.json().clone(),
+            handoff: item.handoff.clone(),
+            map: Some(item.info.clone()),
+        },
+        retry: step.retry.clone(),
+        timeout_ms: step.timeout_ms,
+    }
+}
+
+/// The agent a step waiting for an item runs.
+fn agent_of(run: &Run, step: StepIndex) -> &str {
+    match &run.workflow.step(step).kind {
+        StepKind::Agent { agent } => agent,
+        StepKind::Map(MapStep {
+            body: MapBody::Agent(agent),
+            ..
+        }) => agent,
+        _ => unreachable!("an item waits for an agent"),
+    }
+}
+
+impl Run {
+    /// The tasks of a map step's items in flight, as dispatched.
+    pub(super) fn item_tasks(&self, _index: StepIndex, map: &MapRun) -> Vec<AgentTask> {
+        map.running
+            .iter()
+            .map(|(&i, item)| {
+                let task = TaskId {
+                    step_id: self.workflow.step(item.step).id.clone(),
+                    visit: item.visit,
+                    item: Some(i),
+                };
+                item_task(self, task, agent_of(self, item.step), item)
+            })
+            .collect()
+    }
+
+    /// One item's task, if the run waits for it.
+    pub(super) fn pending_item_task(&self, task: &TaskId) -> Option<AgentTask> {
+        let i = task.item?;
+        let step = self.workflow.index_of(&task.step_id)?;
+        let map_index = self.workflow.map_of(step).unwrap_or(step);
+        let Some(Pending::Map(map)) = self.pending.get(&map_index) else {
+            return None;
+        };
+        let item = map.running.get(&i)?;
+        (item.step == step && item.visit == task.visit)
+            .then(|| item_task(self, task.clone(), agent_of(self, step), item))
+    }
+
+    /// What a map step's items in flight wait for.
+    pub(super) fn items_waiting(&self, map: &MapRun) -> Vec<Waiting> {
+        map.running
+            .iter()
+            .map(|(&i, item)| Waiting::Agent {
+                task: TaskId {
+                    step_id: self.workflow.step(item.step).id.clone(),
+                    visit: item.visit,
+                    item: Some(i),
+                },
+                agent: agent_of(self, item.step).to_owned(),
+            })
+            .collect()
+    }
+}
+
+/// The items of a map step: an array, of at most [`MAX_MAP_ITEMS`].
+fn items_of(map: &MapStep, snapshot: &Context) -> Result<Vec<Value>, String> {
+    let items = map
+        .items
+        .evaluate(snapshot)
+        .map_err(|error| format!("items \"{}\": {error}", map.items_source))?;
+    match items {
+        Value::Array(items) if items.len() > MAX_MAP_ITEMS => Err(format!(
+            "items \"{}\" gave {} items; a map step takes at most {MAX_MAP_ITEMS}",
+            map.items_source,
+            items.len()
+        )),
+        Value::Array(items) => Ok(items),
+        other => Err(format!(
+            "items must give an array; \"{}\" gave {}",
+            map.items_source,
+            kind_of(&other)
+        )),
+    }
+}
+
+/// "an object", "a string", ... with a short excerpt of scalars.
+fn kind_of(value: &Value) -> String {
+    match value {
+        Value::Null => "null".into(),
+        Value::Bool(b) => format!("a boolean ({b})"),
+        Value::Number(n) => format!("a number ({n})"),
+        Value::String(s) => format!(
+            "a string (\"{}\")",
+            s.chars().take(40).collect::<String>()
+        ),
+        Value::Array(_) => "an array".into(),
+        Value::Object(fields) => format!("an object with {} fields", fields.len()),
+    }
+}

@@ -1,0 +1,103 @@
+//! Redrive: a failed run resumed from the step that failed, as a new visit of it.
+//!
+//! A run that fails at a step keeps where it would resume ([`Resume`]): the step, why the run
+//! came to it (through `on_error`, if it did) and, for a map step, the data of the visit that
+//! failed. [`super::Event::Redrive`] records the failed visit as taken up again (a history
+//! record with status `redriven`, so the state chain shows it) and enters the step again: an
+//! agent, transform or approval runs again; a map step runs only the items that did not
+//! succeed, keeping the others' results. A run that did not fail at a step (it was cancelled,
+//! its data failed an integrity check, a step reached its visit limit) cannot be redriven.
+
+use std::sync::Arc;
+
+use imbl::Vector;
+use serde_json::Value;
+
+use super::route::Outcome;
+use super::transition::Builder;
+use super::{BranchOutcome, EngineError, Run, RunStatus, StepRecord, StepStatus, Transition};
+use crate::payload::ErrorInfo;
+use crate::workflow::{Step, StepIndex};
+
+/// Where a failed run resumes.
+#[derive(Debug, Clone)]
+pub(super) struct Resume {
+    step: StepIndex,
+    /// Why the run came to the step (through `on_error`): the step receives it again.
+    error: Option<ErrorInfo>,
+    /// A map step's data at the visit that failed.
+    kept: Option<Arc<Value>>,
+}
+
+/// Where a run that failed at `step` (settled with `outcome`) would resume.
+pub(super) fn resume_at(
+    _step: &Step,
+    index: StepIndex,
+    outcome: &Outcome,
+    error: Option<ErrorInfo>,
+) -> Option<Resume> {
+    let kept = match outcome {
+        Outcome::Merged { data, .. } => Some(data.clone()),
+        _ => None,
+    };
+    Some(Resume {
+        step: index,
+        error,
+        kept,
+    })
+}
+
+/// The step a redrive would resume at, or why there is none.
+pub(super) fn target(run: &Run) -> Result<Arc<str>, EngineError> {
+    if run.status != RunStatus::Failed {
+        return Err(EngineError::NotFailed(run.status));
+    }
+    let resume = run.redrive.as_ref().ok_or_else(|| {
+        EngineError::NothingToRedrive(run.error.clone().unwrap_or_else(|| "no error".into()))
+    })?;
+    Ok(run.workflow.step(resume.step).id.clone())
+}
+
+/// Applies [`super::Event::Redrive`] at `at_ms`.
+pub(super) fn apply(run: &Run, at_ms: i64) -> Result<Transition, EngineError> {
+    target(run)?;
+    let resume = run.redrive.clone().expect("checked by target");
+    let workflow = run.workflow.clone();
+    let step = workflow.step(resume.step);
+    let mut builder = Builder::new(run.clone());
+    builder.run.now_ms = at_ms;
+    builder.run.status = RunStatus::Running;
+    builder.run.redrive = None;
+    let error = builder.run.error.take();
+    builder.run.history.push_back(StepRecord {
+        step_id: step.id.clone(),
+        step_type: step.step_type(),
+        visit: run.visits.get(&resume.step).copied().unwrap_or(0),
+        parent: None,
+        item: None,
+        status: StepStatus::Redriven,
+        data: None,
+        error: error.map(Arc::from),
+        next: Some(step.id.clone()),
+        notes: None,
+        at_ms,
+    });
+    builder.kept = resume.kept.map(|data| (resume.step, kept_items(&data)));
+    builder.redriving = true;
+    if let Some(settled) = builder.enter(resume.step, resume.error) {
+        builder.settle(settled);
+    }
+    Ok(builder.finish())
+}
+
+/// The items of a map step's data that succeeded, by index; `None` for the others.
+fn kept_items(data: &Value) -> Vector<Option<BranchOutcome>> {
+    data["data"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|entry| {
+            (entry["status"] == "fulfilled").then(|| Ok(Arc::new(entry["result"].clone())))
+        })
+        .collect()
+}
