@@ -10,8 +10,8 @@ use baton_proto::Json;
 use baton_proto::connection::{ClientSecurity, Connection, with_sources};
 use baton_proto::v1::run_service_client::RunServiceClient;
 use baton_proto::v1::{
-    CancelRunRequest, DecideApprovalRequest, GetRunRequest, ListRunsRequest, RunRecord,
-    SubmitRunRequest, VerifyRunRequest, WatchRunRequest, run_event,
+    CancelRunRequest, DecideApprovalRequest, GetRunRequest, ListRunsRequest, RetryRunRequest,
+    RunRecord, SubmitRunRequest, VerifyRunRequest, WatchRunRequest, run_event,
 };
 
 use crate::progress::{Progress, print_summary};
@@ -147,7 +147,7 @@ pub async fn follow(client: &mut Client, run_id: &str, print: bool) -> anyhow::R
         .map_err(failed)?
         .into_inner();
     let mut stdout = std::io::stdout();
-    let mut progress = Progress::default();
+    let mut progress = Progress::new(std::io::IsTerminal::is_terminal(&stdout));
     while let Some(event) = stream.message().await.map_err(failed)? {
         if print {
             progress.print(&mut stdout, run_id, &event)?;
@@ -201,6 +201,14 @@ enum RunsCommand {
     /// Recompute a run's state chain from the store: exit 0 when it holds, 1 naming the first
     /// step whose stored data does not match.
     Verify { run_id: String },
+    /// Resume a failed run from the step that failed: an agent step runs again; a map step
+    /// runs again only its items that did not succeed, keeping the others' results.
+    Retry {
+        run_id: String,
+        /// Follow the run to its end, as `runs watch` does.
+        #[arg(long)]
+        watch: bool,
+    },
 }
 
 pub async fn runs(args: RunsArgs) -> anyhow::Result<ExitCode> {
@@ -242,9 +250,22 @@ pub async fn runs(args: RunsArgs) -> anyhow::Result<ExitCode> {
                     } else {
                         format!("  on {}", step.worker_id)
                     };
+                    let items = step
+                        .items
+                        .as_ref()
+                        .map(|items| {
+                            format!(
+                                "  items {}/{} done, {} failed, {} running",
+                                items.succeeded + items.failed,
+                                items.count,
+                                items.failed,
+                                items.running
+                            )
+                        })
+                        .unwrap_or_default();
                     writeln!(
                         stdout,
-                        "  {:<24} {:<10} visits {}{worker}",
+                        "  {:<24} {:<10} visits {}{worker}{items}",
                         step.step_id, step.status, step.visits
                     )?;
                 }
@@ -272,6 +293,20 @@ pub async fn runs(args: RunsArgs) -> anyhow::Result<ExitCode> {
                 .map_err(failed)?
                 .into_inner();
             print_summary(&mut stdout, &record)?;
+        }
+        RunsCommand::Retry { run_id, watch } => {
+            let record = client
+                .retry_run(RetryRunRequest {
+                    run_id: run_id.clone(),
+                })
+                .await
+                .map_err(failed)?
+                .into_inner();
+            writeln!(stdout, "run {run_id} retried: {}", record.status)?;
+            if watch {
+                let record = follow(&mut client, &run_id, true).await?;
+                return Ok(exit_code(&record));
+            }
         }
         RunsCommand::Verify { run_id } => {
             let verified = client

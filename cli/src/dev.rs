@@ -100,9 +100,15 @@ async fn run_locally(args: Args, traces: bool) -> anyhow::Result<ExitCode> {
         agents,
     )
     .observer(move |task, result| {
+        // A map's items would be thousands of exchanges: its first item's stands for them.
+        let item = match task.item {
+            None => String::new(),
+            Some(0) => ", item 0; the other items' exchanges are not shown".to_owned(),
+            Some(_) => return,
+        };
         let pretty = |v: &serde_json::Value| serde_json::to_string_pretty(v).unwrap_or_default();
         let mut text = format!(
-            "    ── {} (agent {}) received:\n{}\n",
+            "    ── {} (agent {}{item}) received:\n{}\n",
             task.step_id,
             task.agent,
             indent(&match task.payload.try_value() {
@@ -159,7 +165,7 @@ async fn run_locally(args: Args, traces: bool) -> anyhow::Result<ExitCode> {
         .await?
         .into_inner();
     let mut record = None;
-    let mut progress = Progress::default();
+    let mut progress = Progress::new(std::io::IsTerminal::is_terminal(&std::io::stdout()));
     while let Some(event) = events.message().await? {
         {
             let mut out = out.lock().expect("transcript lock");

@@ -1,9 +1,11 @@
-//! Printing a run's events as they come: one line per step that starts or settles, and the
-//! live output of running steps under them, flushed as it arrives.
+//! Printing a run's events as they come: one line per step that starts or settles, the live
+//! output of running steps under them, flushed as it arrives, and a map step's items as one
+//! line of counts (rewritten in place on a terminal; elsewhere, a line per tenth of the items).
 
+use std::collections::HashMap;
 use std::io::Write;
 
-use baton_proto::v1::{RunEvent, RunRecord, StepOutput, run_event};
+use baton_proto::v1::{MapProgress, RunEvent, RunRecord, StepOutput, run_event};
 
 /// A step visit's attempt, whose output is printed under one header.
 type Streamer = (String, u32, u32);
@@ -21,12 +23,25 @@ pub struct Progress {
     open_line: bool,
     /// Output that came while another step's line was open: (whose, restart, text), in order.
     held: Vec<(Streamer, bool, String)>,
+    /// Writing to a terminal: a map's progress line is rewritten in place.
+    terminal: bool,
+    /// The tenth of its items each map step visit was last printed at (not on a terminal).
+    map_tenths: HashMap<(String, u32), u64>,
 }
 
 /// How live output lines are set off under their step.
 const OUTPUT_PREFIX: &str = "    │ ";
 
 impl Progress {
+    /// Progress for `out`; `terminal` when it is one (a map's counts are then one line,
+    /// rewritten as they change).
+    pub fn new(terminal: bool) -> Self {
+        Self {
+            terminal,
+            ..Self::default()
+        }
+    }
+
     /// Writes `event`: a line for a step or the run, or a piece of a step's live output.
     pub fn print(
         &mut self,
@@ -36,6 +51,7 @@ impl Progress {
     ) -> std::io::Result<()> {
         match &event.event {
             Some(run_event::Event::StepOutput(output)) => self.print_output(out, output),
+            Some(run_event::Event::MapProgress(map)) => self.print_map(out, map),
             Some(run_event::Event::OutputMissed(missed)) => {
                 self.settle(out)?;
                 writeln!(
@@ -49,6 +65,40 @@ impl Progress {
                 print_event(out, run_id, event)
             }
         }
+    }
+
+    /// A map step's counts: done (and failed), running, of all its items.
+    fn print_map(&mut self, out: &mut impl Write, map: &MapProgress) -> std::io::Result<()> {
+        let settled = map.succeeded + map.failed;
+        let line = format!(
+            "  ⋯ {:<20} {settled}/{} items done, {} failed, {} running",
+            label(&map.step_id, map.visit),
+            map.count,
+            map.failed,
+            map.running
+        );
+        if self.terminal {
+            if self.open_line && self.streaming.is_some() {
+                self.settle(out)?;
+            }
+            // Rewrites the line in place: carriage return, then clear to its end.
+            write!(out, "\r{line}\x1b[K")?;
+            self.open_line = true;
+            self.streaming = None;
+            return out.flush();
+        }
+        let tenth = if map.count == 0 {
+            10
+        } else {
+            settled * 10 / map.count
+        };
+        let key = (map.step_id.clone(), map.visit);
+        if self.map_tenths.get(&key) == Some(&tenth) {
+            return Ok(());
+        }
+        self.map_tenths.insert(key, tenth);
+        self.settle(out)?;
+        writeln!(out, "{line}")
     }
 
     fn print_output(&mut self, out: &mut impl Write, output: &StepOutput) -> std::io::Result<()> {
@@ -160,6 +210,7 @@ pub fn print_event(out: &mut impl Write, run_id: &str, event: &RunEvent) -> std:
             let mark = match done.status.as_str() {
                 "succeeded" => "✓",
                 "rejected" => "↩",
+                "redriven" => "↻",
                 _ => "✗",
             };
             let mut line = format!(
@@ -169,6 +220,9 @@ pub fn print_event(out: &mut impl Write, run_id: &str, event: &RunEvent) -> std:
             );
             if !done.parent.is_empty() {
                 line.push_str(&format!("  (branch of {})", done.parent));
+            }
+            if let Some((count, failed)) = map_items(done.data.as_ref()) {
+                line.push_str(&format!("  ({count} items, {failed} failed)"));
             }
             if !done.error.is_empty() {
                 line.push_str(&format!(": {}", done.error));
@@ -189,8 +243,27 @@ pub fn print_event(out: &mut impl Write, run_id: &str, event: &RunEvent) -> std:
             Some(record) => print_summary(out, record),
             None => Ok(()),
         },
-        Some(run_event::Event::StepOutput(_) | run_event::Event::OutputMissed(_)) | None => Ok(()),
+        Some(
+            run_event::Event::StepOutput(_)
+            | run_event::Event::OutputMissed(_)
+            | run_event::Event::MapProgress(_),
+        )
+        | None => Ok(()),
     }
+}
+
+/// A map step's data, `{"success", "data": [{"index", "status", ...}]}`, as (items, failed).
+fn map_items(data: Option<&baton_proto::v1::Json>) -> Option<(usize, usize)> {
+    let data: serde_json::Value = serde_json::from_slice(&data?.json).ok()?;
+    let entries = data.get("data")?.as_array()?;
+    if !entries.iter().all(|entry| entry.get("index").is_some()) {
+        return None;
+    }
+    let failed = entries
+        .iter()
+        .filter(|entry| entry["status"] == "rejected")
+        .count();
+    Some((entries.len(), failed))
 }
 
 pub fn print_summary(out: &mut impl Write, record: &RunRecord) -> std::io::Result<()> {

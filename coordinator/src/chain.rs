@@ -21,6 +21,7 @@ use serde_json::Value;
 
 use crate::model::LoggedEvent;
 use crate::store::StoredRun;
+use crate::task_ref::{chain_step, record_key};
 
 /// Where a stored run stops matching its chain.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -179,11 +180,15 @@ fn event_step(logged: &LoggedEvent) -> Option<(String, u32)> {
     use crate::model::StoredEvent;
     match &logged.event {
         StoredEvent::AgentSucceeded { task, .. } | StoredEvent::AgentFailed { task, .. } => {
-            Some((task.step_id.to_string(), task.visit))
+            let name = match task.item {
+                Some(item) => format!("{}[{item}]", task.step_id),
+                None => task.step_id.to_string(),
+            };
+            Some((name, task.visit))
         }
         StoredEvent::ApprovalDecided { step_id, .. } => Some((step_id.clone(), 0)),
         StoredEvent::ApprovalTimedOut { step_id, visit } => Some((step_id.clone(), *visit)),
-        StoredEvent::Cancel { .. } => None,
+        StoredEvent::Cancel { .. } | StoredEvent::Redrive { .. } => None,
     }
 }
 
@@ -208,7 +213,8 @@ impl Check<'_> {
     /// the head stays before it.
     fn settled<'r>(&mut self, records: impl Iterator<Item = &'r StepRecord>) -> Option<Mismatch> {
         for record in records {
-            let step = Some((record.step_id.to_string(), record.visit));
+            let name = chain_step(record);
+            let step = Some((name.to_string(), record.visit));
             let Some(link) = self.links.get(self.checked) else {
                 return Some(Mismatch {
                     link: self.checked,
@@ -220,7 +226,7 @@ impl Check<'_> {
                 });
             };
             let result_sha256 = record.result_sha256();
-            if link.step_id != record.step_id.as_ref() || link.visit != record.visit {
+            if link.step_id != name || link.visit != record.visit {
                 return Some(Mismatch {
                     link: self.checked,
                     step,
@@ -262,14 +268,14 @@ impl Check<'_> {
 
     /// A transform's stored copy is not what a replay reads; a bad one is noted, not fatal.
     fn check_stored_copy(&mut self, record: &StepRecord, link: &ChainLink) {
-        let key = format!("{}#{}", record.step_id, record.visit);
+        let key = record_key(record);
         let Some(data) = &record.data else { return };
         let stored = match read_result(self.results, &key) {
             Ok(stored) => stored,
             Err(problem) => {
                 self.repaired.push(Mismatch {
                     link: self.checked,
-                    step: Some((record.step_id.to_string(), record.visit)),
+                    step: Some((chain_step(record).to_string(), record.visit)),
                     problem: format!("{problem} (recomputed by the replay)"),
                 });
                 return;
@@ -280,7 +286,7 @@ impl Check<'_> {
             copy.data = Some(Arc::new(stored));
             self.repaired.push(Mismatch {
                 link: self.checked,
-                step: Some((record.step_id.to_string(), record.visit)),
+                step: Some((chain_step(record).to_string(), record.visit)),
                 problem: format!(
                     "its stored copy hashes to {}, the chain recorded {} (recomputed by the replay)",
                     copy.result_sha256(),

@@ -27,6 +27,8 @@ pub enum Error {
     NotAwaitingApproval { run_id: String, step_id: String },
     #[error("run {run_id} has {status} and takes no more events")]
     RunFinished { run_id: String, status: String },
+    #[error("run {run_id} cannot be retried: {why}")]
+    NotRetryable { run_id: String, why: String },
     #[error("worker {worker_id} does not hold task {task_id}")]
     TaskNotHeld { worker_id: String, task_id: String },
     /// A late answer: the attempt it answers was superseded (its lease ran out and the task

@@ -54,11 +54,18 @@ pub enum StoredEvent {
     Cancel {
         reason: String,
     },
+    /// A failed run resumed from the step that failed, at someone's request.
+    Redrive {
+        /// The principal that asked; empty without authentication.
+        #[serde(default, skip_serializing_if = "String::is_empty")]
+        requested_by: String,
+    },
 }
 
 impl StoredEvent {
     /// The event as the log keeps it: an agent's data by its result key (the data is stored
-    /// once, under that key, by the same transition), with the worker that answered. `None`
+    /// once, under that key, by the same transition), with the worker that answered (for a
+    /// redrive, `worker_id` is who asked for it). `None`
     /// for [`Event::Halt`], which is never logged: it stops a run whose log cannot be trusted.
     pub fn of(event: &Event, worker_id: &str) -> Option<Self> {
         Some(match event {
@@ -83,6 +90,9 @@ impl StoredEvent {
             },
             Event::Cancel { reason } => StoredEvent::Cancel {
                 reason: reason.clone(),
+            },
+            Event::Redrive => StoredEvent::Redrive {
+                requested_by: worker_id.to_owned(),
             },
             Event::Halt { .. } => return None,
         })
@@ -116,6 +126,7 @@ impl StoredEvent {
             StoredEvent::Cancel { reason } => Event::Cancel {
                 reason: reason.clone(),
             },
+            StoredEvent::Redrive { .. } => Event::Redrive,
         })
     }
 }
@@ -139,6 +150,8 @@ pub enum StepStatus {
     Rejected,
     /// Abandoned when its run stopped.
     Cancelled,
+    /// Its failed visit was taken up again by a redrive (until the next visit starts).
+    Redriven,
 }
 
 impl StepStatus {
@@ -153,6 +166,7 @@ impl StepStatus {
             StepStatus::Failed => "failed",
             StepStatus::Rejected => "rejected",
             StepStatus::Cancelled => "cancelled",
+            StepStatus::Redriven => "redriven",
         }
     }
 }
@@ -163,6 +177,7 @@ impl From<baton_core::StepStatus> for StepStatus {
             baton_core::StepStatus::Succeeded => StepStatus::Succeeded,
             baton_core::StepStatus::Failed => StepStatus::Failed,
             baton_core::StepStatus::Rejected => StepStatus::Rejected,
+            baton_core::StepStatus::Redriven => StepStatus::Redriven,
         }
     }
 }
@@ -226,9 +241,43 @@ pub struct StepState {
     /// The visit `since_ms` belongs to.
     #[serde(default, skip_serializing_if = "is_zero_u32")]
     pub since_visit: u32,
-    /// The tokens its attempts used (every visit), recorded when a visit settles.
+    /// The tokens its attempts used (every visit), recorded when a visit settles. A map
+    /// step's items are summed per model in `items`, so that settling one stays O(1).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub usage: Vec<AttemptUsage>,
+    /// A map step's items, at its current (or last) visit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub items: Option<ItemCounts>,
+}
+
+/// How a map step's items stand, and the tokens their agents used (summed per model).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct ItemCounts {
+    pub count: u64,
+    pub succeeded: u64,
+    pub failed: u64,
+    pub running: u64,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub usage: Vec<ModelUsage>,
+}
+
+impl ItemCounts {
+    /// Adds what one item attempt used.
+    pub fn add_usage(&mut self, used: &[ModelUsage]) {
+        for used in used {
+            match self
+                .usage
+                .iter_mut()
+                .find(|total| total.model == used.model)
+            {
+                Some(total) => {
+                    total.prompt_tokens += used.prompt_tokens;
+                    total.completion_tokens += used.completion_tokens;
+                }
+                None => self.usage.push(used.clone()),
+            }
+        }
+    }
 }
 
 fn is_zero_u32(n: &u32) -> bool {
@@ -308,10 +357,7 @@ mod tests {
         let logged = LoggedEvent {
             at_ms: 1_795_428_000_000,
             event: StoredEvent::AgentSucceeded {
-                task: TaskId {
-                    step_id: "plan".into(),
-                    visit: 1,
-                },
+                task: TaskId::new("plan", 1),
                 result: "plan#1".into(),
                 worker_id: "w1".into(),
                 notes: AgentNotes::from_json(br#"{"decisions": [{"summary": "s"}]}"#).unwrap(),
@@ -360,10 +406,7 @@ mod tests {
 
     #[test]
     fn a_stored_event_is_built_from_the_engine_event_it_records() {
-        let task = TaskId {
-            step_id: "plan".into(),
-            visit: 2,
-        };
+        let task = TaskId::new("plan", 2);
         let succeeded = Event::AgentSucceeded {
             task: task.clone(),
             data: json!({"big": "data"}),

@@ -91,6 +91,7 @@ mod tests {
             error: None,
             messages: Arc::new(json!([])),
             handoff: None,
+            map: None,
         };
         let mut encoder = PartEncoder::default();
         let first = encoder.payload(&payload);

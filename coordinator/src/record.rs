@@ -2,12 +2,12 @@
 
 use std::collections::BTreeMap;
 
-use baton_core::workflow::{StepKind, StepType, Workflow};
+use baton_core::workflow::{MapBody, MapStep, StepKind, StepType, Workflow};
 use baton_core::{Run, Waiting};
 use serde_json::{Value, json};
 
 use crate::model::StepState;
-pub use crate::model::{AttemptUsage, ModelUsage, StepStatus};
+pub use crate::model::{AttemptUsage, ItemCounts, ModelUsage, StepStatus};
 
 /// A run as `GetRun` shows it.
 #[derive(Debug, Clone, PartialEq)]
@@ -54,6 +54,8 @@ pub struct StepView {
     pub error: String,
     /// The tokens its attempts used, one entry per call to a model.
     pub usage: Vec<AttemptUsage>,
+    /// A map step's items, at its current (or last) visit.
+    pub items: Option<ItemCounts>,
 }
 
 /// What a running run waits for.
@@ -99,10 +101,15 @@ pub fn step_states(workflow: &Workflow, steps: &BTreeMap<String, StepState>) -> 
                     .unwrap_or_default(),
                 agent: match &step.kind {
                     StepKind::Agent { agent } => agent.clone(),
+                    StepKind::Map(MapStep {
+                        body: MapBody::Agent(agent),
+                        ..
+                    }) => agent.clone(),
                     _ => String::new(),
                 },
                 error: state.error,
                 usage: state.usage,
+                items: state.items,
             }
         })
         .collect()
@@ -111,8 +118,11 @@ pub fn step_states(workflow: &Workflow, steps: &BTreeMap<String, StepState>) -> 
 /// The tokens of every step's attempts, summed per model, in the order models first appear.
 pub fn usage_totals<'a>(steps: impl IntoIterator<Item = &'a StepState>) -> Vec<ModelUsage> {
     let mut totals: Vec<ModelUsage> = Vec::new();
-    for used in steps.into_iter().flat_map(|state| &state.usage) {
-        let used = &used.usage;
+    let used = steps.into_iter().flat_map(|state| {
+        let items = state.items.iter().flat_map(|items| &items.usage);
+        state.usage.iter().map(|used| &used.usage).chain(items)
+    });
+    for used in used {
         match totals.iter_mut().find(|total| total.model == used.model) {
             Some(total) => {
                 total.prompt_tokens += used.prompt_tokens;
@@ -125,9 +135,17 @@ pub fn usage_totals<'a>(steps: impl IntoIterator<Item = &'a StepState>) -> Vec<M
 }
 
 /// What a running run waits for; `served` says whether a connected worker serves an agent.
+/// A map step's items in flight are one entry per step and agent, not one per item.
 pub fn waiting(run: &Run, served: impl Fn(&str) -> bool) -> Vec<WaitingFor> {
+    let mut seen = std::collections::HashSet::new();
     run.waiting()
         .into_iter()
+        .filter(|waiting| match waiting {
+            Waiting::Agent { task, agent } if task.item.is_some() => {
+                seen.insert((task.step_id.clone(), agent.clone()))
+            }
+            _ => true,
+        })
         .map(|waiting| match waiting {
             Waiting::Agent { task, agent } => WaitingFor::Agent {
                 step_id: task.step_id.to_string(),

@@ -2,30 +2,64 @@
 //! are built and read.
 //!
 //! - A **visit key**, `<step>#<visit>`, names one visit of a step: its task, its result, its
-//!   approval timer. Step ids may hold `#` (only the last one separates the visit).
-//! - A [`TaskRef`], `<run>/<step>#<visit>@<attempt>`, names one delivery of a task to a worker.
+//!   approval timer. A map step's item adds its index: `<step>[<item>]#<visit>` (the map step's
+//!   own visit for an `agent` map; a chain step's visit, counted over every item, for a chain),
+//!   so that every item's task and result has a key of its own. Step ids may hold `#` (only
+//!   the last one separates the visit); they never hold `[`.
+//! - A [`TaskRef`], `<run>/<visit key>@<attempt>`, names one delivery of a task to a worker.
 //!   The attempt is the fencing token: an answer is accepted only for the current attempt.
 
 use std::fmt;
 use std::str::FromStr;
 use std::sync::Arc;
 
-use baton_core::TaskId;
+use baton_core::{StepRecord, TaskId};
 
 /// `"<step>#<visit>"`.
 pub fn visit_key(step_id: &str, visit: u32) -> String {
     format!("{step_id}#{visit}")
 }
 
-/// The visit key of a task.
-pub fn task_key(task: &TaskId) -> String {
-    visit_key(&task.step_id, task.visit)
+/// `"<step>#<visit>"`, or `"<step>[<item>]#<visit>"` for a map item.
+pub fn item_key(step_id: &str, item: Option<u32>, visit: u32) -> String {
+    match item {
+        None => visit_key(step_id, visit),
+        Some(item) => format!("{step_id}[{item}]#{visit}"),
+    }
 }
 
-/// A visit key read back: the step id and the visit.
-pub fn parse_visit_key(key: &str) -> Option<(&str, u32)> {
-    let (step_id, visit) = key.rsplit_once('#')?;
-    Some((step_id, visit.parse().ok()?))
+/// The visit key of a task.
+pub fn task_key(task: &TaskId) -> String {
+    item_key(&task.step_id, task.item, task.visit)
+}
+
+/// The visit key of a settled step visit: the key of its result and of its link's step.
+pub fn record_key(record: &StepRecord) -> String {
+    item_key(&record.step_id, record.item, record.visit)
+}
+
+/// What a record's link on the state chain names as its step: the step id, with the item's
+/// index for a map item (`<step>[<item>]`).
+pub fn chain_step(record: &StepRecord) -> std::borrow::Cow<'_, str> {
+    match record.item {
+        None => record.step_id.as_ref().into(),
+        Some(item) => format!("{}[{item}]", record.step_id).into(),
+    }
+}
+
+/// A visit key read back as the task it names.
+pub fn parse_task_key(key: &str) -> Option<TaskId> {
+    let (head, visit) = key.rsplit_once('#')?;
+    let visit = visit.parse().ok()?;
+    let (step_id, item) = match head.strip_suffix(']').and_then(|h| h.rsplit_once('[')) {
+        Some((step_id, item)) => (step_id, Some(item.parse().ok()?)),
+        None => (head, None),
+    };
+    Some(TaskId {
+        step_id: Arc::from(step_id),
+        visit,
+        item,
+    })
 }
 
 /// One delivery of a task: the run, the step visit, and the attempt.
@@ -45,7 +79,7 @@ impl TaskRef {
         }
     }
 
-    /// Its visit key, `<step>#<visit>`.
+    /// Its visit key, `<step>#<visit>` (with `[<item>]` for a map item).
     pub fn key(&self) -> String {
         task_key(&self.task)
     }
@@ -53,11 +87,7 @@ impl TaskRef {
 
 impl fmt::Display for TaskRef {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{}/{}#{}@{}",
-            self.run_id, self.task.step_id, self.task.visit, self.attempt
-        )
+        write!(f, "{}/{}@{}", self.run_id, self.key(), self.attempt)
     }
 }
 
@@ -73,13 +103,9 @@ impl FromStr for TaskRef {
         let malformed = || MalformedTaskId(text.to_owned());
         let (run_id, rest) = text.split_once('/').ok_or_else(malformed)?;
         let (key, attempt) = rest.rsplit_once('@').ok_or_else(malformed)?;
-        let (step_id, visit) = parse_visit_key(key).ok_or_else(malformed)?;
         Ok(Self {
             run_id: run_id.to_owned(),
-            task: TaskId {
-                step_id: Arc::from(step_id),
-                visit,
-            },
+            task: parse_task_key(key).ok_or_else(malformed)?,
             attempt: attempt.parse().map_err(|_| malformed())?,
         })
     }
@@ -95,21 +121,11 @@ mod tests {
 
     #[test]
     fn task_refs_round_trip_even_with_hyphens_and_hashes() {
-        let task = TaskId {
-            step_id: "parallel-tests".into(),
-            visit: 12,
-        };
+        let task = TaskId::new("parallel-tests", 12);
         let id = TaskRef::new("0193-abc", &task, 3);
         assert_eq!(id.to_string(), "0193-abc/parallel-tests#12@3");
         assert_eq!(parse("0193-abc/parallel-tests#12@3"), Some(id));
-        let hashed = TaskRef::new(
-            "r",
-            &TaskId {
-                step_id: "a#b".into(),
-                visit: 2,
-            },
-            1,
-        );
+        let hashed = TaskRef::new("r", &TaskId::new("a#b", 2), 1);
         assert_eq!(parse(&hashed.to_string()), Some(hashed));
         assert_eq!(parse("no-slash"), None);
         assert_eq!(parse("run/step#x@1"), None);
@@ -124,9 +140,24 @@ mod tests {
     #[test]
     fn visit_keys_round_trip() {
         assert_eq!(visit_key("plan", 2), "plan#2");
-        assert_eq!(parse_visit_key("plan#2"), Some(("plan", 2)));
-        assert_eq!(parse_visit_key("a#b#3"), Some(("a#b", 3)));
-        assert_eq!(parse_visit_key("plan"), None);
-        assert_eq!(parse_visit_key("plan#x"), None);
+        assert_eq!(parse_task_key("plan#2"), Some(TaskId::new("plan", 2)));
+        assert_eq!(parse_task_key("a#b#3"), Some(TaskId::new("a#b", 3)));
+        assert_eq!(parse_task_key("plan"), None);
+        assert_eq!(parse_task_key("plan#x"), None);
+    }
+
+    #[test]
+    fn map_items_have_keys_and_task_ids_of_their_own() {
+        let item = TaskId {
+            item: Some(42),
+            ..TaskId::new("test-each", 1)
+        };
+        assert_eq!(task_key(&item), "test-each[42]#1");
+        assert_eq!(parse_task_key("test-each[42]#1"), Some(item.clone()));
+        let id = TaskRef::new("r", &item, 2);
+        assert_eq!(id.to_string(), "r/test-each[42]#1@2");
+        assert_eq!(parse(&id.to_string()), Some(id));
+        assert_eq!(parse_task_key("each[x]#1"), None);
+        assert_eq!(parse_task_key("each[-1]#1"), None);
     }
 }

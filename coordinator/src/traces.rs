@@ -29,7 +29,7 @@ use opentelemetry::{Context, KeyValue};
 use opentelemetry_sdk::trace::{IdGenerator, RandomIdGenerator};
 use sha2::{Digest, Sha256};
 
-use crate::task_ref::{TaskRef, visit_key};
+use crate::task_ref::{TaskRef, item_key, visit_key};
 
 pub use baton_proto::trace_context::{format_traceparent, parse_traceparent, trace_id_of};
 
@@ -116,8 +116,11 @@ pub struct RunSpan<'a> {
 pub struct StepSpan<'a> {
     pub step_id: &'a str,
     pub visit: u32,
+    /// The map item it ran.
+    pub item: Option<u32>,
     pub step_type: &'a str,
-    /// The parallel step (id, visit) this step is a branch of: its span is the parent.
+    /// The parallel step (id, visit) this step is a branch of, or the map step whose item it
+    /// ran: its span is the parent.
     pub parallel: Option<(&'a str, u32)>,
 }
 
@@ -131,8 +134,10 @@ pub struct TaskTrace {
     pub workflow_id: String,
     pub step_id: String,
     pub visit: u32,
+    /// The map item the task runs.
+    pub item: Option<u32>,
     pub agent: String,
-    /// The parallel step (id, visit) the step is a branch of.
+    /// The parallel step (id, visit) the step is a branch of, or the map step whose item it runs.
     pub parallel: Option<(String, u32)>,
 }
 
@@ -149,6 +154,7 @@ impl TaskTrace {
         StepSpan {
             step_id: &self.step_id,
             visit: self.visit,
+            item: self.item,
             step_type: "agent",
             parallel: self
                 .parallel
@@ -416,7 +422,7 @@ impl Traces {
         let Some(run_context) = parse_traceparent(run.traceparent) else {
             return;
         };
-        let key = visit_key(span.step.step_id, span.step.visit);
+        let key = item_key(span.step.step_id, span.step.item, span.step.visit);
         let builder = SpanBuilder::from_name(format!("step {}", span.step.step_id))
             .with_kind(SpanKind::Internal)
             .with_start_time(span.started.min(span.settled))
@@ -464,8 +470,8 @@ impl Traces {
 /// The task id of an attempt ([`TaskRef`]), which its span id is derived from.
 fn attempt_id(run_id: &str, step: StepSpan<'_>, attempt: u32) -> String {
     let task = TaskId {
-        step_id: step.step_id.into(),
-        visit: step.visit,
+        item: step.item,
+        ..TaskId::new(step.step_id, step.visit)
     };
     TaskRef::new(run_id, &task, attempt).to_string()
 }
@@ -525,6 +531,7 @@ mod tests {
             workflow_id: "w".into(),
             step_id: "s".into(),
             visit: 1,
+            item: None,
             agent: "a".into(),
             parallel: None,
         };

@@ -379,12 +379,19 @@ fn arbitrary_manifest(u: &mut Unstructured, digests: &[String]) -> arbitrary::Re
         },
         messages: pick(u)?,
         handoff: None,
+        map: None,
     };
-    if !u.arbitrary()? {
+    let (handoff, item): (bool, bool) = (u.arbitrary()?, u.arbitrary()?);
+    if !handoff && !item {
         return Ok(manifest);
     }
-    // The handoff record is carried inline, as the JSON it is.
+    // The handoff record and a map item are carried inline, as the JSON they are.
     let mut value = serde_json::to_value(&manifest).expect("a manifest serialises");
-    value["handoff"] = json!({"source_agent": key(u)?, "decisions": [json_value(u, 2)?]});
-    Ok(serde_json::from_value(value).expect("a manifest with a handoff reads"))
+    if handoff {
+        value["handoff"] = json!({"source_agent": key(u)?, "decisions": [json_value(u, 2)?]});
+    }
+    if item {
+        value["map"] = json!({"step": key(u)?, "item": json_value(u, 2)?, "index": 0, "count": 1});
+    }
+    Ok(serde_json::from_value(value).expect("a manifest with a handoff or an item reads"))
 }

@@ -199,6 +199,7 @@ mod tests {
             error: None,
             messages: no_messages().sha256,
             handoff: None,
+            map: None,
         };
         Json::new(serde_json::to_vec(&manifest).unwrap())
     }

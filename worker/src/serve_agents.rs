@@ -7,7 +7,7 @@ use crate::runtime::WorkerBuilder;
 
 /// Registers every agent of `file` on `builder`. Command agents get `BATON_RUN_ID`,
 /// `BATON_STEP_ID`, `BATON_VISIT`, `BATON_ATTEMPT` and `BATON_COORDINATOR` in their
-/// environment. The attempt counts deliveries of the step visit from 1: delivery is at least
+/// environment, and `BATON_ITEM` (its index) for a map step's item. The attempt counts deliveries of the step visit from 1: delivery is at least
 /// once, so an agent with side effects can use `run/step/visit` as an idempotency key. The
 /// coordinator is the address that sent the task (one address, even when the worker has
 /// several), the one that answers queries about its run. `TRACEPARENT` (W3C, when the run is
@@ -25,6 +25,9 @@ pub fn agents_into(mut builder: WorkerBuilder, file: AgentsFile) -> WorkerBuilde
                     ("BATON_ATTEMPT".to_owned(), task.attempt.to_string()),
                     ("BATON_COORDINATOR".to_owned(), task.coordinator.clone()),
                 ];
+                if let Some(item) = task.item {
+                    env.push(("BATON_ITEM".to_owned(), item.to_string()));
+                }
                 if !task.traceparent.is_empty() {
                     env.push(("TRACEPARENT".to_owned(), task.traceparent.clone()));
                 }

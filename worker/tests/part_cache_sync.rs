@@ -30,6 +30,7 @@ fn task(n: usize, pool: &[Arc<Part>], picks: &[usize]) -> (ReadyTask, Vec<u8>) {
         error: None,
         messages: parts[0].sha256.clone(),
         handoff: None,
+        map: None,
     };
     // The parts in manifest order: input, context, messages.
     parts.push(parts[0].clone());
@@ -38,10 +39,7 @@ fn task(n: usize, pool: &[Arc<Part>], picks: &[usize]) -> (ReadyTask, Vec<u8>) {
         .map(|part| (part.sha256.as_str(), part.json.as_slice()))
         .collect();
     let expected = assemble(&manifest, |d| all.get(d).copied()).unwrap();
-    let step = TaskId {
-        step_id: format!("t{n}").into(),
-        visit: 1,
-    };
+    let step = TaskId::new(format!("t{n}"), 1);
     let manifest = Arc::new(Part::new(serde_json::to_vec(&manifest).unwrap()));
     let ready = ReadyTask::new(TaskRef::new("r", &step, 1), "x", manifest, parts);
     (ready, expected)

@@ -173,6 +173,7 @@ impl FakeCoordinator {
             timeout_ms: 0,
             attempt,
             traceparent: String::new(),
+            item: None,
         }));
     }
 

@@ -21,7 +21,9 @@ pub fn needs(path: &str) -> Needs {
         .unwrap_or((path, ""));
     match (service, method) {
         ("grpc.health.v1.Health", _) => Needs::Nothing,
-        ("baton.v1.RunService", "SubmitRun" | "CancelRun") => Needs::Role(Role::Submit),
+        ("baton.v1.RunService", "SubmitRun" | "CancelRun" | "RetryRun") => {
+            Needs::Role(Role::Submit)
+        }
         ("baton.v1.RunService", "DecideApproval") => Needs::Role(Role::Approve),
         (
             "baton.v1.RunService",
@@ -51,6 +53,7 @@ mod tests {
             "ListRuns",
             "WatchRun",
             "CancelRun",
+            "RetryRun",
             "DecideApproval",
             "GetStats",
             "QueryDecisions",

@@ -79,6 +79,13 @@ impl From<StepView> for v1::StepState {
                     usage: Some(used.usage.into()),
                 })
                 .collect(),
+            items: step.items.map(|items| v1::MapItems {
+                count: items.count,
+                succeeded: items.succeeded,
+                failed: items.failed,
+                running: items.running,
+                usage: items.usage.into_iter().map(Into::into).collect(),
+            }),
         }
     }
 }
@@ -143,6 +150,7 @@ impl From<RunEvent> for v1::RunEvent {
                 error,
                 next,
                 parent,
+                position: _,
             } => Event::StepFinished(v1::StepFinished {
                 step_id,
                 visit,
@@ -182,6 +190,14 @@ impl From<RunEvent> for v1::RunEvent {
                 offset: offset.to_string(),
             }),
             RunEvent::OutputMissed { pieces } => Event::OutputMissed(v1::OutputMissed { pieces }),
+            RunEvent::MapProgress(progress) => Event::MapProgress(v1::MapProgress {
+                step_id: progress.step_id.to_string(),
+                visit: progress.visit,
+                count: progress.count as u64,
+                succeeded: progress.succeeded as u64,
+                failed: progress.failed as u64,
+                running: progress.running as u64,
+            }),
         };
         v1::RunEvent { event: Some(event) }
     }
@@ -279,6 +295,7 @@ impl From<TaskMessage> for v1::Task {
             parts: task.parts.iter().map(|part| part.as_ref().into()).collect(),
             timeout_ms: task.timeout_ms,
             traceparent: task.traceparent,
+            item: task.task.task.item,
         }
     }
 }

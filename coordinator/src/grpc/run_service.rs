@@ -143,6 +143,22 @@ impl<S: Store> RunService for Runs<S> {
         Ok(Response::new(record.into()))
     }
 
+    async fn retry_run(
+        &self,
+        request: Request<v1::RetryRunRequest>,
+    ) -> Result<Response<v1::RunRecord>, Status> {
+        let caller = Caller::of(&request);
+        let request = request.into_inner();
+        if request.run_id.is_empty() {
+            return Err(Error::Request("retry needs a run_id".into()).into());
+        }
+        let record = self
+            .coordinator
+            .retry(&request.run_id, caller.name().unwrap_or_default())
+            .await?;
+        Ok(Response::new(record.into()))
+    }
+
     async fn get_stats(
         &self,
         _: Request<v1::GetStatsRequest>,

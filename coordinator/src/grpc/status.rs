@@ -18,6 +18,7 @@ impl From<Error> for Status {
             Error::RunNotFound(_) => Code::NotFound,
             Error::NotAwaitingApproval { .. }
             | Error::RunFinished { .. }
+            | Error::NotRetryable { .. }
             | Error::Protocol { .. } => Code::FailedPrecondition,
             Error::TaskNotHeld { .. } => Code::PermissionDenied,
             Error::Superseded { .. } | Error::Store(store::Error::Fenced { .. }) => {

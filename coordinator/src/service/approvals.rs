@@ -1,8 +1,10 @@
-//! What people decide about a run: an approval step's decision, and cancelling the run.
+//! What people decide about a run: an approval step's decision, cancelling the run, and retrying
+//! a failed one.
 
 use baton_core::{Decision, Event};
 
 use super::{Coordinator, Error};
+use crate::model::StoredEvent;
 use crate::record::RunRecord;
 use crate::store::Store;
 
@@ -41,6 +43,24 @@ impl<S: Store> Coordinator<S> {
             reason: reason.to_owned(),
         };
         let record = self.apply(run_id, event, None, true, None).await?;
+        Ok(record.expect("asked for"))
+    }
+
+    /// Resumes a failed run from the step that failed ([`Event::Redrive`]), at `requested_by`'s
+    /// request (empty without authentication): logged with the run's events, a `redriven`
+    /// link on its state chain, and the run running again.
+    pub async fn retry(&self, run_id: &str, requested_by: &str) -> Result<RunRecord, Error> {
+        let stored = StoredEvent::Redrive {
+            requested_by: requested_by.to_owned(),
+        };
+        let record = self
+            .apply_logged(run_id, Event::Redrive, stored, None, true, None)
+            .await?;
+        tracing::info!(
+            run_id,
+            requested_by,
+            "run retried from the step that failed"
+        );
         Ok(record.expect("asked for"))
     }
 }

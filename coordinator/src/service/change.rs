@@ -38,6 +38,20 @@ impl<S: Store> Coordinator<S> {
     ) -> Result<Option<RunRecord>, Error> {
         let worker_id = answering.map_or("", |answering| answering.worker_id);
         let stored = StoredEvent::of(&event, worker_id).expect("only a halt is never logged");
+        self.apply_logged(run_id, event, stored, answering, want_record, embedded)
+            .await
+    }
+
+    /// [`Coordinator::apply`] of an event logged as `stored`.
+    pub(super) async fn apply_logged(
+        &self,
+        run_id: &str,
+        event: Event,
+        stored: StoredEvent,
+        answering: Option<Answering<'_>>,
+        want_record: bool,
+        embedded: Option<&Embedded>,
+    ) -> Result<Option<RunRecord>, Error> {
         // A conflict means another coordinator moved the run on: reload it and try again.
         let mut conflicts = 0;
         loop {
@@ -159,11 +173,18 @@ impl<S: Store> Coordinator<S> {
         history_before: usize,
     ) -> Vec<Assignment> {
         let settled = std::mem::take(&mut loaded.settled);
+        let mut items_moved = false;
         for (n, record) in loaded.run.history().iter().skip(history_before).enumerate() {
             self.inner
                 .metrics
                 .step_settled(record.step_type.as_str(), record.status.as_str());
-            self.notify(run_id, || RunEvent::step_finished(record));
+            if record.item.is_some() {
+                items_moved = true;
+            } else {
+                self.notify(run_id, || {
+                    RunEvent::step_finished(record, history_before + n)
+                });
+            }
             // An agent step's spans are its attempts', written as their answers come.
             if self.inner.traces.enabled()
                 && record.step_type != StepType::Agent
@@ -171,6 +192,14 @@ impl<S: Store> Coordinator<S> {
             {
                 self.trace_settled(loaded, record, *timing);
             }
+        }
+        if items_moved
+            || transition
+                .actions
+                .iter()
+                .any(|action| matches!(action, Action::Dispatch(task) if task.task.item.is_some()))
+        {
+            self.tell_map_progress(run_id, &loaded.run);
         }
         let mut assignments = Vec::new();
         for action in &transition.actions {
@@ -198,6 +227,20 @@ impl<S: Store> Coordinator<S> {
     }
 }
 
+impl<S: Store> Coordinator<S> {
+    /// Tells watchers how the run's maps stand, about every half percent of their items (and
+    /// at their start), so that a map of 100,000 items is not 100,000 events per watcher.
+    fn tell_map_progress(&self, run_id: &str, run: &baton_core::Run) {
+        for progress in run.map_progress() {
+            let settled = progress.succeeded + progress.failed;
+            let every = (progress.count / 200).max(1);
+            if settled % every == 0 {
+                self.notify(run_id, || RunEvent::MapProgress(progress.clone()));
+            }
+        }
+    }
+}
+
 /// Why the engine refused an event, as the coordinator reports it.
 fn refused(run_id: &str, error: EngineError, answering: Option<Answering<'_>>) -> Error {
     match error {
@@ -208,6 +251,14 @@ fn refused(run_id: &str, error: EngineError, answering: Option<Answering<'_>>) -
         EngineError::NotAwaitingApproval(step_id) => Error::NotAwaitingApproval {
             run_id: run_id.to_owned(),
             step_id,
+        },
+        EngineError::NotFailed(status) => Error::NotRetryable {
+            run_id: run_id.to_owned(),
+            why: format!("it has {status}; only a failed run can be retried"),
+        },
+        EngineError::NothingToRedrive(error) => Error::NotRetryable {
+            run_id: run_id.to_owned(),
+            why: format!("it did not fail at a step ({error})"),
         },
         EngineError::UnknownTask(task) => Error::TaskNotHeld {
             worker_id: answering

@@ -10,15 +10,17 @@ use std::collections::BTreeMap;
 use baton_core::handoff::DecisionRecord;
 use baton_core::integrity::ChainLink;
 use baton_core::workflow::StepType;
-use baton_core::{Action, Run, StepRecord, TaskId, Transition, Workflow};
+use baton_core::{Action, Run, RunStatus, StepRecord, TaskId, Transition, Workflow};
 
 use super::json;
 use super::runs::{Loaded, SettledTiming};
 use crate::decisions::{Embedded, StoredDecision};
 use crate::lease;
-use crate::model::{AttemptUsage, LoggedEvent, ModelUsage, StepState, StepStatus, TaskEntry};
+use crate::model::{
+    AttemptUsage, ItemCounts, LoggedEvent, ModelUsage, StepState, StepStatus, TaskEntry,
+};
 use crate::store::TransitionWrite;
-use crate::task_ref::{task_key, visit_key};
+use crate::task_ref::{chain_step, record_key, task_key, visit_key};
 
 /// A transition's write, and the changes it makes to the step and task maps.
 #[derive(Clone)]
@@ -80,7 +82,27 @@ pub(super) fn plan(loaded: &Loaded, applied: &Applied<'_>, holder: &Holder<'_>) 
         let key = task_key(answering.task);
         write.tasks_removed.push(key.clone());
         // Recorded only while this attempt is the task's current one.
-        write.fences.push((key, answering.attempt));
+        write.fences.push((key.clone(), answering.attempt));
+        if answering.task.item.is_some() {
+            // A map item's tokens are summed on its map step: one write the size of the
+            // models used, however many items there are.
+            let map = map_of(run.workflow(), &answering.task.step_id);
+            let counts = changed(&mut steps, loaded, map)
+                .items
+                .get_or_insert_with(Default::default);
+            if let Some(entry) = loaded.tasks.get(&key) {
+                counts.add_usage(
+                    &entry
+                        .usage
+                        .iter()
+                        .map(|u| u.usage.clone())
+                        .collect::<Vec<_>>(),
+                );
+            }
+            counts.add_usage(answering.usage);
+        }
+    }
+    if let Some(answering) = applied.answering.filter(|a| a.task.item.is_none()) {
         let state = changed(&mut steps, loaded, &answering.task.step_id);
         if !answering.worker_id.is_empty() {
             state.worker_id = answering.worker_id.to_owned();
@@ -99,17 +121,26 @@ pub(super) fn plan(loaded: &Loaded, applied: &Applied<'_>, holder: &Holder<'_>) 
     let mut settled = Vec::new();
     for record in run.history().iter().skip(applied.history_before) {
         settled.push(settled_timing(loaded, run, record));
-        let key = visit_key(&record.step_id, record.visit);
-        // Agent and transform data is stored once here; parallel data is rebuilt from its
-        // branches, conditions and approvals from the event log.
+        let key = record_key(record);
+        // Agent and transform data is stored once here; parallel and map data is rebuilt from
+        // its branches and items, conditions and approvals from the event log.
         if matches!(record.step_type, StepType::Agent | StepType::Transform)
             && let Some(data) = &record.data
         {
             write.results.push((key.clone(), json(data.as_ref())));
         }
-        let link = ChainLink::after(&head, &record.step_id, record.visit, record.result_sha256());
+        let link = ChainLink::after(
+            &head,
+            &chain_step(record),
+            record.visit,
+            record.result_sha256(),
+        );
         head = link.state_sha256.clone();
         write.links.push(json(&link));
+        if record.item.is_some() {
+            // An item's step visit: its map step's counts say how the items stand.
+            continue;
+        }
         let state = changed(&mut steps, loaded, &record.step_id);
         state.status = record.status.into();
         state.visits = run.visits(&record.step_id);
@@ -118,6 +149,49 @@ pub(super) fn plan(loaded: &Loaded, applied: &Applied<'_>, holder: &Holder<'_>) 
         if record.step_type == StepType::Approval && loaded.tasks.contains_key(&key) {
             write.tasks_removed.push(key);
         }
+        if record.step_type == StepType::Map
+            && record.status != baton_core::StepStatus::Redriven
+            && let Some(data) = &record.data
+        {
+            let counts = state.items.get_or_insert_with(Default::default);
+            let entries = data["data"].as_array().map_or(&[][..], Vec::as_slice);
+            counts.count = entries.len() as u64;
+            counts.succeeded = entries
+                .iter()
+                .filter(|entry| entry["status"] == "fulfilled")
+                .count() as u64;
+            counts.failed = counts.count - counts.succeeded;
+            counts.running = 0;
+        }
+    }
+    // The items of the maps under way, as this transition leaves them.
+    for progress in run.map_progress() {
+        let touched =
+            steps.contains_key(progress.step_id.as_ref())
+                || applied.transition.actions.iter().any(
+                    |action| matches!(action, Action::Dispatch(task) if task.task.item.is_some()),
+                );
+        if !touched {
+            continue;
+        }
+        let state = changed(&mut steps, loaded, &progress.step_id);
+        if state.since_visit != progress.visit {
+            // The map's visit starts: its items so far belong to the visit before.
+            state.since_visit = progress.visit;
+            state.since_ms = now;
+            state.visits = progress.visit;
+            state.error.clear();
+            state.items = Some(ItemCounts {
+                usage: Vec::new(),
+                ..ItemCounts::default()
+            });
+        }
+        state.status = StepStatus::Running;
+        let counts = state.items.get_or_insert_with(Default::default);
+        counts.count = progress.count as u64;
+        counts.succeeded = progress.succeeded as u64;
+        counts.failed = progress.failed as u64;
+        counts.running = progress.running as u64;
     }
     for action in &applied.transition.actions {
         match action {
@@ -127,6 +201,10 @@ pub(super) fn plan(loaded: &Loaded, applied: &Applied<'_>, holder: &Holder<'_>) 
                 let entry = lease::dispatched(&task.agent, owner, now, holder.lease_ms);
                 write.tasks_set.push((key.clone(), entry.encode()));
                 tasks_set.push((key, entry));
+                if task.task.item.is_some() {
+                    // Items: their map step's counts, below.
+                    continue;
+                }
                 let state = changed(&mut steps, loaded, &task.task.step_id);
                 state.status = StepStatus::Queued;
                 state.visits = run.visits(&task.task.step_id);
@@ -167,7 +245,14 @@ pub(super) fn plan(loaded: &Loaded, applied: &Applied<'_>, holder: &Holder<'_>) 
             }
             Action::Abandon(task) => {
                 write.tasks_removed.push(task_key(task));
-                changed(&mut steps, loaded, &task.step_id).status = StepStatus::Cancelled;
+                let step = match task.item {
+                    Some(_) => map_of(run.workflow(), &task.step_id),
+                    None => &task.step_id,
+                };
+                // A map given up on keeps its failed status; a cancelled run's is cancelled.
+                if task.item.is_none() || run.status() == RunStatus::Cancelled {
+                    changed(&mut steps, loaded, step).status = StepStatus::Cancelled;
+                }
             }
             Action::Finished { .. } => {}
         }
@@ -256,8 +341,17 @@ fn settled_timing(loaded: &Loaded, run: &Run, record: &StepRecord) -> SettledTim
 
 /// The id of the parallel step `step_id` is a branch of, if it is one.
 pub(super) fn parallel_of<'w>(workflow: &'w Workflow, step_id: &str) -> Option<&'w str> {
-    let step = workflow.step_by_id(step_id)?;
-    Some(&*workflow.step(step.parent?).id)
+    let index = workflow.index_of(step_id)?;
+    Some(&*workflow.step(workflow.parallel_of(index)?).id)
+}
+
+/// The id of the map step whose item `step_id` runs: the map step itself (an `agent` map) or
+/// the map whose chain holds it.
+pub(super) fn map_of<'w>(workflow: &'w Workflow, step_id: &'w str) -> &'w str {
+    workflow
+        .index_of(step_id)
+        .and_then(|index| workflow.map_of(index))
+        .map_or(step_id, |map| &*workflow.step(map).id)
 }
 
 /// The step's state as this transition changes it, starting from what `loaded` holds.

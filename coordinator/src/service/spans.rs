@@ -61,6 +61,7 @@ impl<S: Store> Coordinator<S> {
             step: StepSpan {
                 step_id: &record.step_id,
                 visit: record.visit,
+                item: record.item,
                 step_type: record.step_type.as_str(),
                 parallel,
             },

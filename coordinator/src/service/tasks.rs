@@ -8,7 +8,7 @@ use std::sync::Arc;
 use baton_core::{AgentTask, Run, TaskId};
 
 use super::Coordinator;
-use super::plan::parallel_of;
+use super::plan::{map_of, parallel_of};
 use super::runs::Loaded;
 use super::spans::Answered;
 use super::watch::RunEvent;
@@ -16,7 +16,7 @@ use crate::hub::{Assignment, ReadyTask};
 use crate::model::{StepStatus, TaskState};
 use crate::parts::PartEncoder;
 use crate::store::{RunHeader, Store};
-use crate::task_ref::{TaskRef, parse_visit_key, task_key};
+use crate::task_ref::{TaskRef, parse_task_key, task_key};
 use crate::traces::{TaskTrace, Traces};
 
 impl<S: Store> Coordinator<S> {
@@ -94,9 +94,15 @@ impl<S: Store> Coordinator<S> {
         entry.state = TaskState::Running;
         entry.worker_id = assignment.worker_id.clone();
         let entry = entry.clone();
-        let Some((step_id, visit)) = parse_visit_key(&assignment.task_key) else {
+        let Some(task) = parse_task_key(&assignment.task_key) else {
             return;
         };
+        // A map item is one of many: its map step's counts tell how they stand, and watchers
+        // see progress, not a line per item.
+        if task.item.is_some() {
+            return;
+        }
+        let (step_id, visit) = (task.step_id.as_ref(), task.visit);
         if let Some(step) = loaded.steps.get_mut(step_id) {
             step.status = StepStatus::Running;
             step.worker_id = assignment.worker_id.clone();
@@ -126,9 +132,13 @@ pub(super) fn ready_task(
             workflow_id: header.workflow_id.clone(),
             step_id: task.task.step_id.to_string(),
             visit: task.task.visit,
+            item: task.task.item,
             agent: task.agent.clone(),
-            parallel: parallel_of(run.workflow(), &task.task.step_id)
-                .map(|parallel| (parallel.to_owned(), run.visits(parallel))),
+            parallel: match task.task.item {
+                Some(_) => Some(map_of(run.workflow(), &task.task.step_id)),
+                None => parallel_of(run.workflow(), &task.task.step_id),
+            }
+            .map(|group| (group.to_owned(), run.visits(group))),
         })
     });
     let traceparent = trace

@@ -18,7 +18,7 @@ use crate::clock::Instant;
 use crate::model::{TaskEntry, TaskState};
 use crate::record::RunRecord;
 use crate::store::{OutputOffset, OutputPiece, Store};
-use crate::task_ref::parse_visit_key;
+use crate::task_ref::parse_task_key;
 
 /// Something a watcher of a run is told.
 #[derive(Debug, Clone, PartialEq)]
@@ -41,7 +41,13 @@ pub enum RunEvent {
         next: String,
         /// The parallel step it is a branch of, empty for none.
         parent: String,
+        /// Where it is in the run's history (not told to clients): a watch that catches up
+        /// from the store starts after the last visit it told.
+        position: usize,
     },
+    /// How a map step's items stand; told as they settle (at most about 200 times per map
+    /// visit), never one event per item.
+    MapProgress(baton_core::MapProgress),
     /// An approval step waits for a decision.
     ApprovalRequested {
         step_id: String,
@@ -65,8 +71,9 @@ pub enum RunEvent {
 }
 
 impl RunEvent {
-    pub(super) fn step_finished(record: &StepRecord) -> Self {
+    pub(super) fn step_finished(record: &StepRecord, position: usize) -> Self {
         RunEvent::StepFinished {
+            position,
             step_id: record.step_id.to_string(),
             visit: record.visit,
             status: record.status,
@@ -218,6 +225,7 @@ impl<S: Store> Coordinator<S> {
             run_id: run_id.to_owned(),
             pending,
             told: HashSet::new(),
+            progress: HashMap::new(),
             settled: 0,
             // Set by the RunFinished event (among the past events for a run already over).
             done: false,
@@ -241,22 +249,32 @@ impl<S: Store> Coordinator<S> {
     /// A run's state as watch events: the step visits settled after the first `settled`, the
     /// steps running now (if `running`), the approvals awaited, and the end if it is over.
     fn run_events(&self, loaded: &Loaded, settled: usize, running: bool) -> Vec<RunEvent> {
+        // A map's items are told as its progress, below, not one by one.
         let mut events: Vec<RunEvent> = loaded
             .run
             .history()
             .iter()
+            .enumerate()
             .skip(settled)
-            .map(RunEvent::step_finished)
+            .filter(|(_, record)| record.item.is_none())
+            .map(|(position, record)| RunEvent::step_finished(record, position))
             .collect();
         if running {
             for (key, entry) in &loaded.tasks {
                 if entry.state == TaskState::Running
-                    && let Some((step_id, visit)) = parse_visit_key(key)
+                    && let Some(task) = parse_task_key(key).filter(|task| task.item.is_none())
                 {
-                    events.push(RunEvent::step_started(step_id, visit, entry));
+                    events.push(RunEvent::step_started(&task.step_id, task.visit, entry));
                 }
             }
         }
+        events.extend(
+            loaded
+                .run
+                .map_progress()
+                .into_iter()
+                .map(RunEvent::MapProgress),
+        );
         for waiting in loaded.run.waiting() {
             if let Waiting::Approval { step_id, message } = waiting {
                 let visit = loaded.run.visits(&step_id);
@@ -277,6 +295,8 @@ struct Watch<S: Store> {
     pending: VecDeque<RunEvent>,
     /// Step visits settled and approvals requested already told.
     told: HashSet<(Told, String, u32)>,
+    /// The last progress told of each map step: the same counts are not told twice.
+    progress: HashMap<String, baton_core::MapProgress>,
     /// How many step visits were told settled: where a catch-up starts.
     settled: usize,
     done: bool,
@@ -444,10 +464,21 @@ impl<S: Store> Watch<S> {
     /// Whether `event` is news; notes it.
     fn is_news(&mut self, event: &RunEvent) -> bool {
         match event {
-            RunEvent::StepFinished { step_id, visit, .. } => {
-                let new = self.told.insert((Told::Settled, step_id.clone(), *visit));
+            RunEvent::StepFinished {
+                step_id,
+                visit,
+                position,
+                ..
+            } => {
+                self.settled = self.settled.max(position + 1);
+                self.told.insert((Told::Settled, step_id.clone(), *visit))
+            }
+            RunEvent::MapProgress(progress) => {
+                let last = self.progress.get(progress.step_id.as_ref());
+                let new = last != Some(progress);
                 if new {
-                    self.settled += 1;
+                    self.progress
+                        .insert(progress.step_id.to_string(), progress.clone());
                 }
                 new
             }

@@ -194,6 +194,10 @@ fn apply(entry: &mut Entry, timers: &mut Timers, write: TransitionWrite) {
     if run.status != RunStatus::Running.as_str() && entry.output.ended.is_none() {
         entry.output.ended = Some(std::time::Instant::now());
     }
+    // A redriven run runs again, and streams again.
+    if run.status == RunStatus::Running.as_str() {
+        entry.output.ended = None;
+    }
 }
 
 impl Store for MemoryStore {

@@ -203,7 +203,10 @@ impl Builder {
     /// state (out of `pending`, put back by [`Builder::advance_map`]) and the item.
     fn take_item(&mut self, task: &TaskId) -> Result<(StepIndex, MapRun, ItemRun), EngineError> {
         let unknown = || EngineError::UnknownTask(task.clone());
-        let (item, step) = task.item.zip(self.run.workflow.index_of(&task.step_id)).ok_or_else(unknown)?;
+        let (item, step) = task
+            .item
+            .zip(self.run.workflow.index_of(&task.step_id))
+            .ok_or_else(unknown)?;
         let map_index = match self.run.workflow.map_of(step) {
             Some(map) => map,
             None => step,
@@ -239,7 +242,12 @@ impl Builder {
             },
         );
         let step = item.step;
-        let next = self.drive(map_index, item, index, Next::Settled(step, task.visit, outcome));
+        let next = self.drive(
+            map_index,
+            item,
+            index,
+            Next::Settled(step, task.visit, outcome),
+        );
         self.file(&mut map, index, next);
         let visit = map.visit;
         Ok(self
@@ -368,7 +376,13 @@ impl Builder {
 
     /// Runs an item's chain on from `next` until it waits for an agent or ends. A loop, not
     /// recursion: a chain of transforms and conditions may go round thousands of times.
-    fn drive(&mut self, map_index: StepIndex, mut item: ItemRun, i: u32, mut next: Next) -> ItemNext {
+    fn drive(
+        &mut self,
+        map_index: StepIndex,
+        mut item: ItemRun,
+        i: u32,
+        mut next: Next,
+    ) -> ItemNext {
         loop {
             next = match next {
                 Next::Settled(index, visit, outcome) => {
@@ -562,7 +576,11 @@ impl Builder {
             .workflow
             .index_of(&step_id)
             .expect("the map step is in its workflow");
-        self.collect(index, map, Some(format!("step \"{step_id}\": {why}").into()))
+        self.collect(
+            index,
+            map,
+            Some(format!("step \"{step_id}\": {why}").into()),
+        )
     }
 
     /// Every item has settled (or been given up): the step's data, in item order, and the
@@ -600,7 +618,6 @@ impl Builder {
             failed,
         }
     }
-
 }
 
 /// What an item's agent answer may change besides its outcome: the chain's sources and what
@@ -719,10 +736,7 @@ fn kind_of(value: &Value) -> String {
         Value::Null => "null".into(),
         Value::Bool(b) => format!("a boolean ({b})"),
         Value::Number(n) => format!("a number ({n})"),
-        Value::String(s) => format!(
-            "a string (\"{}\")",
-            s.chars().take(40).collect::<String>()
-        ),
+        Value::String(s) => format!("a string (\"{}\")", s.chars().take(40).collect::<String>()),
         Value::Array(_) => "an array".into(),
         Value::Object(fields) => format!("an object with {} fields", fields.len()),
     }

@@ -472,7 +472,10 @@ impl Run {
             .iter()
             .flat_map(|(&index, pending)| match pending {
                 Pending::Map(map) => self.item_tasks(index, map),
-                _ => self.pending_agent_task(index, pending).into_iter().collect(),
+                _ => self
+                    .pending_agent_task(index, pending)
+                    .into_iter()
+                    .collect(),
             })
             .collect()
     }

@@ -437,9 +437,7 @@ impl Builder {
                 ..
             } => (Ok(data), StepStatus::Succeeded),
             // A map that tolerates its failures succeeded, as its route says.
-            Outcome::Merged { data, .. }
-                if matches!(&step.kind, StepKind::Map(map) if map.tolerated_failures.is_some()) =>
-            {
+            Outcome::Merged { data, .. } if matches!(&step.kind, StepKind::Map(map) if map.tolerated_failures.is_some()) => {
                 (Ok(data), StepStatus::Succeeded)
             }
             Outcome::Merged { data, .. } => (Err(failure_summary(&data)), StepStatus::Failed),
@@ -602,19 +600,20 @@ impl Builder {
         for (index, pending) in std::mem::take(&mut self.run.pending) {
             match pending {
                 Pending::Agent { visit, .. } => {
-                    self.actions
-                        .push(Action::Abandon(TaskId::new(workflow.step(index).id.clone(), visit)));
+                    self.actions.push(Action::Abandon(TaskId::new(
+                        workflow.step(index).id.clone(),
+                        visit,
+                    )));
                 }
                 Pending::Map(map) => {
                     let run = self.run.clone();
-                    self.actions.extend(
-                        run.items_waiting(&map)
-                            .into_iter()
-                            .filter_map(|waiting| match waiting {
+                    self.actions
+                        .extend(run.items_waiting(&map).into_iter().filter_map(|waiting| {
+                            match waiting {
                                 super::Waiting::Agent { task, .. } => Some(Action::Abandon(task)),
                                 super::Waiting::Approval { .. } => None,
-                            }),
-                    );
+                            }
+                        }));
                 }
                 Pending::Approval { .. } | Pending::Parallel { .. } => {}
             }

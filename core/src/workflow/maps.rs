@@ -207,7 +207,13 @@ mod tests {
         assert_eq!(tolerance(&json!(2)), Ok(Tolerance::Count(2)));
         assert_eq!(tolerance(&json!("10%")), Ok(Tolerance::Percent(10.0)));
         assert_eq!(tolerance(&json!(" 2.5 %")), Ok(Tolerance::Percent(2.5)));
-        for bad in [json!(-1), json!(1.5), json!("ten"), json!("120%"), json!(true)] {
+        for bad in [
+            json!(-1),
+            json!(1.5),
+            json!("ten"),
+            json!("120%"),
+            json!(true),
+        ] {
             assert!(tolerance(&bad).is_err(), "{bad} was accepted");
         }
     }

@@ -331,7 +331,13 @@ impl Checker<'_> {
         ];
         // A chain's agents take their own retry, timeout and input.
         let map_fields: &[&str] = if raw.steps.is_some() {
-            &["items", "steps", "max_concurrency", "tolerated_failures", "output"]
+            &[
+                "items",
+                "steps",
+                "max_concurrency",
+                "tolerated_failures",
+                "output",
+            ]
         } else {
             &[
                 "items",

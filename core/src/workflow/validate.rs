@@ -89,7 +89,8 @@ impl Checker<'_> {
         target: &str,
         index: &HashMap<String, usize>,
     ) {
-        let id_of = |checker: &Self, node: usize| checker.nodes[node].id.clone().unwrap_or_default();
+        let id_of =
+            |checker: &Self, node: usize| checker.nodes[node].id.clone().unwrap_or_default();
         let Some(&t) = index.get(target) else {
             let hint = did_you_mean(target, self.scope_ids(n));
             self.error(
@@ -162,7 +163,9 @@ impl Checker<'_> {
         let problem = match index.get(key).map(|&t| (t, &self.nodes[t])) {
             Some((t, _)) if self.chain_of(t).is_some() => format!(
                 "\"{key}\" is a step of map step \"{}\"'s chain; each item's results are in the map step's data, and in the item's own context only inside the chain",
-                self.chain_of(t).and_then(|m| self.nodes[m].id.clone()).unwrap_or_default()
+                self.chain_of(t)
+                    .and_then(|m| self.nodes[m].id.clone())
+                    .unwrap_or_default()
             ),
             Some((_, target)) if target.parent.is_some() => format!(
                 "\"{key}\" is a parallel branch; branch results are in the parallel step's data, not in the context by their own id"

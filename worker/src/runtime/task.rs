@@ -16,6 +16,8 @@ pub struct Task {
     pub run_id: String,
     pub step_id: String,
     pub visit: u32,
+    /// The map item it runs, by index (also the payload's `map.index`).
+    pub item: Option<u32>,
     /// Which delivery of this step visit this is, from 1: above 1 the step was tried before
     /// (it failed and is retried, or the worker running it was lost).
     pub attempt: u32,
@@ -58,6 +60,7 @@ impl Task {
             run_id: task.run_id,
             step_id: task.step_id,
             visit: task.visit,
+            item: task.item,
             attempt: task.attempt,
             agent: task.agent,
             payload,

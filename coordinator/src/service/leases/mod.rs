@@ -35,7 +35,7 @@ use super::{Coordinator, Error, Inner};
 use crate::clock::Instant;
 use crate::model::TaskEntry;
 use crate::store::{Store, TaskSwap};
-use crate::task_ref::parse_visit_key;
+use crate::task_ref::parse_task_key;
 
 /// The leases this coordinator holds, keyed by (run id, visit key).
 type Held = HashMap<(String, String), TaskEntry>;
@@ -223,8 +223,9 @@ impl<S: Store> Coordinator<S> {
             return;
         }
         loaded.tasks.insert(task_key.to_owned(), entry.clone());
-        if let Some((step_id, _)) = parse_visit_key(task_key)
-            && let Some(step) = loaded.steps.get_mut(step_id)
+        // A map item's entry is not its step's state (its map step's counts are).
+        if let Some(task) = parse_task_key(task_key).filter(|task| task.item.is_none())
+            && let Some(step) = loaded.steps.get_mut(task.step_id.as_ref())
         {
             step.status = entry.state.into();
             step.attempts = entry.attempt;

@@ -13,7 +13,7 @@ use crate::service::plan::Answering;
 use crate::service::tasks::ready_task;
 use crate::service::{Coordinator, Error};
 use crate::store::{DueTask, Store};
-use crate::task_ref::{TaskRef, parse_visit_key, task_key};
+use crate::task_ref::{TaskRef, parse_task_key, task_key};
 
 /// How many approval timeouts one sweep takes on.
 const APPROVAL_SWEEP: usize = 64;
@@ -80,12 +80,12 @@ impl<S: Store> Coordinator<S> {
         ) {
             return;
         }
-        let Some((step_id, visit)) = parse_visit_key(&due.task_key) else {
+        let Some(TaskId { step_id, visit, .. }) = parse_task_key(&due.task_key) else {
             return;
         };
         tracing::warn!(run_id = %due.run_id, %step_id, visit, "approval timed out");
         let event = Event::ApprovalTimedOut {
-            step_id: step_id.to_owned(),
+            step_id: step_id.to_string(),
             visit,
         };
         match self.apply(&due.run_id, event, None, false, None).await {
@@ -159,12 +159,8 @@ impl<S: Store> Coordinator<S> {
         if next.lost > lost_before {
             self.inner.metrics.redeliveries.inc();
         }
-        let Some((step_id, visit)) = parse_visit_key(key) else {
+        let Some(task) = parse_task_key(key) else {
             return;
-        };
-        let task = TaskId {
-            step_id: step_id.into(),
-            visit,
         };
         if let Some(error) = give_up {
             drop(leases);

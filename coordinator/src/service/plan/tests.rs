@@ -71,10 +71,7 @@ fn step<'a>(planned: &'a Planned, id: &str) -> &'a StepState {
 }
 
 fn plan_task() -> TaskId {
-    TaskId {
-        step_id: "plan".into(),
-        visit: 1,
-    }
+    TaskId::new("plan", 1)
 }
 
 /// The run after the planner answered attempt 2 with `data`, and what that wrote.

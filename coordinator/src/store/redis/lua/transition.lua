@@ -165,6 +165,7 @@ end
 
 -- Writes a checked transition and returns the run's new version.
 local function write_transition(t)
+  local before_status = redis.call('HGET', KEYS[1], 'status')
   if t.has_event then
     redis.call('RPUSH', KEYS[2], t.event)
   end
@@ -196,6 +197,9 @@ local function write_transition(t)
   -- watchers still reading it (OUTPUT_KEPT_AFTER_END on the Rust side).
   if t.status ~= 'running' then
     redis.call('PEXPIRE', KEYS[8], 60000)
+  elseif before_status ~= 'running' then
+    -- A redriven run runs again, and streams again.
+    redis.call('PERSIST', KEYS[8])
   end
   if t.has_error then
     redis.call('HSET', KEYS[1], 'error', t.error)
