@@ -334,3 +334,68 @@ async fn dev_exports_the_run_as_one_trace_when_an_otlp_endpoint_is_set() {
     assert_eq!(executions.len(), 1);
     assert_eq!(executions[0].parent_span_id, review.span_id);
 }
+
+#[test]
+fn the_readme_map_example_runs_as_printed_with_progress_not_a_line_per_item() {
+    let args = [
+        "dev",
+        "examples/test-each/workflow.json",
+        "--agents",
+        "examples/test-each/agents.toml",
+    ];
+    harness::assert_readme_runs(&args);
+    let out = output(baton().current_dir(harness::root()).args(args), None);
+    assert_success(&out);
+    let transcript = text(&out.stdout);
+    let lines: Vec<&str> = transcript
+        .lines()
+        .filter(|line| !line.starts_with("    "))
+        .collect();
+    // The map's items are counts on one line, not a line per item.
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("⋯ test-each") && l.contains("/4 items done")),
+        "{transcript}"
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("✓ test-each") && l.contains("(4 items, 0 failed)")),
+        "{transcript}"
+    );
+    assert!(
+        !lines.iter().any(|l| l.contains("▶ test-each")),
+        "no line per item: {transcript}"
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("run ") && l.ends_with(" succeeded")),
+        "{transcript}"
+    );
+    // The first item's exchange stands for the others: its payload carries the item.
+    let received = blocks(&transcript, "received");
+    let (_, first) = received
+        .iter()
+        .find(|(step, _)| step == "test-each")
+        .unwrap_or_else(|| panic!("item 0's exchange is shown: {transcript}"));
+    assert_eq!(
+        first["map"],
+        json!({"step": "test-each", "item": "src/theme.ts", "index": 0, "count": 4}),
+        "{transcript}"
+    );
+    assert_eq!(first["context"]["plan"]["files"][3], "src/index.ts");
+    let reviewed = blocks(&transcript, "returned")
+        .into_iter()
+        .find(|(step, _)| step == "review")
+        .map(|(_, value)| value)
+        .unwrap_or_else(|| panic!("the reviewer answered: {transcript}"));
+    assert_eq!(reviewed["approved"], true, "{transcript}");
+    // Only the file whose tests failed went through the chain's agent.
+    assert_eq!(
+        reviewed["explained"],
+        json!({"file": "src/app.tsx", "why": "a flaky snapshot"}),
+        "{transcript}"
+    );
+}

@@ -3,10 +3,14 @@
 //!
 //! The rules, each a property test below:
 //! - a task goes only to a worker that serves its agent;
+//! - a task that needs worker protocol P (a map item needs
+//!   [`baton_proto::MAP_ITEMS_PROTOCOL`]) goes only to a worker speaking P or later;
 //! - never over a worker's capacity;
-//! - first in, first out per agent: a queue is placed from its front, in order;
+//! - first in, first out per agent: a queue is placed from its front, in order, and stops at a
+//!   task no worker can take now, even if one behind it could go;
 //! - each task is placed once;
-//! - nothing is left waiting while a worker that serves its agent has a free slot;
+//! - nothing is left at the front of a queue while a worker that serves its agent, speaks its
+//!   protocol and has a free slot exists;
 //! - each task goes to the least-loaded worker that can take it (the lowest id among equals),
 //!   which is what spreads a parallel step's branches over workers.
 //!
@@ -28,12 +32,19 @@ pub struct WorkerLoad<'a> {
     pub capacity: usize,
     /// How many it holds now.
     pub load: usize,
+    /// The worker protocol it speaks (`Hello.protocol`).
+    pub protocol: u32,
 }
 
 /// Something waiting in a queue.
 pub trait Waiting {
     /// When it became ready for a worker.
     fn ready_at(&self) -> Instant;
+
+    /// The oldest worker protocol that can run it; 0 for any.
+    fn needs_protocol(&self) -> u32 {
+        0
+    }
 }
 
 impl Waiting for Instant {
@@ -53,7 +64,8 @@ pub struct Placement {
 }
 
 /// Places queued tasks on workers with free slots, queue by queue in the order given, each
-/// from its front. `queues` are `(agent, tasks)`; the same agent must not appear twice.
+/// from its front, up to the first task that no worker can take. `queues` are
+/// `(agent, tasks)`; the same agent must not appear twice.
 pub fn assign<T: Waiting>(
     workers: &[WorkerLoad<'_>],
     queues: &[(&str, &VecDeque<T>)],
@@ -63,7 +75,8 @@ pub fn assign<T: Waiting>(
     let mut placements = Vec::new();
     for (queue, (agent, tasks)) in queues.iter().enumerate() {
         for task in tasks.iter() {
-            let Some(worker) = least_loaded(workers, &loads, agent) else {
+            // First in, first out: what no worker can take holds up the tasks behind it.
+            let Some(worker) = least_loaded(workers, &loads, agent, task.needs_protocol()) else {
                 break;
             };
             loads[worker] += 1;
@@ -77,12 +90,20 @@ pub fn assign<T: Waiting>(
     placements
 }
 
-/// The worker serving `agent` with a free slot and the fewest tasks (lowest id among equals).
-fn least_loaded(workers: &[WorkerLoad<'_>], loads: &[usize], agent: &str) -> Option<usize> {
+/// The worker serving `agent`, speaking protocol `needs` or later, with a free slot and the
+/// fewest tasks (lowest id among equals).
+fn least_loaded(
+    workers: &[WorkerLoad<'_>],
+    loads: &[usize],
+    agent: &str,
+    needs: u32,
+) -> Option<usize> {
     workers
         .iter()
         .enumerate()
-        .filter(|(n, worker)| loads[*n] < worker.capacity && worker.agents.contains(agent))
+        .filter(|(n, worker)| {
+            loads[*n] < worker.capacity && worker.protocol >= needs && worker.agents.contains(agent)
+        })
         .min_by_key(|(n, worker)| (loads[*n], worker.id))
         .map(|(n, _)| n)
 }
@@ -91,36 +112,63 @@ fn least_loaded(workers: &[WorkerLoad<'_>], loads: &[usize], agent: &str) -> Opt
 mod tests {
     use std::collections::HashMap;
 
+    use baton_proto::MAP_ITEMS_PROTOCOL;
     use proptest::prelude::*;
 
     use super::*;
 
     const AGENTS: [&str; 3] = ["planner", "coder", "tester"];
 
-    /// Workers as (agents served, as bits over AGENTS; capacity; load), and queue lengths.
-    fn scene() -> impl Strategy<Value = (Vec<(u8, usize, usize)>, Vec<usize>)> {
+    /// A queued task of a scene: when it became ready, and the protocol it needs.
+    #[derive(Debug, Clone, Copy)]
+    struct Task {
+        ready_at: Instant,
+        needs: u32,
+    }
+
+    impl Waiting for Task {
+        fn ready_at(&self) -> Instant {
+            self.ready_at
+        }
+
+        fn needs_protocol(&self) -> u32 {
+            self.needs
+        }
+    }
+
+    /// Workers as (agents served, as bits over AGENTS; capacity; load; protocol), and queues as
+    /// whether each task is a map item (which needs [`MAP_ITEMS_PROTOCOL`]).
+    type Drawn = (Vec<(u8, usize, usize, u32)>, Vec<Vec<bool>>);
+
+    fn scene() -> impl Strategy<Value = Drawn> {
+        let protocols = MAP_ITEMS_PROTOCOL - 1..=MAP_ITEMS_PROTOCOL + 1;
         (
-            prop::collection::vec((0u8..8, 0usize..5, 0usize..5), 0..6),
-            prop::collection::vec(0usize..12, AGENTS.len()),
+            prop::collection::vec((0u8..8, 0usize..5, 0usize..5, protocols), 0..6),
+            prop::collection::vec(
+                prop::collection::vec(prop::bool::weighted(0.3), 0..12),
+                AGENTS.len(),
+            ),
         )
     }
 
     struct Scene {
         ids: Vec<String>,
         agents: Vec<HashSet<String>>,
+        /// (capacity, load) per worker.
         workers: Vec<(usize, usize)>,
-        queues: Vec<VecDeque<Instant>>,
+        protocols: Vec<u32>,
+        queues: Vec<VecDeque<Task>>,
         now: Instant,
     }
 
     impl Scene {
-        fn new((workers, lengths): (Vec<(u8, usize, usize)>, Vec<usize>)) -> Self {
+        fn new((workers, items): Drawn) -> Self {
             let now = Instant::now();
             Scene {
                 ids: (0..workers.len()).map(|n| format!("w{n}")).collect(),
                 agents: workers
                     .iter()
-                    .map(|(bits, _, _)| {
+                    .map(|(bits, _, _, _)| {
                         AGENTS
                             .iter()
                             .enumerate()
@@ -132,13 +180,23 @@ mod tests {
                 // A worker never holds more than its capacity to begin with.
                 workers: workers
                     .iter()
-                    .map(|(_, capacity, load)| (*capacity, (*load).min(*capacity)))
+                    .map(|(_, capacity, load, _)| (*capacity, (*load).min(*capacity)))
                     .collect(),
-                queues: lengths
+                protocols: workers
                     .iter()
-                    .map(|&n| {
-                        (0..n)
-                            .map(|i| now - Duration::from_millis(100 * (n - i) as u64))
+                    .map(|(_, _, _, protocol)| *protocol)
+                    .collect(),
+                queues: items
+                    .iter()
+                    .map(|items| {
+                        let n = items.len();
+                        items
+                            .iter()
+                            .enumerate()
+                            .map(|(i, &item)| Task {
+                                ready_at: now - Duration::from_millis(100 * (n - i) as u64),
+                                needs: if item { MAP_ITEMS_PROTOCOL } else { 0 },
+                            })
                             .collect()
                     })
                     .collect(),
@@ -153,14 +211,22 @@ mod tests {
                     agents: &self.agents[n],
                     capacity: self.workers[n].0,
                     load: self.workers[n].1,
+                    protocol: self.protocols[n],
                 })
                 .collect()
         }
 
         fn assign(&self) -> Vec<Placement> {
-            let queues: Vec<(&str, &VecDeque<Instant>)> =
+            let queues: Vec<(&str, &VecDeque<Task>)> =
                 AGENTS.iter().copied().zip(self.queues.iter()).collect();
             assign(&self.loads(), &queues, self.now)
+        }
+
+        /// Whether worker `worker`, holding `load` tasks, could take `task` of `agent`.
+        fn could_take(&self, worker: usize, load: usize, agent: &str, task: &Task) -> bool {
+            self.agents[worker].contains(agent)
+                && self.protocols[worker] >= task.needs
+                && load < self.workers[worker].0
         }
     }
 
@@ -181,6 +247,23 @@ mod tests {
         }
 
         #[test]
+        fn a_task_that_needs_a_protocol_never_goes_to_a_worker_below_it(scene in scene()) {
+            let scene = Scene::new(scene);
+            let mut taken = vec![0usize; AGENTS.len()];
+            for placement in scene.assign() {
+                let task = scene.queues[placement.queue][taken[placement.queue]];
+                taken[placement.queue] += 1;
+                let protocol = scene.protocols[placement.worker];
+                prop_assert!(
+                    protocol >= task.needs,
+                    "a task needing protocol {} went to w{} of protocol {protocol}",
+                    task.needs,
+                    placement.worker
+                );
+            }
+        }
+
+        #[test]
         fn each_queue_is_placed_from_its_front_in_order_each_task_once(scene in scene()) {
             let scene = Scene::new(scene);
             let mut taken = vec![0usize; AGENTS.len()];
@@ -189,14 +272,16 @@ mod tests {
                 let position = taken[placement.queue];
                 prop_assert!(position < queue.len(), "placed more tasks than were queued");
                 // The waited time says which task it is: the oldest unplaced one.
-                let expected = scene.now.saturating_duration_since(queue[position]);
+                let expected = scene.now.saturating_duration_since(queue[position].ready_at);
                 prop_assert_eq!(placement.waited, expected);
                 taken[placement.queue] += 1;
             }
         }
 
+        /// What is left at the front of a queue can go to no worker: none serves its agent,
+        /// speaks its protocol and has room. (The tasks behind it wait their turn.)
         #[test]
-        fn nothing_waits_while_a_serving_worker_has_room(scene in scene()) {
+        fn nothing_waits_while_a_worker_that_can_take_it_has_room(scene in scene()) {
             let scene = Scene::new(scene);
             let placements = scene.assign();
             let mut loads: Vec<usize> = scene.workers.iter().map(|(_, load)| *load).collect();
@@ -206,13 +291,16 @@ mod tests {
                 taken[placement.queue] += 1;
             }
             for (queue, agent) in AGENTS.iter().enumerate() {
-                if taken[queue] == scene.queues[queue].len() {
+                let Some(front) = scene.queues[queue].get(taken[queue]) else {
                     continue;
-                }
-                for (worker, (capacity, _)) in scene.workers.iter().enumerate() {
+                };
+                for (worker, load) in loads.iter().enumerate() {
                     prop_assert!(
-                        !(scene.agents[worker].contains(*agent) && loads[worker] < *capacity),
-                        "{agent} has tasks waiting while w{worker} has room"
+                        !scene.could_take(worker, *load, agent, front),
+                        "{agent} has a task needing protocol {} waiting while w{worker} \
+                         (protocol {}) could take it",
+                        front.needs,
+                        scene.protocols[worker]
                     );
                 }
             }
@@ -222,10 +310,13 @@ mod tests {
         fn each_task_goes_to_the_least_loaded_worker_that_can_take_it(scene in scene()) {
             let scene = Scene::new(scene);
             let mut loads: Vec<usize> = scene.workers.iter().map(|(_, load)| *load).collect();
+            let mut taken = vec![0usize; AGENTS.len()];
             for placement in scene.assign() {
                 let agent = AGENTS[placement.queue];
+                let task = scene.queues[placement.queue][taken[placement.queue]];
+                taken[placement.queue] += 1;
                 let fewest = (0..loads.len())
-                    .filter(|&w| scene.agents[w].contains(agent) && loads[w] < scene.workers[w].0)
+                    .filter(|&w| scene.could_take(w, loads[w], agent, &task))
                     .map(|w| loads[w])
                     .min();
                 prop_assert_eq!(Some(loads[placement.worker]), fewest);
@@ -243,12 +334,14 @@ mod tests {
                 agents: &agents,
                 capacity: 4,
                 load: 0,
+                protocol: MAP_ITEMS_PROTOCOL,
             },
             WorkerLoad {
                 id: "a",
                 agents: &agents,
                 capacity: 4,
                 load: 0,
+                protocol: MAP_ITEMS_PROTOCOL,
             },
         ];
         let now = Instant::now();
@@ -258,5 +351,45 @@ mod tests {
             .map(|placement| workers[placement.worker].id)
             .collect();
         assert_eq!(placed, ["a", "b", "a", "b"]);
+    }
+
+    #[test]
+    fn a_map_item_waits_for_a_worker_of_its_protocol_and_holds_up_its_queue() {
+        let agents: HashSet<String> = ["test".to_string()].into();
+        let old = WorkerLoad {
+            id: "old",
+            agents: &agents,
+            capacity: 4,
+            load: 0,
+            protocol: MAP_ITEMS_PROTOCOL - 1,
+        };
+        let now = Instant::now();
+        let plain = Task {
+            ready_at: now,
+            needs: 0,
+        };
+        let item = Task {
+            ready_at: now,
+            needs: MAP_ITEMS_PROTOCOL,
+        };
+        let queue: VecDeque<Task> = [plain, item, plain].into();
+        let placed = assign(&[old], &[("test", &queue)], now);
+        assert_eq!(
+            placed.len(),
+            1,
+            "the item and what is behind it wait: {placed:?}"
+        );
+        let new = WorkerLoad {
+            id: "new",
+            protocol: MAP_ITEMS_PROTOCOL,
+            ..old
+        };
+        let placed: Vec<&str> = assign(&[old, new], &[("test", &queue)], now)
+            .iter()
+            .map(|placement| [old, new][placement.worker].id)
+            .collect();
+        // "new" sorts before "old": the first task goes there, the item too, then "old" is
+        // the less loaded.
+        assert_eq!(placed, ["new", "new", "old"]);
     }
 }

@@ -68,7 +68,8 @@ pub fn worker_message(data: &[u8]) {
             Ok(accepted) => {
                 assert_eq!(accepted.worker_id, hello.worker_id);
                 assert!(!accepted.worker_id.is_empty());
-                assert_eq!(hello.protocol, baton_proto::WORKER_PROTOCOL);
+                assert!(baton_proto::serves_worker_protocol(hello.protocol));
+                assert_eq!(accepted.protocol, hello.protocol);
                 assert!(accepted.capacity >= 1);
                 assert_eq!(accepted.held.len(), hello.held.len());
                 for (held, id) in accepted.held.iter().zip(&hello.held) {

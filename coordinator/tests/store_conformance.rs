@@ -2078,6 +2078,22 @@ async fn output_appends_in_order_only_while_the_run_runs<S: Store>(store: Arc<S>
         "succeeded",
         "the run itself is untouched"
     );
+
+    // A run that runs again (a failed run retried) takes output again.
+    store
+        .apply_transition("run-a", 2, status_write("running", "{}", 3_000))
+        .await
+        .unwrap();
+    store
+        .append_output(vec![("run-a".into(), piece("code", 3, "resumed", false))])
+        .await
+        .unwrap();
+    assert_eq!(
+        texts(&store.read_output("run-a", None).await.unwrap()),
+        ["Writing ", "the théme ✓\n", "Again", "resumed"]
+    );
+    let active = store.active_runs().await.unwrap();
+    assert!(active.iter().any(|id| id == "run-a"), "{active:?}");
 }
 
 /// Redis expires a run's output a minute after the run ended.
@@ -2112,6 +2128,17 @@ async fn redis_expires_an_ended_runs_output() {
         .unwrap();
     let kept = baton_coordinator::store::OUTPUT_KEPT_AFTER_END.as_millis() as i64;
     assert!(ttl > kept - 5_000 && ttl <= kept, "{ttl} ms");
+    // Retried, the run runs again: its output no longer expires.
+    store
+        .apply_transition("run-a", 2, status_write("running", "{}", 3_000))
+        .await
+        .unwrap();
+    let ttl: i64 = ::redis::cmd("PTTL")
+        .arg(key)
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    assert_eq!(ttl, -1, "no expiry once the run runs again");
 }
 
 async fn output_keeps_the_newest_bytes<S: Store>(store: Arc<S>) {

@@ -20,8 +20,13 @@ pub use v1::Json;
 /// reference (a manifest and parts), `ResendTask` and `ResetPartCache`. 3: the manifest names
 /// the message history and carries the handoff record; results may carry notes. 4: attempts
 /// (fencing tokens) in task ids, `Hello.held`, `Goodbye`, non-retryable errors. 5: live output
-/// (`TaskOutput`) and the tokens a result used (`TaskResult.usage`).
-pub const WORKER_PROTOCOL: u32 = 5;
+/// (`TaskOutput`) and the tokens a result used (`TaskResult.usage`). 6: a map item's manifest
+/// carries the item (`map`); item tasks go only to workers of protocol 6 or later.
+pub const WORKER_PROTOCOL: u32 = 6;
+
+/// The oldest worker protocol that can run a map item: an older worker would ignore the
+/// manifest's `map` and run the item without it.
+pub const MAP_ITEMS_PROTOCOL: u32 = 6;
 
 /// The oldest worker protocol a coordinator of this version accepts: its own and the one
 /// before. A rolling upgrade therefore goes coordinators first, then workers: while it rolls,

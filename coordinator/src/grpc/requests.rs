@@ -86,6 +86,7 @@ impl TryFrom<v1::Hello> for WorkerHello {
         }
         Ok(WorkerHello {
             worker_id: hello.worker_id,
+            protocol: hello.protocol,
             agents: hello.agents,
             capacity: hello.capacity.max(1) as usize,
             cache_bytes: hello.cache_bytes,

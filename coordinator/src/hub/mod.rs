@@ -1,8 +1,10 @@
 //! Connected workers and the tasks waiting for them.
 //!
 //! A task waits in its agent's queue until `dispatch` places it on a worker that
-//! serves the agent and has a free slot; the hub then sends it down that worker's open stream.
-//! Placement runs whenever a task arrives or a slot frees up, for the agents concerned.
+//! serves the agent, speaks a worker protocol that can run it (a map item needs
+//! [`baton_proto::MAP_ITEMS_PROTOCOL`]) and has a free slot; the hub then sends it down that
+//! worker's open stream. Placement runs whenever a task arrives or a worker connects or a slot
+//! frees up, for the agents concerned.
 //!
 //! The hub also mirrors each worker's cache of payload parts, so a task carries the bytes of
 //! only the parts that worker does not hold yet.
@@ -79,9 +81,27 @@ impl Hub {
     /// waiting, up to its capacity.
     /// Returns the connection's number, for [`Hub::disconnect`], and a receiver that completes
     /// when the hub lets the worker go: its stream must end then.
+    ///
+    /// The worker speaks this version's protocol, [`baton_proto::WORKER_PROTOCOL`]; see
+    /// [`Hub::connect_speaking`] for one that says otherwise.
     pub fn connect(
         &self,
         worker_id: &str,
+        agents: impl IntoIterator<Item = String>,
+        capacity: usize,
+        cache_bytes: u64,
+        stream: WorkerStream,
+    ) -> Result<(u64, oneshot::Receiver<()>), Error> {
+        let protocol = baton_proto::WORKER_PROTOCOL;
+        self.connect_speaking(worker_id, protocol, agents, capacity, cache_bytes, stream)
+    }
+
+    /// [`Hub::connect`] for a worker that speaks worker protocol `protocol` (its hello's): it
+    /// gets only the tasks that protocol can run.
+    pub fn connect_speaking(
+        &self,
+        worker_id: &str,
+        protocol: u32,
         agents: impl IntoIterator<Item = String>,
         capacity: usize,
         cache_bytes: u64,
@@ -95,7 +115,15 @@ impl Hub {
         let connection = state.connections;
         let (closer, closed) = oneshot::channel();
         let agents = agents.into_iter().collect();
-        let session = Session::new(connection, closer, agents, capacity, cache_bytes, stream);
+        let session = Session::new(
+            connection,
+            closer,
+            agents,
+            protocol,
+            capacity,
+            cache_bytes,
+            stream,
+        );
         state.workers.insert(worker_id.to_owned(), session);
         Ok((connection, closed))
     }
@@ -582,6 +610,7 @@ impl State {
                 agents: &worker.agents,
                 capacity: worker.capacity,
                 load: worker.holding.len(),
+                protocol: worker.protocol,
             })
             .collect();
         dispatch::assign(&loads, &queues, Instant::now())
@@ -611,6 +640,10 @@ impl State {
 impl dispatch::Waiting for ReadyTask {
     fn ready_at(&self) -> Instant {
         self.ready_at
+    }
+
+    fn needs_protocol(&self) -> u32 {
+        ReadyTask::needs_protocol(self)
     }
 }
 

@@ -30,6 +30,9 @@ pub(super) struct Session {
     /// When the worker last said anything (heartbeats included).
     pub last_seen: Instant,
     pub agents: HashSet<String>,
+    /// The worker protocol it speaks (`Hello.protocol`): a task that needs a later one never
+    /// goes to it.
+    pub protocol: u32,
     /// How many tasks it takes at once; 0 until it is opened, and again once it drains or its
     /// stream turned out closed.
     pub capacity: usize,
@@ -50,6 +53,7 @@ impl Session {
         connection: u64,
         closer: oneshot::Sender<()>,
         agents: HashSet<String>,
+        protocol: u32,
         capacity: usize,
         cache_bytes: u64,
         stream: WorkerStream,
@@ -59,6 +63,7 @@ impl Session {
             _closer: closer,
             last_seen: Instant::now(),
             agents,
+            protocol,
             capacity: 0,
             announced: capacity.max(1),
             holding: HashMap::new(),

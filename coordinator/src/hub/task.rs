@@ -54,6 +54,16 @@ impl ReadyTask {
         }
     }
 
+    /// The oldest worker protocol that can run it: a map item's manifest carries the item
+    /// (`map`), which a worker before [`baton_proto::MAP_ITEMS_PROTOCOL`] would ignore.
+    pub fn needs_protocol(&self) -> u32 {
+        if self.task.task.item.is_some() {
+            baton_proto::MAP_ITEMS_PROTOCOL
+        } else {
+            0
+        }
+    }
+
     pub fn attempt(&self) -> u32 {
         self.task.attempt
     }

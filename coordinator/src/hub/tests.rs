@@ -6,14 +6,10 @@ use tokio::sync::mpsc;
 
 use super::*;
 use crate::parts::Part;
-use crate::task_ref::{TaskRef, parse_visit_key};
+use crate::task_ref::{TaskRef, parse_task_key};
 
 fn task(run: &str, key: &str, agent: &str) -> ReadyTask {
-    let (step_id, visit) = parse_visit_key(key).expect("a visit key");
-    let id = TaskId {
-        step_id: step_id.into(),
-        visit,
-    };
+    let id: TaskId = parse_task_key(key).expect("a visit key");
     let manifest = Arc::new(Part::new(b"{}".to_vec()));
     ReadyTask::new(TaskRef::new(run, &id, 1), agent, manifest, Vec::new())
 }
@@ -56,6 +52,54 @@ fn tasks_wait_for_a_worker_that_serves_their_agent() {
     assert!(!hub.serves("coder"));
     let _b = worker(&hub, "b", &["coder"], 1);
     assert!(hub.holds("b", "r", "code#1", 1));
+}
+
+/// A worker of protocol `protocol`, open.
+fn speaking(
+    hub: &Hub,
+    id: &str,
+    protocol: u32,
+    agents: &[&str],
+    capacity: usize,
+) -> (Vec<Assignment>, mpsc::UnboundedReceiver<ToWorker>) {
+    let (tx, rx) = mpsc::unbounded_channel();
+    let agents = agents.iter().map(|a| a.to_string());
+    hub.connect_speaking(id, protocol, agents, capacity, 0, tx)
+        .unwrap();
+    (hub.open(id), rx)
+}
+
+#[test]
+fn a_map_item_waits_for_a_worker_that_speaks_its_protocol() {
+    let hub = Hub::default();
+    let old = baton_proto::MAP_ITEMS_PROTOCOL - 1;
+    let (_, mut rx_old) = speaking(&hub, "old", old, &["x"], 2);
+    let item = task("r", "each[0]#1", "x");
+    assert_eq!(item.needs_protocol(), baton_proto::MAP_ITEMS_PROTOCOL);
+    assert!(hub.submit(item).is_empty(), "the old worker cannot run it");
+    // First in, first out: what comes after the item waits behind it.
+    assert!(hub.submit(task("r", "after#1", "x")).is_empty());
+    assert!(rx_old.try_recv().is_err(), "nothing went to the old worker");
+    assert_eq!(
+        hub.locate(&[("r".into(), "each[0]#1".into(), "x".into())]),
+        [Holding::Queued]
+    );
+
+    let (assignments, mut rx_new) =
+        speaking(&hub, "new", baton_proto::MAP_ITEMS_PROTOCOL, &["x"], 1);
+    let sent: Vec<(&str, &str)> = assignments
+        .iter()
+        .map(|a| (a.worker_id.as_str(), a.task_key.as_str()))
+        .collect();
+    // The item goes to the new worker; the task behind it is free to go to the old one.
+    assert_eq!(sent, [("new", "each[0]#1"), ("old", "after#1")]);
+    assert!(matches!(rx_new.try_recv(), Ok(ToWorker::Task(t)) if t.task.key() == "each[0]#1"));
+    assert!(matches!(rx_old.try_recv(), Ok(ToWorker::Task(t)) if t.task.key() == "after#1"));
+    // A task that is not an item still goes to either.
+    assert_eq!(
+        sent_to(hub.submit(task("r", "plain#1", "x"))).as_deref(),
+        Some("old")
+    );
 }
 
 #[test]
@@ -377,6 +421,7 @@ enum Op {
         worker: u8,
         agents: u8,
         capacity: usize,
+        protocol: u32,
     },
     Disconnect {
         worker: u8,
@@ -386,6 +431,8 @@ enum Op {
     },
     Submit {
         agent: u8,
+        /// A map item, which needs [`baton_proto::MAP_ITEMS_PROTOCOL`].
+        item: bool,
     },
     Finish {
         worker: u8,
@@ -403,15 +450,22 @@ enum Op {
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        (0u8..4, 1u8..4, 1usize..4).prop_map(|(worker, agents, capacity)| Op::Connect {
-            worker,
-            agents,
-            capacity
-        }),
+        (
+            0u8..4,
+            1u8..4,
+            1usize..4,
+            baton_proto::MAP_ITEMS_PROTOCOL - 1..=baton_proto::MAP_ITEMS_PROTOCOL
+        )
+            .prop_map(|(worker, agents, capacity, protocol)| Op::Connect {
+                worker,
+                agents,
+                capacity,
+                protocol
+            }),
         (0u8..4).prop_map(|worker| Op::Disconnect { worker }),
         (0u8..4).prop_map(|worker| Op::Drain { worker }),
-        (0u8..2).prop_map(|agent| Op::Submit { agent }),
-        (0u8..2).prop_map(|agent| Op::Submit { agent }),
+        (0u8..2, any::<bool>()).prop_map(|(agent, item)| Op::Submit { agent, item }),
+        (0u8..2, any::<bool>()).prop_map(|(agent, item)| Op::Submit { agent, item }),
         (0u8..4, 0usize..4).prop_map(|(worker, nth)| Op::Finish { worker, nth }),
         (0u8..4, 0usize..4).prop_map(|(worker, nth)| Op::Requeue { worker, nth }),
         (0usize..16).prop_map(|nth| Op::Forget { nth }),
@@ -436,28 +490,29 @@ fn places(hub: &Hub) -> Vec<(String, Option<String>)> {
     places
 }
 
-/// The submission number of a task of this test (`t<n>#1`).
+/// The submission number of a task of this test (`t<n>#1`, or `t<n>[0]#1` for an item).
 fn number(key: &str) -> usize {
-    key[1..key.len() - 2].parse().unwrap()
+    let digits = key[1..].split(['[', '#']).next().unwrap();
+    digits.parse().unwrap()
 }
 
 proptest! {
     /// Whatever happens to the workers, a task is in one place at a time (one worker's
-    /// holding or its agent's queue), only on a worker that serves its agent, a worker gets
-    /// nothing while it is full, and each agent's tasks go out for the first time in the
-    /// order they were submitted.
+    /// holding or its agent's queue), only on a worker that serves its agent and speaks its
+    /// protocol, a worker gets nothing while it is full, and each agent's tasks go out for the
+    /// first time in the order they were submitted.
     #[test]
     fn each_task_is_held_by_one_worker_at_a_time(ops in prop::collection::vec(op(), 1..60)) {
         let hub = Hub::default();
         let mut streams = HashMap::new();
         let mut connections = HashMap::new();
-        let mut submitted = 0usize;
+        let mut submitted: Vec<String> = Vec::new();
         let mut first_sent: HashMap<String, Vec<usize>> = HashMap::new();
         let mut ever_sent = HashSet::new();
         for op in ops {
             let mut assignments = Vec::new();
             match op {
-                Op::Connect { worker, agents, capacity } => {
+                Op::Connect { worker, agents, capacity, protocol } => {
                     let id = format!("w{worker}");
                     let served: Vec<String> = OP_AGENTS
                         .iter()
@@ -466,7 +521,8 @@ proptest! {
                         .map(|(_, a)| a.to_string())
                         .collect();
                     let (tx, rx) = mpsc::unbounded_channel();
-                    if let Ok((connection, _closed)) = hub.connect(&id, served, capacity, 0, tx) {
+                    let connected = hub.connect_speaking(&id, protocol, served, capacity, 0, tx);
+                    if let Ok((connection, _closed)) = connected {
                         streams.insert(id.clone(), rx);
                         connections.insert(id.clone(), connection);
                         assignments = hub.open(&id);
@@ -483,9 +539,10 @@ proptest! {
                     }
                 }
                 Op::Drain { worker } => hub.drain(&format!("w{worker}")),
-                Op::Submit { agent } => {
-                    let key = format!("t{submitted}#1");
-                    submitted += 1;
+                Op::Submit { agent, item } => {
+                    let n = submitted.len();
+                    let key = if item { format!("t{n}[0]#1") } else { format!("t{n}#1") };
+                    submitted.push(key.clone());
                     assignments = hub.submit(task("r", &key, OP_AGENTS[agent as usize]));
                 }
                 Op::Finish { worker, nth } | Op::Requeue { worker, nth } => {
@@ -504,7 +561,9 @@ proptest! {
                     }
                 }
                 Op::Forget { nth } => {
-                    assignments = hub.forget("r", &format!("t{nth}#1"), "gone").assignments;
+                    if let Some(key) = submitted.get(nth) {
+                        assignments = hub.forget("r", key, "gone").assignments;
+                    }
                 }
                 Op::Overdue => assignments = hub.overdue().1,
             }
@@ -527,6 +586,12 @@ proptest! {
             for worker in state.workers.values() {
                 for task in worker.holding.values() {
                     prop_assert!(worker.agents.contains(&task.agent));
+                    prop_assert!(
+                        worker.protocol >= task.needs_protocol(),
+                        "{} went to a worker of protocol {}",
+                        task.key,
+                        worker.protocol
+                    );
                 }
             }
         }

@@ -111,6 +111,9 @@ impl<S: Store> Coordinator<S> {
             drop(guard);
             if finished {
                 self.inner.runs.evict(run_id);
+            } else if matches!(event, Event::Redrive) {
+                // A finished run is not kept in memory; a retried one runs again here.
+                self.inner.runs.insert(run_id, slot.clone());
             }
             self.assigned(assignments).await;
             return Ok(record);

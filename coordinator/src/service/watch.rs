@@ -293,8 +293,9 @@ struct Watch<S: Store> {
     coordinator: Coordinator<S>,
     run_id: String,
     pending: VecDeque<RunEvent>,
-    /// Step visits settled and approvals requested already told.
-    told: HashSet<(Told, String, u32)>,
+    /// Step visits settled (by their place in the history) and approvals requested (by step
+    /// and visit) already told.
+    told: HashSet<(Told, String, u64)>,
     /// The last progress told of each map step: the same counts are not told twice.
     progress: HashMap<String, baton_core::MapProgress>,
     /// How many step visits were told settled: where a catch-up starts.
@@ -464,14 +465,12 @@ impl<S: Store> Watch<S> {
     /// Whether `event` is news; notes it.
     fn is_news(&mut self, event: &RunEvent) -> bool {
         match event {
-            RunEvent::StepFinished {
-                step_id,
-                visit,
-                position,
-                ..
-            } => {
+            // By its place in the history: a redrive settles the same visit twice (failed,
+            // then redriven).
+            RunEvent::StepFinished { position, .. } => {
                 self.settled = self.settled.max(position + 1);
-                self.told.insert((Told::Settled, step_id.clone(), *visit))
+                self.told
+                    .insert((Told::Settled, String::new(), *position as u64))
             }
             RunEvent::MapProgress(progress) => {
                 let last = self.progress.get(progress.step_id.as_ref());
@@ -483,7 +482,8 @@ impl<S: Store> Watch<S> {
                 new
             }
             RunEvent::ApprovalRequested { step_id, visit, .. } => {
-                self.told.insert((Told::Approval, step_id.clone(), *visit))
+                self.told
+                    .insert((Told::Approval, step_id.clone(), u64::from(*visit)))
             }
             RunEvent::RunFinished(_) => {
                 let first = !self.done;

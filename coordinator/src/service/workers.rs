@@ -15,6 +15,9 @@ use crate::task_ref::{MalformedTaskId, TaskRef};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WorkerHello {
     pub worker_id: String,
+    /// The worker protocol it speaks, one this coordinator serves: the hub gives it only the
+    /// tasks that protocol can run (a map item needs [`baton_proto::MAP_ITEMS_PROTOCOL`]).
+    pub protocol: u32,
     /// The agents it serves.
     pub agents: Vec<String>,
     /// How many tasks it runs at once, at least 1.
@@ -44,8 +47,9 @@ impl<S: Store> Coordinator<S> {
         let worker_id = hello.worker_id.as_str();
         let hub = &self.inner.hub;
         let (connection, closed) = hub
-            .connect(
+            .connect_speaking(
                 worker_id,
+                hello.protocol,
                 hello.agents,
                 hello.capacity,
                 hello.cache_bytes,
@@ -54,6 +58,7 @@ impl<S: Store> Coordinator<S> {
             .map_err(|e| Error::DuplicateWorker(e.to_string()))?;
         tracing::info!(
             worker_id,
+            protocol = hello.protocol,
             capacity = hello.capacity,
             held = hello.held.len(),
             "worker connected"

@@ -203,7 +203,8 @@ pub enum Claim {
 ///   not exist are dropped, not an error). Each piece gets an offset greater than every earlier
 ///   one of its run. A run keeps the newest [`OUTPUT_MAX_BYTES`] of text: the oldest pieces go
 ///   first. Once the transition that ends a run is written, its output takes no more pieces,
-///   stays readable for [`OUTPUT_KEPT_AFTER_END`], then is gone.
+///   stays readable for [`OUTPUT_KEPT_AFTER_END`], then is gone; a transition that makes an
+///   ended run `running` again (a retry) keeps what is left of it and lets it take pieces again.
 /// - `read_output` returns a run's pieces after an offset (all with `None`), oldest first (empty
 ///   for an unknown or ended run); `wait_output` returns the pieces after each run's offset,
 ///   waiting up to `block` for some to come (empty when none did).

@@ -45,21 +45,37 @@ pub fn merge<'a>(
     )
 }
 
-/// The error a parallel step that is itself a branch reports to its parent when one of its own
-/// branches failed: which ones, and why.
+/// How many failures a summary names; a map of thousands of items says how many more failed.
+const NAMED_FAILURES: usize = 5;
+
+/// The error a parallel or map step reports when one of its own branches or items failed
+/// (to its parent, or as its own error): which ones, and why.
 pub fn failure_summary(data: &Value) -> Arc<str> {
-    let failed: Vec<String> = data["data"]
+    let rejected: Vec<&Value> = data["data"]
         .as_array()
         .into_iter()
         .flatten()
         .filter(|entry| entry["status"] == "rejected")
+        .collect();
+    let named: Vec<String> = rejected
+        .iter()
+        .take(NAMED_FAILURES)
         .map(|entry| {
-            format!(
-                "{}: {}",
-                entry["stepId"].as_str().unwrap_or_default(),
-                entry["error"].as_str().unwrap_or_default()
-            )
+            let which = match entry.get("stepId").and_then(Value::as_str) {
+                Some(step) => step.to_owned(),
+                None => format!("item {}", entry["index"]),
+            };
+            format!("{which}: {}", entry["error"].as_str().unwrap_or_default())
         })
         .collect();
-    format!("branches failed: {}", failed.join("; ")).into()
+    let more = match rejected.len().saturating_sub(NAMED_FAILURES) {
+        0 => String::new(),
+        more => format!("; and {more} more"),
+    };
+    let what = if data["data"][0].get("index").is_some() {
+        "items"
+    } else {
+        "branches"
+    };
+    format!("{what} failed: {}{more}", named.join("; ")).into()
 }

@@ -110,6 +110,11 @@ fn a_hello_must_speak_this_protocol_or_the_one_before_and_name_its_worker() {
         held: vec!["r/code#1@2".into(), "garbage".into()],
     };
     let read = WorkerHello::try_from(hello.clone()).unwrap();
+    assert_eq!(
+        read.protocol,
+        baton_proto::WORKER_PROTOCOL,
+        "kept for dispatch"
+    );
     assert_eq!(read.capacity, 1, "a worker takes at least one task");
     assert_eq!(read.held[0].as_ref().unwrap().attempt, 2);
     assert!(
@@ -120,9 +125,12 @@ fn a_hello_must_speak_this_protocol_or_the_one_before_and_name_its_worker() {
         protocol: baton_proto::WORKER_PROTOCOL - 1,
         ..hello.clone()
     };
-    assert!(
-        WorkerHello::try_from(previous).is_ok(),
-        "a rolling upgrade keeps workers of the previous protocol"
+    assert_eq!(
+        WorkerHello::try_from(previous)
+            .expect("a rolling upgrade keeps workers of the previous protocol")
+            .protocol,
+        baton_proto::WORKER_PROTOCOL - 1,
+        "known as such, for dispatch"
     );
     let older = v1::Hello {
         protocol: baton_proto::WORKER_PROTOCOL - 2,
