@@ -179,7 +179,7 @@ impl Builder {
     /// Files what `branch` handed on into its slot of the parallel step `parent`.
     fn file_handed(&mut self, parent: StepIndex, branch: StepIndex, branch_handed: Handed) {
         let workflow = self.run.workflow.clone();
-        let StepKind::Parallel { branches } = &workflow.step(parent).kind else {
+        let StepKind::Parallel { branches, .. } = &workflow.step(parent).kind else {
             unreachable!("a branch's parent is a parallel step");
         };
         let slot = branches.iter().position(|&b| b == branch);

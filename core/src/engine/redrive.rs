@@ -5,7 +5,8 @@
 //! failed. [`super::Event::Redrive`] records the failed visit as taken up again (a history
 //! record with status `redriven`, so the state chain shows it) and enters the step again: an
 //! agent, transform or approval runs again; a map step runs only the items that did not
-//! succeed, keeping the others' results. A run that did not fail at a step (it was cancelled,
+//! succeed, keeping the others' results, and a parallel step (one that fails: it sets
+//! `tolerated_failures`) only the branches that did not succeed. A run that did not fail at a step (it was cancelled,
 //! its data failed an integrity check, a step reached its visit limit) cannot be redriven.
 
 use std::sync::Arc;
@@ -25,7 +26,7 @@ pub(super) struct Resume {
     step: StepIndex,
     /// Why the run came to the step (through `on_error`): the step receives it again.
     error: Option<ErrorInfo>,
-    /// A map step's data at the visit that failed.
+    /// A map or parallel step's data at the visit that failed.
     kept: Option<Arc<Value>>,
 }
 
@@ -90,7 +91,8 @@ pub(super) fn apply(run: &Run, at_ms: i64) -> Result<Transition, EngineError> {
     Ok(builder.finish())
 }
 
-/// The items of a map step's data that succeeded, by index; `None` for the others.
+/// The items (or branches) of a map (or parallel) step's data that succeeded, in order; `None`
+/// for the others.
 fn kept_items(data: &Value) -> Vector<Option<BranchOutcome>> {
     data["data"]
         .as_array()

@@ -74,15 +74,15 @@ pub fn route(step: &Step, outcome: &Outcome) -> Route {
         ) => recover(),
         // A failed branch does not fail the parallel step: its data says which failed, and
         // `on_error`, when set, is where the workflow wants to handle that. The same goes for
-        // a map step's items, unless it sets `tolerated_failures` (the failures it tolerates
-        // go on; more fail it, above).
+        // a map step's items. With `tolerated_failures`, the failures it tolerates go on; more
+        // fail it (above).
         (
             Outcome::Merged {
                 all_succeeded: false,
                 ..
             },
-            StepKind::Map(map),
-        ) if map.tolerated_failures.is_some() => goto(step.on_success),
+            _,
+        ) if step.tolerated_failures().is_some() => goto(step.on_success),
         (
             Outcome::Merged {
                 all_succeeded: false,

@@ -307,12 +307,26 @@ impl Builder {
                 });
                 None
             }
-            StepKind::Parallel { branches } => {
+            StepKind::Parallel { branches, .. } => {
+                // A redrive keeps the branches that succeeded in the visit that failed.
+                let kept = match self.kept.take() {
+                    Some((step, kept)) if step == index && kept.len() == branches.len() => {
+                        Some(kept)
+                    }
+                    other => {
+                        self.kept = other;
+                        None
+                    }
+                };
                 // Every branch starts from the same snapshot and none sees another's result.
                 let mut outcomes = Vector::new();
                 let handed = Vector::from(vec![None; branches.len()]);
                 let mut remaining = 0;
-                for &branch in branches {
+                for (slot, &branch) in branches.iter().enumerate() {
+                    if let Some(Some(Ok(result))) = kept.as_ref().map(|kept| kept[slot].clone()) {
+                        outcomes.push_back(Some(Ok(result)));
+                        continue;
+                    }
                     let branch_visit = self.bump_visit(branch);
                     match self.begin(branch, branch_visit, snapshot, None) {
                         Some(outcome) => {
@@ -325,9 +339,6 @@ impl Builder {
                         }
                     }
                 }
-                if remaining == 0 {
-                    return Some(self.merge(step, &outcomes));
-                }
                 self.run.pending.insert(
                     index,
                     Pending::Parallel {
@@ -337,7 +348,7 @@ impl Builder {
                         remaining,
                     },
                 );
-                None
+                self.parallel_settles(index).map(|(_, _, outcome)| outcome)
             }
         }
     }
@@ -364,7 +375,7 @@ impl Builder {
     }
 
     fn merge(&self, step: &Step, outcomes: &Vector<Option<BranchOutcome>>) -> Outcome {
-        let StepKind::Parallel { branches } = &step.kind else {
+        let StepKind::Parallel { branches, .. } = &step.kind else {
             unreachable!("only parallel steps merge");
         };
         let workflow = &self.run.workflow;
@@ -379,7 +390,7 @@ impl Builder {
     }
 
     /// Files a branch's outcome into its parallel step; returns the parallel step once every
-    /// branch has settled.
+    /// branch has settled (or more have failed than it tolerates).
     fn settle_branch(
         &mut self,
         parent: StepIndex,
@@ -389,29 +400,120 @@ impl Builder {
     ) -> Option<Settled> {
         let settled = self.record_branch(branch, visit, outcome);
         let workflow = self.run.workflow.clone();
-        let parent_step = workflow.step(parent);
-        let StepKind::Parallel { branches } = &parent_step.kind else {
+        let StepKind::Parallel { branches, .. } = &workflow.step(parent).kind else {
             unreachable!("a branch's parent is a parallel step");
         };
         let slot = branches.iter().position(|&b| b == branch)?;
         let Some(Pending::Parallel {
-            visit: parent_visit,
             outcomes,
-            handed,
             remaining,
+            ..
         }) = self.run.pending.get_mut(&parent)
         else {
             return None;
         };
         outcomes.set(slot, Some(settled));
         *remaining -= 1;
-        if *remaining > 0 {
+        self.parallel_settles(parent)
+    }
+
+    /// Whether the parallel step `index` (pending) has settled: every branch has, or more have
+    /// failed than it tolerates (then the others are abandoned at once). Takes it out of
+    /// `pending` and merges what its branches handed on if so.
+    fn parallel_settles(&mut self, index: StepIndex) -> Option<Settled> {
+        let workflow = self.run.workflow.clone();
+        let step = workflow.step(index);
+        let Some(Pending::Parallel {
+            visit,
+            outcomes,
+            handed,
+            remaining,
+        }) = self.run.pending.get(&index).cloned()
+        else {
+            return None;
+        };
+        let failed = outcomes
+            .iter()
+            .filter(|o| matches!(o, Some(Err(_))))
+            .count();
+        let given_up = step
+            .tolerated_failures()
+            .filter(|tolerance| tolerance.exceeded_by(failed, outcomes.len()))
+            .map(|tolerance| {
+                format!(
+                    "step \"{}\": {failed} of {} branches failed; tolerated_failures is {tolerance}",
+                    step.id,
+                    outcomes.len()
+                )
+            });
+        if remaining > 0 && given_up.is_none() {
             return None;
         }
-        let (parent_visit, outcomes, handed) = (*parent_visit, outcomes.clone(), handed.clone());
-        self.run.pending.remove(&parent);
-        self.merge_handed(parent, &handed);
-        Some((parent, parent_visit, self.merge(parent_step, &outcomes)))
+        self.run.pending.remove(&index);
+        let mut outcomes = outcomes;
+        if let Some(why) = &given_up {
+            let StepKind::Parallel { branches, .. } = &step.kind else {
+                unreachable!("only parallel steps are pending as parallel");
+            };
+            for (slot, &branch) in branches.iter().enumerate() {
+                if outcomes[slot].is_none() {
+                    self.abandon(branch);
+                    outcomes.set(slot, Some(Err(format!("abandoned: {why}").into())));
+                }
+            }
+        }
+        self.merge_handed(index, &handed);
+        let outcome = match (self.merge(step, &outcomes), given_up) {
+            (
+                Outcome::Merged {
+                    data,
+                    all_succeeded,
+                    ..
+                },
+                Some(why),
+            ) => Outcome::Merged {
+                data,
+                all_succeeded,
+                failed: Some(why.into()),
+            },
+            (merged, None) => merged,
+            _ => unreachable!("a parallel step merges"),
+        };
+        Some((index, visit, outcome))
+    }
+
+    /// Stops whatever step `index` waits for (its agent's task, its approval, a parallel
+    /// step's branches, a map step's items), and forgets it.
+    pub(super) fn abandon(&mut self, index: StepIndex) {
+        let workflow = self.run.workflow.clone();
+        let Some(pending) = self.run.pending.remove(&index) else {
+            return;
+        };
+        let step = workflow.step(index);
+        match pending {
+            Pending::Agent { visit, .. } | Pending::Approval { visit } => {
+                // An approval's timer goes the way of a task.
+                self.actions
+                    .push(Action::Abandon(TaskId::new(step.id.clone(), visit)));
+            }
+            Pending::Map(map) => {
+                let run = self.run.clone();
+                self.actions
+                    .extend(run.items_waiting(&map).into_iter().filter_map(
+                        |waiting| match waiting {
+                            super::Waiting::Agent { task, .. } => Some(Action::Abandon(task)),
+                            super::Waiting::Approval { .. } => None,
+                        },
+                    ));
+            }
+            Pending::Parallel { .. } => {
+                if let StepKind::Parallel { branches, .. } = &step.kind {
+                    for &branch in branches {
+                        self.abandon(branch);
+                    }
+                }
+            }
+        }
     }
 
     /// Turns a branch's outcome into the fulfilled/rejected form and keeps it in the history.
@@ -527,8 +629,7 @@ impl Builder {
                 all_succeeded,
                 failed,
             } => {
-                let tolerated =
-                    matches!(&step.kind, StepKind::Map(map) if map.tolerated_failures.is_some());
+                let tolerated = step.tolerated_failures().is_some();
                 let error = match failed {
                     Some(error) => Some(error.clone()),
                     None if *all_succeeded || tolerated => None,
@@ -596,26 +697,15 @@ impl Builder {
 
     /// Ends the run; tasks still in flight are abandoned.
     fn end(&mut self, status: RunStatus, error: Option<String>) {
-        let workflow = self.run.workflow.clone();
-        for (index, pending) in std::mem::take(&mut self.run.pending) {
-            match pending {
-                Pending::Agent { visit, .. } => {
-                    self.actions.push(Action::Abandon(TaskId::new(
-                        workflow.step(index).id.clone(),
-                        visit,
-                    )));
+        // Every step waiting is in `pending`, branches included: its agents' tasks and its
+        // maps' items are stopped; approvals' timers go with the run's other tasks.
+        let pending: Vec<StepIndex> = self.run.pending.keys().copied().collect();
+        for index in pending {
+            match self.run.pending.get(&index) {
+                Some(Pending::Agent { .. } | Pending::Map(_)) => self.abandon(index),
+                _ => {
+                    self.run.pending.remove(&index);
                 }
-                Pending::Map(map) => {
-                    let run = self.run.clone();
-                    self.actions
-                        .extend(run.items_waiting(&map).into_iter().filter_map(|waiting| {
-                            match waiting {
-                                super::Waiting::Agent { task, .. } => Some(Action::Abandon(task)),
-                                super::Waiting::Approval { .. } => None,
-                            }
-                        }));
-                }
-                Pending::Approval { .. } | Pending::Parallel { .. } => {}
             }
         }
         self.run.status = status;

@@ -142,16 +142,7 @@ impl Checker<'_> {
             }
             valid
         });
-        let tolerated_failures = match &raw.tolerated_failures {
-            None => None,
-            Some(value) => match tolerance(value) {
-                Ok(tolerance) => Some(tolerance),
-                Err(problem) => {
-                    self.error(format!("{path}.tolerated_failures"), Some(n), problem);
-                    None
-                }
-            },
-        };
+        let tolerated_failures = self.check_tolerance(n, path, raw);
         let (items, items_source) = items?;
         Some(MapStep {
             items,
@@ -163,7 +154,26 @@ impl Checker<'_> {
     }
 }
 
-/// `tolerated_failures`: a whole number of items, or a percentage written `"N%"` (0 to 100).
+impl Checker<'_> {
+    /// A parallel or map step's `tolerated_failures`, read.
+    pub(super) fn check_tolerance(
+        &mut self,
+        n: usize,
+        path: &str,
+        raw: &RawStep,
+    ) -> Option<Tolerance> {
+        match tolerance(raw.tolerated_failures.as_ref()?) {
+            Ok(tolerance) => Some(tolerance),
+            Err(problem) => {
+                self.error(format!("{path}.tolerated_failures"), Some(n), problem);
+                None
+            }
+        }
+    }
+}
+
+/// `tolerated_failures`: a whole number of items (or branches), or a percentage written `"N%"`
+/// (0 to 100).
 fn tolerance(value: &Value) -> Result<Tolerance, String> {
     let shown = || {
         let text = value.to_string();
@@ -172,7 +182,7 @@ fn tolerance(value: &Value) -> Result<Tolerance, String> {
     match value {
         Value::Number(number) => number.as_u64().map(Tolerance::Count).ok_or_else(|| {
             format!(
-                "tolerated_failures must be a whole number of items or a percentage like \"10%\", not {}",
+                "tolerated_failures must be a whole number or a percentage like \"10%\", not {}",
                 shown()
             )
         }),
@@ -190,7 +200,7 @@ fn tolerance(value: &Value) -> Result<Tolerance, String> {
             })
         }
         _ => Err(format!(
-            "tolerated_failures must be a whole number of items or a percentage like \"10%\", not {}",
+            "tolerated_failures must be a whole number or a percentage like \"10%\", not {}",
             shown()
         )),
     }

@@ -84,6 +84,9 @@ pub enum StepKind {
     },
     Parallel {
         branches: Vec<StepIndex>,
+        /// How many failed branches the step survives; more fail it (and stop the others).
+        /// `None`: failed branches never fail the step by themselves.
+        tolerated_failures: Option<Tolerance>,
     },
     Condition {
         condition: Expr,
@@ -257,6 +260,20 @@ impl Step {
             StepKind::Condition { .. } => StepType::Condition,
             StepKind::Approval { .. } => StepType::Approval,
             StepKind::Map(_) => StepType::Map,
+        }
+    }
+}
+
+impl Step {
+    /// A parallel or map step's `tolerated_failures`, if it sets one: then the failures it
+    /// tolerates do not send it to `on_error`, and more fail it.
+    pub fn tolerated_failures(&self) -> Option<Tolerance> {
+        match &self.kind {
+            StepKind::Parallel {
+                tolerated_failures, ..
+            } => *tolerated_failures,
+            StepKind::Map(map) => map.tolerated_failures,
+            _ => None,
         }
     }
 }

@@ -264,6 +264,7 @@ impl Checker<'_> {
                 }
                 Some(StepKind::Parallel {
                     branches: self.nodes[n].children.clone(),
+                    tolerated_failures: self.check_tolerance(n, path, raw),
                 })
             }
             StepType::Condition => {
@@ -353,7 +354,7 @@ impl Checker<'_> {
         let applies: &[&str] = match step_type {
             StepType::Agent => &["agent", "input", "retry", "timeout_ms", "output"],
             StepType::Transform => &["transform", "output"],
-            StepType::Parallel => &["steps", "output"],
+            StepType::Parallel => &["steps", "tolerated_failures", "output"],
             StepType::Condition => &["condition", "then", "else"],
             StepType::Approval => &["message", "on_approve", "on_reject", "timeout_ms", "output"],
             StepType::Map => map_fields,
