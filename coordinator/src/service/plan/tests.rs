@@ -252,3 +252,110 @@ fn planning_is_pure() {
     );
     assert!(loaded.tasks.is_empty());
 }
+
+/// The bytes a write carries to the store.
+fn write_bytes(write: &TransitionWrite) -> usize {
+    let pairs = |pairs: &[(String, Vec<u8>)]| -> usize {
+        pairs.iter().map(|(key, value)| key.len() + value.len()).sum()
+    };
+    write.event.as_ref().map_or(0, Vec::len)
+        + pairs(&write.results)
+        + pairs(&write.steps)
+        + pairs(&write.tasks_set)
+        + write.tasks_removed.iter().map(String::len).sum::<usize>()
+        + write.links.iter().map(Vec::len).sum::<usize>()
+        + pairs(&write.decisions)
+}
+
+#[test]
+fn settling_a_map_item_writes_as_much_at_the_last_item_as_at_the_first() {
+    const ITEMS: u32 = 2_000;
+    let text = r#"{"id": "wf", "steps": [
+        {"id": "each", "type": "map", "items": "input", "agent": "tester", "max_concurrency": 8}
+    ]}"#;
+    let input = json!((0..ITEMS).collect::<Vec<_>>());
+    let workflow = Arc::new(baton_core::parse_workflow(text).unwrap().workflow);
+    let start = Run::start(workflow, input.clone());
+    let header = RunHeader {
+        run_id: "r1".into(),
+        workflow_id: "wf".into(),
+        workflow: text.into(),
+        input: serde_json::to_vec(&input).unwrap(),
+        created_ms: NOW,
+        traceparent: String::new(),
+        submitted_by: String::new(),
+    };
+    let mut loaded = Loaded::new(
+        header,
+        start.run.clone(),
+        NOW,
+        genesis("r1", text, &input),
+    );
+    let first_write = take(&mut loaded, &first(&start), &holder(&["tester"]));
+    assert_eq!(first_write.tasks_set.len(), 8, "the cap: 8 items go out first");
+    assert_eq!(first_write.tasks_set[0].0, "each[0]#1");
+    let used = [ModelUsage {
+        model: "m".into(),
+        prompt_tokens: 10,
+        completion_tokens: 5,
+    }];
+    let mut sizes = Vec::new();
+    for i in 0..ITEMS {
+        let task = TaskId {
+            item: Some(i),
+            ..TaskId::new("each", 1)
+        };
+        let event = Event::AgentSucceeded {
+            task: task.clone(),
+            data: json!({"item": i}),
+            notes: Default::default(),
+        };
+        let logged = LoggedEvent {
+            at_ms: NOW + i64::from(i),
+            event: StoredEvent::of(&event, "w1").unwrap(),
+        };
+        let history_before = loaded.run.history().len();
+        let transition = loaded.run.apply_at(event, NOW + i64::from(i)).unwrap();
+        let applied = Applied {
+            event: Some(&logged),
+            answering: Some(Answering {
+                worker_id: "w1",
+                task: &task,
+                attempt: 1,
+                usage: &used,
+            }),
+            transition: &transition,
+            history_before,
+            now_ms: NOW + i64::from(i),
+            embedded: None,
+        };
+        let planned = take(&mut loaded, &applied, &holder(&["tester"]));
+        if i + 1 < ITEMS {
+            sizes.push(write_bytes(&planned.write));
+        }
+    }
+    // Only digits grow (indexes, counts, token sums): never the items settled so far.
+    let early = *sizes[10..20].iter().max().unwrap();
+    let late = *sizes[sizes.len() - 200..].iter().max().unwrap();
+    assert!(
+        late <= early + 64,
+        "settling an item wrote {early} bytes early on and {late} near the end"
+    );
+    let each = loaded.steps.get("each").unwrap();
+    let items = each.items.as_ref().unwrap();
+    assert_eq!(
+        (items.count, items.succeeded, items.failed, items.running),
+        (2_000, 2_000, 0, 0)
+    );
+    assert_eq!(
+        items.usage,
+        [ModelUsage {
+            model: "m".into(),
+            prompt_tokens: 20_000,
+            completion_tokens: 10_000
+        }],
+        "the items' tokens, summed per model"
+    );
+    assert!(each.usage.is_empty(), "no entry per item attempt");
+    assert_eq!(each.status, StepStatus::Succeeded);
+}
