@@ -172,10 +172,10 @@ fn arbitrary_step(
     let source = |u: &mut Unstructured| pick(u, earlier);
     let mut step = Map::new();
     step.insert("id".into(), json!(id));
-    let kind = match u.choose_index(5)? {
+    let kind = match u.choose_index(6)? {
         _ if earlier.is_empty() && !branch => 0,
         2 if branch && !rarely(u, 20)? => 0,
-        4 if depth >= 2 => 0,
+        4 | 5 if depth >= 2 => 0,
         kind => kind,
     };
     match kind {
@@ -230,6 +230,49 @@ fn arbitrary_step(
             }
             if u.ratio(1, 4)? {
                 step.insert("timeout_ms".into(), json!(small(u, 1..=60_000)?));
+            }
+        }
+        5 => {
+            step.insert("type".into(), json!("map"));
+            let items = match u.choose_index(4)? {
+                0 => "input.flags".to_owned(),
+                1 => "input.task".to_owned(),
+                2 => format!("context[\"{}\"].files", source(u)?),
+                _ => "input.items".to_owned(),
+            };
+            step.insert("items".into(), json!(items));
+            if u.ratio(1, 2)? {
+                step.insert("max_concurrency".into(), json!(small(u, 1..=3)?));
+            }
+            if u.ratio(1, 3)? {
+                let tolerated = if u.arbitrary()? {
+                    json!(u.int_in_range(0..=2)?)
+                } else {
+                    json!(format!("{}%", u.int_in_range(0..=60)?))
+                };
+                step.insert("tolerated_failures".into(), tolerated);
+            }
+            if u.ratio(1, 2)? {
+                step.insert("agent".into(), json!(*u.choose(&["a", "b", "c"])?));
+            } else {
+                // A chain: an agent, then a condition on the item that goes to another agent or
+                // to a transform of the item.
+                let chain = |n: usize| format!("{id}c{n}");
+                let mut first = json!({"id": chain(0), "type": "agent", "agent": "a"});
+                if u.ratio(1, 4)? {
+                    first["on_error"] = json!(chain(3));
+                }
+                step.insert(
+                    "steps".into(),
+                    json!([
+                        first,
+                        {"id": chain(1), "type": "condition",
+                         "condition": format!("map.index < {} && context.{}", u.int_in_range(0..=4)?, chain(0)),
+                         "then": chain(2), "else": chain(3)},
+                        {"id": chain(2), "type": "agent", "agent": "b", "end": true},
+                        {"id": chain(3), "type": "transform", "transform": "map.item"}
+                    ]),
+                );
             }
         }
         _ => {
@@ -339,14 +382,27 @@ impl Choices {
 fn drive(workflow: Arc<Workflow>, data: &[u8]) {
     install_jq_runner(Box::new(NoJq));
     let mut choices = Choices::of(data);
-    let input = json!({"task": "fuzz", "n": 3, "flags": [true, false]});
+    let input = json!({"task": "fuzz", "n": 3, "flags": [true, false], "items": [0, 1, 2, 3, 4]});
     let start = Run::start(workflow.clone(), input.clone());
     let mut run = start.run;
     let mut dispatched: HashMap<TaskId, Vec<u8>> = HashMap::new();
     check_actions(&start.actions, &mut dispatched);
     let mut events: Vec<(Event, i64)> = Vec::new();
+    let mut redrives = 0;
     for n in 0..MAX_EVENTS {
         if run.status() != RunStatus::Running {
+            // A failed run is now and then retried, as `baton runs retry` does.
+            if run.redrive_target().is_ok() && redrives < 2 && choices.next(2) == 0 {
+                redrives += 1;
+                let at_ms = 1_700_000_000_000 + n as i64 * 1_000;
+                let transition = run
+                    .apply_at(Event::Redrive, at_ms)
+                    .expect("a run with a redrive target takes a redrive");
+                check_actions(&transition.actions, &mut dispatched);
+                run = transition.run;
+                events.push((Event::Redrive, at_ms));
+                continue;
+            }
             break;
         }
         for waiting in run.waiting() {

@@ -576,11 +576,7 @@ impl Builder {
             .workflow
             .index_of(&step_id)
             .expect("the map step is in its workflow");
-        self.collect(
-            index,
-            map,
-            Some(format!("step \"{step_id}\": {why}").into()),
-        )
+        self.collect(index, map, Some(why.into()))
     }
 
     /// Every item has settled (or been given up): the step's data, in item order, and the

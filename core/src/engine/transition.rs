@@ -215,8 +215,10 @@ impl Builder {
         let workflow = self.run.workflow.clone();
         let step = workflow.step(index);
         let visit = self.bump_visit(index);
-        // A redrive resumes a visit that failed: it does not count against the limit.
-        if visit > step.max_visits && !std::mem::take(&mut self.redriving) {
+        // A redrive resumes a visit that failed: that entry alone does not count against the
+        // limit (the flag is spent by the first step entered, whatever follows in the walk).
+        let redriving = std::mem::take(&mut self.redriving);
+        if visit > step.max_visits && !redriving {
             self.end(
                 RunStatus::Failed,
                 Some(format!(
@@ -441,8 +443,7 @@ impl Builder {
             .filter(|tolerance| tolerance.exceeded_by(failed, outcomes.len()))
             .map(|tolerance| {
                 format!(
-                    "step \"{}\": {failed} of {} branches failed; tolerated_failures is {tolerance}",
-                    step.id,
+                    "{failed} of {} branches failed; tolerated_failures is {tolerance}",
                     outcomes.len()
                 )
             });
