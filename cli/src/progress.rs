@@ -87,11 +87,7 @@ impl Progress {
             self.streaming = None;
             return out.flush();
         }
-        let tenth = if map.count == 0 {
-            10
-        } else {
-            settled * 10 / map.count
-        };
+        let tenth = (settled * 10).checked_div(map.count).unwrap_or(10);
         let key = (map.step_id.clone(), map.visit);
         if self.map_tenths.get(&key) == Some(&tenth) {
             return Ok(());
@@ -370,6 +366,60 @@ mod tests {
         assert_eq!(
             String::from_utf8(out).unwrap(),
             "  … code                 output\n    │ Writing the theme\n    │ Done\n  … review               output\n    │ Looks good\n  … review               output (from the start again)\n    │ Again\n  … this watcher fell behind: 3 pieces of live output missed\n"
+        );
+    }
+
+    fn map(succeeded: u64, failed: u64, running: u64) -> RunEvent {
+        RunEvent {
+            event: Some(run_event::Event::MapProgress(MapProgress {
+                step_id: "each".into(),
+                visit: 1,
+                count: 100,
+                succeeded,
+                failed,
+                running,
+            })),
+        }
+    }
+
+    #[test]
+    fn a_map_s_progress_is_a_line_per_tenth_of_its_items_off_a_terminal() {
+        let mut progress = Progress::new(false);
+        let mut out = Vec::new();
+        for (done, running) in [(0, 8), (3, 8), (9, 8), (10, 8), (19, 8), (55, 8), (100, 0)] {
+            progress
+                .print(&mut out, "r", &map(done, 0, running))
+                .unwrap();
+        }
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "  ⋯ each                 0/100 items done, 0 failed, 8 running\n  ⋯ each                 10/100 items done, 0 failed, 8 running\n  ⋯ each                 55/100 items done, 0 failed, 8 running\n  ⋯ each                 100/100 items done, 0 failed, 0 running\n"
+        );
+    }
+
+    #[test]
+    fn on_a_terminal_a_map_s_progress_is_one_line_rewritten_in_place() {
+        let mut progress = Progress::new(true);
+        let mut out = Vec::new();
+        progress.print(&mut out, "r", &map(1, 0, 8)).unwrap();
+        progress.print(&mut out, "r", &map(2, 1, 7)).unwrap();
+        let finished = RunEvent {
+            event: Some(run_event::Event::StepFinished(baton_proto::v1::StepFinished {
+                step_id: "each".into(),
+                visit: 1,
+                status: "succeeded".into(),
+                data: Some(baton_proto::Json::new(
+                    br#"{"success": false, "data": [{"index": 0, "status": "fulfilled"}, {"index": 1, "status": "rejected"}]}"#.to_vec(),
+                )),
+                error: String::new(),
+                next: String::new(),
+                parent: String::new(),
+            })),
+        };
+        progress.print(&mut out, "r", &finished).unwrap();
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "\r  ⋯ each                 1/100 items done, 0 failed, 8 running\x1b[K\r  ⋯ each                 3/100 items done, 1 failed, 7 running\x1b[K\n  ✓ each                 succeeded  (2 items, 1 failed)\n"
         );
     }
 }
