@@ -27,9 +27,10 @@ fn bench_prints_one_line_per_workload_with_every_field() {
         .iter()
         .map(|l| l["workload"].as_str().unwrap())
         .collect();
-    assert_eq!(workloads, ["W1", "W2", "W3", "W4", "W5", "W6"]);
+    assert_eq!(workloads, ["W1", "W2", "W3", "W4", "W5", "W6", "W7"]);
     let (steps, streaming) = lines.split_at(4);
-    for line in steps {
+    // W1-W4 and W7 (a map) share the fields of workloads timed by their steps.
+    for line in steps.iter().chain(&lines[6..]) {
         for field in [
             "median_s",
             "min_s",
@@ -74,6 +75,19 @@ fn bench_prints_one_line_per_workload_with_every_field() {
     let w6 = &streaming[1];
     assert!(w6["per_step_ms"].as_f64().unwrap() > 0.0, "{w6}");
     assert_eq!(w6["bytes_to_workers"].as_u64(), Some(0), "{w6}");
+
+    // W7: one map of 10,000 x 0.02 = 200 no-op items, every one of which succeeded; its steps
+    // are the items.
+    let w7 = &lines[6];
+    assert!(w7["items_per_s"].as_f64().unwrap() > 0.0, "{w7}");
+    assert_eq!(w7["items"].as_u64(), Some(200), "{w7}");
+    assert_eq!(w7["items_succeeded"].as_u64(), Some(200), "{w7}");
+    assert_eq!(w7["items_per_s"], w7["steps_per_s"], "{w7}");
+    // Every item's agent got a payload: more bytes than W1's 4 steps (at this scale) were sent.
+    assert!(
+        w7["bytes_to_workers"].as_u64() > lines[0]["bytes_to_workers"].as_u64(),
+        "{w7}"
+    );
 }
 
 #[test]

@@ -123,7 +123,7 @@ pub fn replay_checked(stored: &StoredRun, limits: &Limits) -> Result<Checked, Un
                 return Ok(check.finish(run, Some(mismatch)));
             }
         };
-        if let Some(mismatch) = check.settled(next.history().iter().skip(before)) {
+        if let Some(mismatch) = check.settled(next.history_since(before).iter()) {
             return Ok(check.finish(run, Some(mismatch)));
         }
         run = next;

@@ -1,4 +1,4 @@
-//! `baton bench`: the five workloads of the benchmark on a real cluster of separate processes.
+//! `baton bench`: the seven workloads of the benchmark on a real cluster of separate processes.
 //!
 //! - this file: the arguments, the order of a benchmark, and the built-in agents it runs.
 //! - `cluster`: the processes it runs against: Redis, a coordinator, workers.
@@ -24,6 +24,9 @@
 //!   coordinators' CPU).
 //! - W6 jq: one run of 200 `jq:` transforms in a row, each in the coordinator's budgeted
 //!   sandbox (`BATON_JQ_UNBUDGETED=true` in the bench's environment runs them unbudgeted).
+//! - W7 map: one `map` step of 10,000 `noop` items from the run's input, at most 256 in flight
+//!   (the map workload issue 17 calls W5); its line adds `items`, `items_succeeded` and
+//!   `items_per_s`.
 
 mod cluster;
 mod model_server;
@@ -54,9 +57,9 @@ pub struct Args {
     #[arg(long, default_value_t = 3)]
     reps: usize,
     /// Which workloads, comma-separated.
-    #[arg(long, value_delimiter = ',', default_value = "W1,W2,W3,W4,W5,W6")]
+    #[arg(long, value_delimiter = ',', default_value = "W1,W2,W3,W4,W5,W6,W7")]
     workloads: Vec<Workload>,
-    /// Multiplies every size (steps, branches, runs, blob size); CI runs 0.02 so the bench
+    /// Multiplies every size (steps, branches, runs, items, blob size); CI runs 0.02 so the bench
     /// cannot rot without taking minutes.
     #[arg(long, default_value_t = 1.0)]
     scale: f64,

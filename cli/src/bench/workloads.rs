@@ -1,4 +1,15 @@
 //! The workloads, how each is timed, and the line printed for it (W5's are in `streaming`).
+//!
+//! W7 is the map workload issue 17 asks for under the name W5 (taken by streaming by then):
+//! one `map` step of 10,000 items run by `noop`, at most 256 in flight. Its line carries `items`
+//! and `items_per_s` besides the usual fields, with `steps` = items; `items_succeeded` counts
+//! the items the final record's map data says were fulfilled (the run fails otherwise). A map
+//! tells watchers `MapProgress` (about 200 events per map), not one event per item, so W7's
+//! `p50_step_ms`/`p99_step_ms` are over items: each stretch between progress events (the first
+//! from the submit, the last to the map's StepFinished) divided by the items it settled, once
+//! per item. With 256 items in flight that is the spread of the map's pace over its course, not
+//! one item's latency. Items settled before the watch opens arrive as one catch-up event: one
+//! stretch.
 
 use std::str::FromStr;
 use std::time::{Duration, Instant};
@@ -18,6 +29,8 @@ pub enum Workload {
     W4,
     W5,
     W6,
+    /// The map workload (issue 17's "W5").
+    W7,
 }
 
 impl FromStr for Workload {
@@ -31,8 +44,9 @@ impl FromStr for Workload {
             "W4" => Ok(Workload::W4),
             "W5" => Ok(Workload::W5),
             "W6" => Ok(Workload::W6),
+            "W7" => Ok(Workload::W7),
             other => Err(format!(
-                "unknown workload {other:?}; expected W1, W2, W3, W4, W5 or W6"
+                "unknown workload {other:?}; expected W1, W2, W3, W4, W5, W6 or W7"
             )),
         }
     }
@@ -67,6 +81,82 @@ fn fan_out(branches: usize) -> String {
         {"id": "gather", "type": "agent", "agent": "noop", "input": "fan"}
     ]})
     .to_string()
+}
+
+/// One map step of `items` `noop` items from the run's input, at most 256 in flight (never
+/// more than there are items); `tolerated_failures: 0`, so one failed item fails the run.
+fn map(items: usize) -> String {
+    json!({"id": "bench-map", "steps": [
+        {"id": "each", "type": "map", "items": "input.items", "agent": "noop",
+         "max_concurrency": items.min(256), "tolerated_failures": 0}
+    ]})
+    .to_string()
+}
+
+/// One run of [`map`]: submit, watch to the end. Returns its duration, the time per item of
+/// each stretch between `MapProgress` events (the stretch's time over the items it settled,
+/// once per item) and how many items the final record's map data says were fulfilled (all of
+/// them, or this fails).
+async fn one_map_run(
+    client: &mut crate::client::Client,
+    items: usize,
+) -> anyhow::Result<(Duration, Vec<Duration>, usize)> {
+    let input = json!({"items": (0..items).collect::<Vec<_>>()});
+    let start = Instant::now();
+    let run_id = submit(client, map(items).into_bytes(), &input).await?;
+    let mut events = watch(client, &run_id).await?;
+    let mut gaps = Vec::with_capacity(items);
+    // When the last stretch began, and how many items had settled by then.
+    let (mut last, mut settled) = (start, 0u64);
+    let mut per_item = |now: Instant, upto: u64, gaps: &mut Vec<Duration>| {
+        if upto > settled {
+            let delta = upto - settled;
+            let each = (now - last) / delta as u32;
+            gaps.extend(std::iter::repeat_n(each, delta as usize));
+            settled = upto;
+        }
+        last = now;
+    };
+    while let Some(event) = events.message().await? {
+        match event.event {
+            Some(run_event::Event::MapProgress(progress)) => {
+                per_item(
+                    Instant::now(),
+                    progress.succeeded + progress.failed,
+                    &mut gaps,
+                );
+            }
+            Some(run_event::Event::StepFinished(_)) => {
+                per_item(Instant::now(), items as u64, &mut gaps);
+            }
+            Some(run_event::Event::RunFinished(finished)) => {
+                let elapsed = start.elapsed();
+                let context = finished
+                    .record
+                    .as_ref()
+                    .and_then(|record| record.context.as_ref())
+                    .map(|context| {
+                        anyhow::Ok(serde_json::from_slice::<Value>(context.verified()?)?)
+                    })
+                    .transpose()?
+                    .unwrap_or(Value::Null);
+                succeeded(&run_id, finished)?;
+                let data = context["each"]["data"].as_array().map(Vec::as_slice);
+                let ok = data
+                    .unwrap_or_default()
+                    .iter()
+                    .filter(|item| item["status"] == "fulfilled")
+                    .count();
+                anyhow::ensure!(
+                    context["each"]["success"] == true && ok == items,
+                    "run {run_id}: {ok} of {items} items fulfilled"
+                );
+                return Ok((elapsed, gaps, ok));
+            }
+            _ => {}
+        }
+    }
+    anyhow::bail!("the watch of run {run_id} ended early")
 }
 
 /// One run: submit, watch to the end. Returns its duration, the gaps between its steps' results
@@ -144,6 +234,11 @@ async fn once(
             let (time, gaps) = one_run(&mut client, &jq_chain(steps), &json!({"n": 0})).await?;
             Ok((time, gaps, steps))
         }
+        Workload::W7 => {
+            let items = scaled(10_000, scale);
+            let (time, gaps, ok) = one_map_run(&mut client, items).await?;
+            Ok((time, gaps, ok))
+        }
         Workload::W5 => unreachable!("W5 is measured by streaming::measure"),
     }
 }
@@ -210,7 +305,7 @@ pub async fn measure(
         gaps[index].as_secs_f64() * 1e3
     };
     let round = |x: f64, digits: i32| (x * 10f64.powi(digits)).round() / 10f64.powi(digits);
-    Ok(json!({
+    let mut line = json!({
         "workload": format!("{workload:?}"),
         "median_s": round(median, 4),
         "min_s": round(times[0], 4),
@@ -221,7 +316,14 @@ pub async fn measure(
         "p99_step_ms": round(percentile(0.99), 3),
         "redis_used_memory_mb": round(memory_growth.iter().cloned().fold(0.0, f64::max), 2),
         "bytes_to_workers": bytes.iter().max().copied().unwrap_or(0),
-    }))
+    });
+    if workload == Workload::W7 {
+        // `steps` is the items that succeeded, in every rep (`one_map_run` fails otherwise).
+        line["items"] = json!(scaled(10_000, scale));
+        line["items_succeeded"] = json!(steps);
+        line["items_per_s"] = json!(round(steps as f64 / median, 1));
+    }
+    Ok(line)
 }
 
 /// Where the coordinator's time went during a workload, per transition, and what is left of

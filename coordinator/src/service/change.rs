@@ -177,7 +177,8 @@ impl<S: Store> Coordinator<S> {
     ) -> Vec<Assignment> {
         let settled = std::mem::take(&mut loaded.settled);
         let mut items_moved = false;
-        for (n, record) in loaded.run.history().iter().skip(history_before).enumerate() {
+        let added = loaded.run.history_since(history_before);
+        for (n, record) in added.iter().enumerate() {
             self.inner
                 .metrics
                 .step_settled(record.step_type.as_str(), record.status.as_str());

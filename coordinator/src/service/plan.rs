@@ -119,7 +119,7 @@ pub(super) fn plan(loaded: &Loaded, applied: &Applied<'_>, holder: &Holder<'_>) 
             .extend(AttemptUsage::of(visit, answering.attempt, answering.usage));
     }
     let mut settled = Vec::new();
-    for record in run.history().iter().skip(applied.history_before) {
+    for record in &run.history_since(applied.history_before) {
         settled.push(settled_timing(loaded, run, record));
         let key = record_key(record);
         // Agent and transform data is stored once here; parallel and map data is rebuilt from
@@ -261,8 +261,11 @@ pub(super) fn plan(loaded: &Loaded, applied: &Applied<'_>, holder: &Holder<'_>) 
         .iter()
         .map(|(id, state)| (id.clone(), json(state)))
         .collect();
-    let new_decisions = run.decisions().iter().skip(loaded.run.decisions().len());
-    for (n, decision) in new_decisions.enumerate() {
+    // `skip` on the vector, not its iterator: O(log n), not a walk over every decision so far.
+    let new_decisions = run
+        .decisions()
+        .skip(loaded.run.decisions().len().min(run.decisions().len()));
+    for (n, decision) in new_decisions.iter().enumerate() {
         let vector = applied
             .embedded
             .and_then(|e| e.vectors.get(n).map(|v| (e.model.clone(), v.clone())));

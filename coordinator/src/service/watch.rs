@@ -252,12 +252,11 @@ impl<S: Store> Coordinator<S> {
         // A map's items are told as its progress, below, not one by one.
         let mut events: Vec<RunEvent> = loaded
             .run
-            .history()
+            .history_since(settled)
             .iter()
             .enumerate()
-            .skip(settled)
             .filter(|(_, record)| record.item.is_none())
-            .map(|(position, record)| RunEvent::step_finished(record, position))
+            .map(|(n, record)| RunEvent::step_finished(record, settled + n))
             .collect();
         if running {
             for (key, entry) in &loaded.tasks {

@@ -442,6 +442,13 @@ impl Run {
         &self.history
     }
 
+    /// The step visits settled after the first `settled`, in order: what a transition added.
+    /// O(log n), where `history().iter().skip(n)` would walk the n records before them (a map
+    /// of 10,000 items would walk its whole history for every item).
+    pub fn history_since(&self, settled: usize) -> Vector<StepRecord> {
+        self.history.skip(settled.min(self.history.len()))
+    }
+
     /// The run's message history.
     pub fn messages(&self) -> &MessageHistory {
         &self.messages

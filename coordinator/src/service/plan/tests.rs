@@ -256,7 +256,10 @@ fn planning_is_pure() {
 /// The bytes a write carries to the store.
 fn write_bytes(write: &TransitionWrite) -> usize {
     let pairs = |pairs: &[(String, Vec<u8>)]| -> usize {
-        pairs.iter().map(|(key, value)| key.len() + value.len()).sum()
+        pairs
+            .iter()
+            .map(|(key, value)| key.len() + value.len())
+            .sum()
     };
     write.event.as_ref().map_or(0, Vec::len)
         + pairs(&write.results)
@@ -285,14 +288,13 @@ fn settling_a_map_item_writes_as_much_at_the_last_item_as_at_the_first() {
         traceparent: String::new(),
         submitted_by: String::new(),
     };
-    let mut loaded = Loaded::new(
-        header,
-        start.run.clone(),
-        NOW,
-        genesis("r1", text, &input),
-    );
+    let mut loaded = Loaded::new(header, start.run.clone(), NOW, genesis("r1", text, &input));
     let first_write = take(&mut loaded, &first(&start), &holder(&["tester"]));
-    assert_eq!(first_write.tasks_set.len(), 8, "the cap: 8 items go out first");
+    assert_eq!(
+        first_write.tasks_set.len(),
+        8,
+        "the cap: 8 items go out first"
+    );
     assert_eq!(first_write.tasks_set[0].0, "each[0]#1");
     let used = [ModelUsage {
         model: "m".into(),
