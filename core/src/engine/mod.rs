@@ -9,7 +9,7 @@
 //! - [`transition`]: entering and settling steps, the body of [`Run::apply`].
 //! - [`handoffs`]: what agents hand on to the next agent step: decisions, messages, handoffs.
 //! - [`route`]: where a settled step leads (pure, per step).
-//! - [`parallel`]: how branch outcomes merge into the parallel step's data.
+//! - [`parallel`]: parallel steps: branches started, filed and merged into the step's data.
 //! - [`map`]: map steps: items started up to the cap, chains run per item, outcomes filed.
 //! - [`redrive`]: a failed run resumed from the step that failed.
 
