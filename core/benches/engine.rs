@@ -176,5 +176,65 @@ fn integrity(c: &mut Criterion) {
     });
 }
 
-criterion_group!(benches, transitions, payloads, integrity);
+/// A run of one map step over `n` items (256 in flight), halfway through: every item answered
+/// in order until half have settled. Returns the run and the next item's task to answer.
+fn half_done_map(n: usize) -> (Run, baton_core::TaskId) {
+    let text = json!({"steps": [{"id": "each", "type": "map", "items": "input",
+        "agent": "noop", "max_concurrency": 256}]})
+    .to_string();
+    let workflow = Arc::new(parse_workflow(&text).unwrap().workflow);
+    let transition = Run::start(workflow, json!((0..n).collect::<Vec<_>>()));
+    let mut run = transition.run;
+    let mut waiting: std::collections::VecDeque<baton_core::TaskId> = transition
+        .actions
+        .into_iter()
+        .filter_map(|action| match action {
+            Action::Dispatch(task) => Some(task.task),
+            _ => None,
+        })
+        .collect();
+    for _ in 0..n / 2 {
+        let task = waiting.pop_front().unwrap();
+        let next = run
+            .apply_at(
+                Event::AgentSucceeded {
+                    task,
+                    data: json!({"ok": true}),
+                    notes: Default::default(),
+                },
+                1_795_428_000_000,
+            )
+            .unwrap();
+        run = next.run;
+        waiting.extend(next.actions.into_iter().filter_map(|action| match action {
+            Action::Dispatch(task) => Some(task.task),
+            _ => None,
+        }));
+    }
+    (run, waiting.pop_front().unwrap())
+}
+
+/// Settling one item of a map, halfway through maps of 1,000 to 100,000 items: what the engine
+/// costs per item as a map grows (it should barely).
+fn map_items(c: &mut Criterion) {
+    for n in [1_000, 10_000, 100_000] {
+        let (run, task) = half_done_map(n);
+        c.bench_function(
+            &format!("transition/map item, halfway through {n} items"),
+            |b| {
+                b.iter_batched(
+                    || Event::AgentSucceeded {
+                        task: task.clone(),
+                        data: json!({"ok": true}),
+                        notes: Default::default(),
+                    },
+                    |event| black_box(run.apply_at(event, 1_795_428_000_000).unwrap()),
+                    BatchSize::SmallInput,
+                )
+            },
+        );
+    }
+}
+
+criterion_group!(benches, transitions, payloads, integrity, map_items);
 criterion_main!(benches);
