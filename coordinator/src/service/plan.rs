@@ -138,7 +138,13 @@ pub(super) fn plan(loaded: &Loaded, applied: &Applied<'_>, holder: &Holder<'_>) 
         head = link.state_sha256.clone();
         write.links.push(json(&link));
         if record.item.is_some() {
-            // An item's step visit: its map step's counts say how the items stand.
+            // An item's step visit: its map step's counts say how the items stand. A chain
+            // step's own state shows its visits (over every item) and how the latest ended.
+            if record.parent.as_deref() != Some(&*record.step_id) {
+                let state = changed(&mut steps, loaded, &record.step_id);
+                state.status = record.status.into();
+                state.visits = run.visits(&record.step_id);
+            }
             continue;
         }
         let state = changed(&mut steps, loaded, &record.step_id);

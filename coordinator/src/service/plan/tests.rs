@@ -361,3 +361,41 @@ fn settling_a_map_item_writes_as_much_at_the_last_item_as_at_the_first() {
     assert!(each.usage.is_empty(), "no entry per item attempt");
     assert_eq!(each.status, StepStatus::Succeeded);
 }
+
+#[test]
+fn a_chain_step_s_state_counts_its_visits_over_every_item() {
+    let text = r#"{"id": "wf", "steps": [
+        {"id": "each", "type": "map", "items": "input", "steps": [
+            {"id": "double", "type": "transform", "transform": "jq: .map.item * 2"},
+            {"id": "ok", "type": "condition", "condition": "map.index < 9", "then": "keep"},
+            {"id": "keep", "type": "transform", "transform": "context.double"}
+        ]}
+    ]}"#;
+    let input = json!([1, 2, 3]);
+    let workflow = Arc::new(baton_core::parse_workflow(text).unwrap().workflow);
+    let start = Run::start(workflow, input.clone());
+    let header = RunHeader {
+        run_id: "r1".into(),
+        workflow_id: "wf".into(),
+        workflow: text.into(),
+        input: serde_json::to_vec(&input).unwrap(),
+        created_ms: NOW,
+        traceparent: String::new(),
+        submitted_by: String::new(),
+    };
+    let loaded = Loaded::new(header, start.run.clone(), NOW, genesis("r1", text, &input));
+    let planned = plan(&loaded, &first(&start), &holder(&[]));
+    for id in ["double", "ok", "keep"] {
+        let state = step(&planned, id);
+        assert_eq!(
+            (state.status, state.visits),
+            (StepStatus::Succeeded, 3),
+            "{id}"
+        );
+    }
+    let each = step(&planned, "each");
+    assert_eq!(each.status, StepStatus::Succeeded);
+    assert_eq!(each.items.as_ref().unwrap().succeeded, 3);
+    // One link per item step visit, each naming its item, and one for the map.
+    assert_eq!(planned.write.links.len(), 3 * 3 + 1);
+}
