@@ -146,3 +146,27 @@ fn tolerated_failures_on_a_parallel_step_is_checked() {
     assert!(error.contains("$.steps[0].tolerated_failures"), "{error}");
     assert!(error.contains("\"lots\" is not a percentage"), "{error}");
 }
+
+#[test]
+fn a_nested_parallel_step_that_tolerates_its_failure_is_a_fulfilled_branch() {
+    let text = json!({"steps": [
+        {"id": "outer", "type": "parallel", "tolerated_failures": 0, "steps": [
+            {"id": "inner", "type": "parallel", "tolerated_failures": 1, "steps": [
+                {"id": "a", "type": "agent", "agent": "x"},
+                {"id": "b", "type": "agent", "agent": "x"}]},
+            {"id": "c", "type": "agent", "agent": "x"}]},
+        {"id": "after", "type": "agent", "agent": "x"}
+    ]})
+    .to_string();
+    let mut run = Driver::start(&text, json!(null));
+    run.answer("a", Err("boom"));
+    run.answer("b", Ok(json!("fine")));
+    assert_eq!(run.run.status(), RunStatus::Running, "{:?}", run.finished);
+    assert!(run.abandoned.is_empty(), "c goes on: {:?}", run.abandoned);
+    run.answer("c", Ok(json!("done")));
+    assert_eq!(run.queue_ids(), ["after"]);
+    let outer = run.run.context().data("outer").unwrap();
+    assert_eq!(outer["success"], true, "{outer}");
+    assert_eq!(outer["data"][0]["status"], "fulfilled");
+    assert_eq!(outer["data"][0]["result"]["data"][0]["status"], "rejected");
+}

@@ -274,8 +274,8 @@ impl Builder {
                 all_succeeded: true,
                 ..
             } => (Ok(data), StepStatus::Succeeded),
-            // A map that tolerates its failures succeeded, as its route says.
-            Outcome::Merged { data, .. } if matches!(&step.kind, StepKind::Map(map) if map.tolerated_failures.is_some()) => {
+            // A step that tolerates its failures succeeded, as its route says.
+            Outcome::Merged { data, .. } if step.tolerated_failures().is_some() => {
                 (Ok(data), StepStatus::Succeeded)
             }
             Outcome::Merged { data, .. } => (Err(failure_summary(&data)), StepStatus::Failed),
