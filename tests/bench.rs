@@ -50,6 +50,23 @@ fn bench_prints_one_line_per_workload_with_every_field() {
             line["bytes_to_workers"].as_u64().unwrap() > 0,
             "agents received payloads: {line}"
         );
+        // What a step costs, the capacity model's inputs: CPU (coarse, in /proc's hundredths
+        // of a second, so possibly 0 at this size) and the Redis commands and bytes it took.
+        for field in [
+            "coordinator_cpu_ms_per_step",
+            "workers_cpu_ms_per_step",
+            "redis_cpu_ms_per_step",
+        ] {
+            assert!(line[field].as_f64().unwrap() >= 0.0, "{field} in {line}");
+        }
+        assert!(
+            line["redis_commands_per_step"].as_f64().unwrap() >= 1.0,
+            "every step is written to Redis: {line}"
+        );
+        assert!(
+            line["redis_bytes_per_step"].as_f64().unwrap() > 0.0,
+            "{line}"
+        );
     }
     // W4 hands every step all earlier results: it sends far more than W1 of the same length.
     assert!(lines[3]["bytes_to_workers"].as_u64() > lines[0]["bytes_to_workers"].as_u64());

@@ -21,6 +21,8 @@ pub struct Cluster {
     pub coordinator_pid: Option<u32>,
     /// A second coordinator no worker is connected to, and its process id, when asked for.
     pub second_coordinator: Option<(String, Option<u32>)>,
+    /// The workers' process ids.
+    pub worker_pids: Vec<u32>,
     /// Killed on drop (kill_on_drop), Redis last.
     children: Vec<Child>,
     _redis_dir: Option<tempfile::TempDir>,
@@ -111,6 +113,7 @@ impl Cluster {
         } else {
             None
         };
+        let mut worker_pids = Vec::new();
         for n in 0..workers {
             let mut worker = Command::new(&me);
             worker.arg("worker");
@@ -134,6 +137,7 @@ impl Cluster {
                     .kill_on_drop(true)
                     .spawn()?,
             );
+            worker_pids.extend(children.last().and_then(Child::id));
         }
         let mut client = crate::client::connect_with(&coordinator_url, &security).await?;
         wait_for("the workers", Duration::from_secs(20), || {
@@ -156,6 +160,7 @@ impl Cluster {
             _secure: secure,
             coordinator_pid,
             second_coordinator,
+            worker_pids,
             children,
             _redis_dir: redis_dir,
         })
@@ -214,4 +219,14 @@ impl Drop for Cluster {
             let _ = child.start_kill();
         }
     }
+}
+
+/// CPU time (user + system) a process has used so far, from `/proc`; `None` elsewhere.
+pub fn cpu_time(pid: Option<u32>) -> Option<Duration> {
+    let stat = std::fs::read_to_string(format!("/proc/{}/stat", pid?)).ok()?;
+    // The fields after the command name, which is in parentheses and may hold spaces.
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+    // Linux reports in USER_HZ, 100 per second on every architecture Baton runs on.
+    Some(Duration::from_millis(ticks * 10))
 }

@@ -13,19 +13,9 @@ use anyhow::Context as _;
 use baton_proto::v1::run_event;
 use serde_json::{Value, json};
 
-use super::cluster::Cluster;
+use super::cluster::{Cluster, cpu_time};
 use super::model_server::now_ns;
 use super::runs::{scaled, submit, succeeded, watch};
-
-/// CPU time (user + system) a process has used so far, from `/proc`; `None` elsewhere.
-fn cpu_time(pid: Option<u32>) -> Option<Duration> {
-    let stat = std::fs::read_to_string(format!("/proc/{}/stat", pid?)).ok()?;
-    // The fields after the command name, which is in parentheses and may hold spaces.
-    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
-    let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
-    // Linux reports in USER_HZ, 100 per second on every architecture Baton runs on.
-    Some(Duration::from_millis(ticks * 10))
-}
 
 /// How fast the paced runs' model streams: a fast model, well under what the path carries,
 /// so that the latency measured is the path's and not a queue's.

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use baton_proto::v1::{GetStatsRequest, run_event};
 use serde_json::{Value, json};
 
-use super::cluster::Cluster;
+use super::cluster::{Cluster, cpu_time};
 use super::redis_server;
 use super::runs::{scaled, submit, succeeded, watch};
 
@@ -266,6 +266,8 @@ pub async fn measure(
     let mut memory_growth = Vec::new();
     let mut bytes = Vec::new();
     let mut steps = 0;
+    // What each rep cost per step: the coordinator's and the workers' CPU, and Redis's work.
+    let mut capacity = Capacity::default();
     let stats_before = client.get_stats(GetStatsRequest {}).await?.into_inner();
     for _ in 0..reps {
         redis_server::flush(&cluster.redis_url).await?;
@@ -275,7 +277,15 @@ pub async fn measure(
             .await?
             .into_inner()
             .bytes_to_workers;
+        let cpu_before = Cpu::of(cluster);
+        let redis_before = redis_server::work(&cluster.redis_url).await?;
         let (time, run_gaps, run_steps) = once(workload, cluster, scale).await?;
+        let redis_after = redis_server::work(&cluster.redis_url).await?;
+        capacity.add(
+            Cpu::of(cluster).since(cpu_before),
+            redis_after.since(redis_before),
+            run_steps,
+        );
         let memory_after = redis_server::used_memory(&cluster.redis_url).await?;
         let bytes_after = client
             .get_stats(GetStatsRequest {})
@@ -317,6 +327,7 @@ pub async fn measure(
         "redis_used_memory_mb": round(memory_growth.iter().cloned().fold(0.0, f64::max), 2),
         "bytes_to_workers": bytes.iter().max().copied().unwrap_or(0),
     });
+    capacity.describe(&mut line);
     if workload == Workload::W7 {
         // `steps` is the items that succeeded, in every rep (`one_map_run` fails otherwise).
         line["items"] = json!(scaled(10_000, scale));
@@ -324,6 +335,65 @@ pub async fn measure(
         line["items_per_s"] = json!(round(steps as f64 / median, 1));
     }
     Ok(line)
+}
+
+/// CPU time the bench's processes have used so far, in seconds (0 where `/proc` is not).
+#[derive(Debug, Clone, Copy, Default)]
+struct Cpu {
+    coordinator_s: f64,
+    workers_s: f64,
+}
+
+impl Cpu {
+    fn of(cluster: &Cluster) -> Cpu {
+        let seconds = |pid: Option<u32>| cpu_time(pid).map_or(0.0, |cpu| cpu.as_secs_f64());
+        Cpu {
+            coordinator_s: seconds(cluster.coordinator_pid),
+            workers_s: cluster
+                .worker_pids
+                .iter()
+                .map(|&pid| seconds(Some(pid)))
+                .sum(),
+        }
+    }
+
+    fn since(self, before: Cpu) -> Cpu {
+        Cpu {
+            coordinator_s: (self.coordinator_s - before.coordinator_s).max(0.0),
+            workers_s: (self.workers_s - before.workers_s).max(0.0),
+        }
+    }
+}
+
+/// What a workload's steps cost, summed over its reps: the capacity model's inputs (issue 18).
+#[derive(Debug, Default)]
+struct Capacity {
+    cpu: Cpu,
+    redis: redis_server::Work,
+    steps: usize,
+}
+
+impl Capacity {
+    fn add(&mut self, cpu: Cpu, redis: redis_server::Work, steps: usize) {
+        self.cpu.coordinator_s += cpu.coordinator_s;
+        self.cpu.workers_s += cpu.workers_s;
+        self.redis.commands += redis.commands;
+        self.redis.net_bytes += redis.net_bytes;
+        self.redis.cpu_s += redis.cpu_s;
+        self.steps += steps;
+    }
+
+    /// Adds the per-step figures to a workload's line. `/proc` counts CPU in hundredths of a
+    /// second, so a short workload's CPU figures are coarse.
+    fn describe(&self, line: &mut Value) {
+        let steps = self.steps.max(1) as f64;
+        let round = |x: f64| (x * 1e3).round() / 1e3;
+        line["coordinator_cpu_ms_per_step"] = json!(round(self.cpu.coordinator_s * 1e3 / steps));
+        line["workers_cpu_ms_per_step"] = json!(round(self.cpu.workers_s * 1e3 / steps));
+        line["redis_cpu_ms_per_step"] = json!(round(self.redis.cpu_s * 1e3 / steps));
+        line["redis_commands_per_step"] = json!(round(self.redis.commands as f64 / steps));
+        line["redis_bytes_per_step"] = json!(round(self.redis.net_bytes as f64 / steps));
+    }
 }
 
 /// Where the coordinator's time went during a workload, per transition, and what is left of
