@@ -1,134 +1,13 @@
 //! The validation rules of map steps and their chains, each shown on a small document: the JSON
 //! path and step id of the problem, its severity, and a message that names it.
 
-use baton_core::workflow::parse::{ParseError, Parsed};
 use baton_core::workflow::{MapBody, StepKind, Tolerance};
-use baton_core::{Diagnostic, MAP_MAX_IN_FLIGHT, Severity, parse_workflow};
+use baton_core::{Diagnostic, MAP_MAX_IN_FLIGHT, Severity};
 use serde_json::{Value, json};
 
-// ---------------------------------------------------------------------------------------------
-// Helpers (as in `validation.rs`)
-// ---------------------------------------------------------------------------------------------
+mod checks;
 
-/// Every diagnostic, one a line, for failure messages.
-fn list(diagnostics: &[Diagnostic]) -> String {
-    if diagnostics.is_empty() {
-        return "  (no diagnostics)".to_owned();
-    }
-    diagnostics
-        .iter()
-        .map(|d| format!("  {d}"))
-        .collect::<Vec<_>>()
-        .join("\n")
-}
-
-/// Parses `text`, which must be rejected, and returns every diagnostic.
-#[track_caller]
-fn rejected(text: &str) -> Vec<Diagnostic> {
-    match parse_workflow(text) {
-        Ok(parsed) => panic!(
-            "expected the workflow to be rejected, but it was accepted; warnings:\n{}\ndocument:\n{text}",
-            list(&parsed.warnings)
-        ),
-        Err(ParseError { diagnostics }) => {
-            assert!(
-                diagnostics.has_errors(),
-                "a ParseError must hold at least one error:\n{}",
-                list(&diagnostics.0)
-            );
-            diagnostics.0
-        }
-    }
-}
-
-/// Parses `text`, which must be accepted.
-#[track_caller]
-fn accepted(text: &str) -> Parsed {
-    parse_workflow(text).unwrap_or_else(|error| {
-        panic!(
-            "expected the workflow to be accepted; got:\n{}\ndocument:\n{text}",
-            list(&error.diagnostics.0)
-        )
-    })
-}
-
-/// The one diagnostic at `path`; fails, printing every diagnostic, when there is none or more.
-#[track_caller]
-fn at<'a>(diagnostics: &'a [Diagnostic], path: &str) -> &'a Diagnostic {
-    let found: Vec<&Diagnostic> = diagnostics.iter().filter(|d| d.path == path).collect();
-    match found.as_slice() {
-        [one] => one,
-        [] => panic!(
-            "no diagnostic at {path}; the diagnostics are:\n{}",
-            list(diagnostics)
-        ),
-        many => panic!(
-            "{} diagnostics at {path}, expected one; the diagnostics are:\n{}",
-            many.len(),
-            list(diagnostics)
-        ),
-    }
-}
-
-/// Checks the diagnostic at `path`: its severity, step id and a message substring.
-#[track_caller]
-fn expect<'a>(
-    diagnostics: &'a [Diagnostic],
-    severity: Severity,
-    path: &str,
-    step_id: Option<&str>,
-    needle: &str,
-) -> &'a Diagnostic {
-    let diagnostic = at(diagnostics, path);
-    let context = || format!("at {path}; the diagnostics are:\n{}", list(diagnostics));
-    assert_eq!(diagnostic.severity, severity, "severity {}", context());
-    assert_eq!(
-        diagnostic.step_id.as_deref(),
-        step_id,
-        "step id {}",
-        context()
-    );
-    assert!(
-        diagnostic.message.contains(needle),
-        "message {:?} does not contain {needle:?} {}",
-        diagnostic.message,
-        context()
-    );
-    diagnostic
-}
-
-#[track_caller]
-fn expect_error<'a>(
-    diagnostics: &'a [Diagnostic],
-    path: &str,
-    step_id: Option<&str>,
-    needle: &str,
-) -> &'a Diagnostic {
-    expect(diagnostics, Severity::Error, path, step_id, needle)
-}
-
-#[track_caller]
-fn expect_warning<'a>(
-    diagnostics: &'a [Diagnostic],
-    path: &str,
-    step_id: Option<&str>,
-    needle: &str,
-) -> &'a Diagnostic {
-    expect(diagnostics, Severity::Warning, path, step_id, needle)
-}
-
-/// Checks that `text` is rejected with exactly the diagnostic expected, and nothing else.
-#[track_caller]
-fn only_error(text: &str, path: &str, step_id: Option<&str>, needle: &str) -> Diagnostic {
-    let diagnostics = rejected(text);
-    assert_eq!(
-        diagnostics.len(),
-        1,
-        "expected exactly one diagnostic; got:\n{}",
-        list(&diagnostics)
-    );
-    expect_error(&diagnostics, path, step_id, needle).clone()
-}
+use checks::*;
 
 /// The errors among `diagnostics`.
 fn errors(diagnostics: &[Diagnostic]) -> Vec<&Diagnostic> {
@@ -136,24 +15,6 @@ fn errors(diagnostics: &[Diagnostic]) -> Vec<&Diagnostic> {
         .iter()
         .filter(|d| d.severity == Severity::Error)
         .collect()
-}
-
-/// A document around `steps`.
-fn doc(steps: Value) -> String {
-    json!({ "steps": steps }).to_string()
-}
-
-fn agent(id: &str) -> Value {
-    json!({ "id": id, "type": "agent", "agent": format!("{id}-agent") })
-}
-
-/// `base` with `extra`'s fields added.
-fn with(mut base: Value, extra: Value) -> Value {
-    let (Value::Object(base_map), Value::Object(extra)) = (&mut base, extra) else {
-        panic!("with() takes two objects");
-    };
-    base_map.extend(extra);
-    base
 }
 
 /// An `agent` map step over `input.files`.

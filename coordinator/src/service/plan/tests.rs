@@ -28,18 +28,23 @@ fn holder(serves: &'static [&'static str]) -> Holder<'static> {
 
 /// A run just started, before its first write, and that first transition.
 fn started() -> (Loaded, Transition) {
-    let workflow = Arc::new(baton_core::parse_workflow(WORKFLOW).unwrap().workflow);
-    let transition = Run::start(workflow, json!("input"));
+    started_with(WORKFLOW, json!("input"))
+}
+
+/// A run of `workflow` (text) with `input`, just started, and its first transition.
+fn started_with(workflow: &str, input: Value) -> (Loaded, Transition) {
+    let parsed = Arc::new(baton_core::parse_workflow(workflow).unwrap().workflow);
+    let transition = Run::start(parsed, input.clone());
     let header = RunHeader {
         run_id: "r1".into(),
         workflow_id: "wf".into(),
-        workflow: WORKFLOW.into(),
-        input: br#""input""#.to_vec(),
+        workflow: workflow.into(),
+        input: serde_json::to_vec(&input).unwrap(),
         created_ms: NOW,
         traceparent: String::new(),
         submitted_by: String::new(),
     };
-    let chain = genesis("r1", WORKFLOW, &json!("input"));
+    let chain = genesis("r1", workflow, &input);
     let loaded = Loaded::new(header, transition.run.clone(), NOW, chain);
     (loaded, transition)
 }
@@ -277,18 +282,7 @@ fn settling_a_map_item_writes_as_much_at_the_last_item_as_at_the_first() {
         {"id": "each", "type": "map", "items": "input", "agent": "tester", "max_concurrency": 8}
     ]}"#;
     let input = json!((0..ITEMS).collect::<Vec<_>>());
-    let workflow = Arc::new(baton_core::parse_workflow(text).unwrap().workflow);
-    let start = Run::start(workflow, input.clone());
-    let header = RunHeader {
-        run_id: "r1".into(),
-        workflow_id: "wf".into(),
-        workflow: text.into(),
-        input: serde_json::to_vec(&input).unwrap(),
-        created_ms: NOW,
-        traceparent: String::new(),
-        submitted_by: String::new(),
-    };
-    let mut loaded = Loaded::new(header, start.run.clone(), NOW, genesis("r1", text, &input));
+    let (mut loaded, start) = started_with(text, input);
     let first_write = take(&mut loaded, &first(&start), &holder(&["tester"]));
     assert_eq!(
         first_write.tasks_set.len(),
@@ -372,18 +366,7 @@ fn a_chain_step_s_state_counts_its_visits_over_every_item() {
         ]}
     ]}"#;
     let input = json!([1, 2, 3]);
-    let workflow = Arc::new(baton_core::parse_workflow(text).unwrap().workflow);
-    let start = Run::start(workflow, input.clone());
-    let header = RunHeader {
-        run_id: "r1".into(),
-        workflow_id: "wf".into(),
-        workflow: text.into(),
-        input: serde_json::to_vec(&input).unwrap(),
-        created_ms: NOW,
-        traceparent: String::new(),
-        submitted_by: String::new(),
-    };
-    let loaded = Loaded::new(header, start.run.clone(), NOW, genesis("r1", text, &input));
+    let (loaded, start) = started_with(text, input);
     let planned = plan(&loaded, &first(&start), &holder(&[]));
     for id in ["double", "ok", "keep"] {
         let state = step(&planned, id);
