@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use anyhow::Context as _;
 use baton_coordinator::grpc::Faults;
 use baton_coordinator::store::memory::MemoryStore;
-use baton_coordinator::store::redis::{ConnectOptions, RedisStore, redacted};
+use baton_coordinator::store::redis::{ConnectOptions, RedisStore, WaitReplicas, redacted};
 use baton_coordinator::{Config, Coordinator};
 use baton_worker::Worker;
 use baton_worker::agents::AgentsFile;
@@ -18,10 +18,20 @@ pub struct CoordinatorArgs {
     #[arg(long, default_value = "0.0.0.0:50051")]
     listen: SocketAddr,
     /// Redis URL, where all run state lives: redis://[[USER]:PASSWORD@]HOST[:PORT][/DB], or
-    /// rediss:// for TLS [default: redis://127.0.0.1:6379]. Give a password through the
-    /// environment, which `ps` does not show (BATON_REDIS, the variable's old name, still works).
+    /// rediss:// for TLS [default: redis://127.0.0.1:6379]. For a Redis Cluster, the URL of any
+    /// node, or several nodes' URLs separated by commas: cluster mode is detected. Give a
+    /// password through the environment, which `ps` does not show (BATON_REDIS, the variable's
+    /// old name, still works).
     #[arg(long, env = "BATON_REDIS_URL", hide_env_values = true)]
     redis: Option<String>,
+    /// After each transition, wait until this many replicas of its Redis master have it
+    /// (`WAIT`), so that a failover cannot lose it; a transition that does not get there in
+    /// --redis-wait-timeout-ms is not acted on (it is retried or redelivered). 0: do not wait.
+    #[arg(long, env = "BATON_REDIS_WAIT_REPLICAS", default_value_t = 0)]
+    redis_wait_replicas: u32,
+    /// How long a transition waits for --redis-wait-replicas replicas.
+    #[arg(long, env = "BATON_REDIS_WAIT_TIMEOUT_MS", default_value_t = 1_000)]
+    redis_wait_timeout_ms: u64,
     /// The CA certificate (PEM) that signed the Redis server's certificate, for a rediss:// URL;
     /// without it the system's roots are trusted.
     #[arg(long, env = "BATON_REDIS_CA", value_name = "FILE")]
@@ -192,8 +202,13 @@ async fn connect_redis(args: &CoordinatorArgs) -> anyhow::Result<(RedisStore, St
         ),
         None => None,
     };
+    let wait = (args.redis_wait_replicas > 0).then(|| WaitReplicas {
+        replicas: args.redis_wait_replicas,
+        timeout: std::time::Duration::from_millis(args.redis_wait_timeout_ms.max(1)),
+    });
     let options = ConnectOptions {
         ca_pem,
+        wait,
         ..ConnectOptions::default()
     };
     // The store's errors name the URL, redacted, and what to fix.

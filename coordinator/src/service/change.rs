@@ -101,7 +101,13 @@ impl<S: Store> Coordinator<S> {
                     *guard = None;
                     continue;
                 }
-                Err(other) => return Err(other.into()),
+                // Whatever else failed, the cached run may be behind the store now (a write that
+                // timed out, or one short of its replicas, may have landed): the next call
+                // reloads it rather than acting on a guess.
+                Err(other) => {
+                    *guard = None;
+                    return Err(other.into());
+                }
             };
             let assignments = self.act(run_id, loaded, &transition, history_before);
             self.note_held(run_id, held);

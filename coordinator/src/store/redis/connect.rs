@@ -1,6 +1,10 @@
 //! Reaching Redis: the client a URL makes (with, for `rediss://`, the CA that signed the
 //! server's certificate), the checks made once when connecting, and the URL as it may be shown.
 //!
+//! A Redis Cluster is found by itself: several comma-separated URLs name its nodes (any of them
+//! will do to start), and one URL of a node whose `INFO cluster` says `cluster_enabled:1` is a
+//! cluster too. Either way the store then uses redis-rs's cluster client.
+//!
 //! A URL may carry a password (`redis://:PASSWORD@host` for the default user,
 //! `redis://USER:PASSWORD@host` for an ACL user), so it is never shown as given: logs and errors
 //! show [`redacted`]`(url)`.
@@ -15,12 +19,16 @@
 
 use std::sync::LazyLock;
 
+use std::time::Duration;
+
 use ::redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use ::redis::cluster::ClusterClientBuilder;
 use ::redis::{
     Client, ConnectionAddr, ConnectionInfo, ErrorKind, IntoConnectionInfo, RedisError, Script,
     TlsCertificates,
 };
 
+use super::connection::Connection;
 use super::{BLOCKING_RESPONSE_TIMEOUT, DEFAULT_PREFIX, RedisStore};
 use crate::store::Error;
 
@@ -30,7 +38,12 @@ use crate::store::Error;
 /// The user information ends at the URL's last `@`, as URL parsers read it. A parser would also
 /// end it at an unescaped `/`, `?` or `#`; searching the whole string instead hides more than the
 /// password in such a malformed URL, never less.
+///
+/// A comma-separated list of URLs (a cluster's nodes) is shown URL by URL.
 pub fn redacted(url: &str) -> String {
+    if url.contains(',') {
+        return url.split(',').map(redacted).collect::<Vec<_>>().join(",");
+    }
     let start = url.find("://").map_or(0, |scheme_end| scheme_end + 3);
     let Some(at) = url.rfind('@').filter(|&at| at >= start) else {
         return url.to_owned();
@@ -50,6 +63,20 @@ pub struct ConnectOptions {
     /// For a `rediss://` URL: the CA certificates (PEM) that signed the server's certificate,
     /// trusted instead of the system's roots. `None`: the system's roots.
     pub ca_pem: Option<Vec<u8>>,
+    /// Make each transition wait for replicas before it counts as written; `None`: a
+    /// transition counts once its master applied it.
+    pub wait: Option<WaitReplicas>,
+}
+
+/// `WAIT replicas timeout` after each transition ([`ConnectOptions::wait`]): Redis replicates
+/// asynchronously, so a master that fails over can lose its last writes; a transition that
+/// reached `replicas` replicas survives the failover of its master to one of them. One that did
+/// not within `timeout` is reported as not written ([`Error::Unavailable`]) and not acted on:
+/// it may be on the master or not, and the coordinator reloads the run to find out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WaitReplicas {
+    pub replicas: u32,
+    pub timeout: Duration,
 }
 
 impl Default for ConnectOptions {
@@ -57,6 +84,7 @@ impl Default for ConnectOptions {
         ConnectOptions {
             prefix: DEFAULT_PREFIX.to_owned(),
             ca_pem: None,
+            wait: None,
         }
     }
 }
@@ -66,6 +94,7 @@ impl std::fmt::Debug for ConnectOptions {
         f.debug_struct("ConnectOptions")
             .field("prefix", &self.prefix)
             .field("ca_pem", &self.ca_pem.as_ref().map(|pem| pem.len()))
+            .field("wait", &self.wait)
             .finish()
     }
 }
@@ -80,31 +109,62 @@ impl RedisStore {
     /// as `options` say, and checks that the user may run the store's scripts on its keys.
     /// Errors name the URL [`redacted`] and what to fix.
     pub async fn connect_with(url: &str, options: ConnectOptions) -> Result<RedisStore, Error> {
-        let ConnectOptions { prefix, ca_pem } = options;
+        let ConnectOptions {
+            prefix,
+            ca_pem,
+            wait,
+        } = options;
         if prefix.contains(['{', '}']) {
             return Err(Error::Unavailable(format!(
                 "invalid Redis key prefix {prefix:?}: it may not contain '{{' or '}}'"
             )));
         }
-        let target = Target::new(url, ca_pem)?;
+        let urls: Vec<&str> = url
+            .split(',')
+            .map(str::trim)
+            .filter(|url| !url.is_empty())
+            .collect();
+        let Some(first) = urls.first() else {
+            return Err(Error::Unavailable(format!(
+                "invalid Redis URL {:?}: it names no server",
+                redacted(url)
+            )));
+        };
+        let target = Target::new(first, ca_pem.clone())?;
         // One connection first, without retries: a refused password or certificate is final.
-        if let Err(err) = target.client.get_multiplexed_async_connection().await
-            && is_final(&err)
-        {
-            return Err(target.error(&prefix, err));
+        let mut cluster = urls.len() > 1;
+        match target.client.get_multiplexed_async_connection().await {
+            Err(err) if is_final(&err) => return Err(target.error(&prefix, err)),
+            Err(_) => {}
+            Ok(mut con) => {
+                let info: String = ::redis::cmd("INFO")
+                    .arg("cluster")
+                    .query_async(&mut con)
+                    .await
+                    .unwrap_or_default();
+                cluster |= info.lines().any(|line| line.trim() == "cluster_enabled:1");
+            }
         }
-        let con = ConnectionManager::new(target.client.clone())
-            .await
-            .map_err(|err| target.error(&prefix, err))?;
-        let config =
-            ConnectionManagerConfig::new().set_response_timeout(Some(BLOCKING_RESPONSE_TIMEOUT));
-        let blocking = ConnectionManager::new_with_config(target.client.clone(), config)
-            .await
-            .map_err(|err| target.error(&prefix, err))?;
+        let (con, blocking) = if cluster {
+            let con = Connection::Cluster(connect_cluster(&urls, &target, ca_pem, &prefix).await?);
+            (con.clone(), con)
+        } else {
+            let con = ConnectionManager::new(target.client.clone())
+                .await
+                .map_err(|err| target.error(&prefix, err))?;
+            let config = ConnectionManagerConfig::new()
+                .set_response_timeout(Some(BLOCKING_RESPONSE_TIMEOUT));
+            let blocking = ConnectionManager::new_with_config(target.client.clone(), config)
+                .await
+                .map_err(|err| target.error(&prefix, err))?;
+            (Connection::Single(con), Connection::Single(blocking))
+        };
         let store = RedisStore {
             con,
             blocking,
             prefix,
+            wait,
+            repaired: Default::default(),
         };
         let mut con = store.con.clone();
         let probed: Result<i64, RedisError> =
@@ -122,6 +182,35 @@ impl RedisStore {
         }
         Ok(store)
     }
+}
+
+/// The cluster client for the nodes `urls` name (the first one is `first`). It learns the rest
+/// of the cluster from them, and follows it as slots move and masters fail over.
+async fn connect_cluster(
+    urls: &[&str],
+    first: &Target,
+    ca_pem: Option<Vec<u8>>,
+    prefix: &str,
+) -> Result<::redis::cluster_async::ClusterConnection, Error> {
+    let mut nodes = Vec::with_capacity(urls.len());
+    for url in urls {
+        let target = Target::new(url, None)?;
+        nodes.push(target.client.get_connection_info().clone());
+    }
+    let mut builder = ClusterClientBuilder::new(nodes)
+        .connection_timeout(Duration::from_secs(2))
+        .response_timeout(BLOCKING_RESPONSE_TIMEOUT);
+    if let Some(pem) = ca_pem {
+        builder = builder.certs(TlsCertificates {
+            client_tls: None,
+            root_cert: Some(pem),
+        });
+    }
+    let client = builder.build().map_err(|err| first.error(prefix, err))?;
+    client
+        .get_async_connection()
+        .await
+        .map_err(|err| first.error(prefix, err))
 }
 
 /// A Redis server as a URL names it: the client, and what errors say about it.

@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use ::redis::{AsyncCommands, RedisError, Value};
+use ::redis::{AsyncCommands, Cmd, FromRedisValue, RedisError, Script, Value};
 
 use super::output::{read_entries, read_streams};
 use super::replies::{
@@ -11,9 +11,12 @@ use super::replies::{
     with_fence_attempt,
 };
 use super::scripts::{
-    APPEND_OUTPUT, APPLY_TRANSITION, CREATE_RUN, DUE_TASKS, SWAP_TASKS, add_transition,
+    APPEND_OUTPUT, APPLY_TRANSITION, CREATE_RUN, DUE_TASKS, SWAP_TASKS, add_transition, eval,
+    evalsha,
 };
-use super::{BLOCKING_RESPONSE_TIMEOUT, RUNNING, RedisStore};
+use super::slots::slot_of_tag;
+use super::timers::read_due;
+use super::{BLOCKING_RESPONSE_TIMEOUT, CLUSTER_OUTPUT_POLL, RUNNING, RedisStore};
 use crate::store::{
     Claim, DueTask, Error, OUTPUT_MAX_BYTES, OutputOffset, OutputPiece, RunHeader, RunSummary,
     Store, StoredRun, TaskSwap, TransitionWrite,
@@ -23,21 +26,26 @@ impl Store for RedisStore {
     async fn create_run(&self, header: RunHeader, first: TransitionWrite) -> Result<(), Error> {
         let run_id = header.run_id.as_str();
         let keys = self.run_keys(run_id);
-        let mut invocation = CREATE_RUN.prepare_invoke();
-        keys.add_to(&mut invocation);
-        invocation
-            .arg(header.workflow.as_str())
+        let mut cmd = evalsha(&CREATE_RUN, &keys.names());
+        cmd.arg(header.workflow.as_str())
             .arg(header.workflow_id.as_str())
             .arg(header.input.as_slice())
             .arg(header.created_ms)
             .arg(header.traceparent.as_str())
             .arg(header.submitted_by.as_str());
-        add_transition(&mut invocation, &first, &self.timer_prefix(), run_id);
-        let mut con = self.con.clone();
-        let _version: u64 = invocation
-            .invoke_async(&mut con)
+        add_transition(&mut cmd, &first, &self.timer_prefix_of(run_id), run_id);
+        let (_version, replicated): (u64, _) = self
+            .write(&CREATE_RUN, &cmd)
             .await
             .map_err(|err| with_fence_attempt(script_error(err, run_id, 0), &first))?;
+        self.register_timers(
+            first
+                .tasks_set
+                .iter()
+                .map(|(_, task)| (run_id, task.as_slice())),
+        )
+        .await;
+        let mut con = self.con.clone();
 
         // The run exists now: a failure to index it must not turn into an error the caller would
         // retry (the retry would find the run). `rebuild_indexes` repairs what is left behind.
@@ -56,7 +64,7 @@ impl Store for RedisStore {
         if let Err(err) = indexed {
             tracing::warn!(run_id, error = %err, "run created but not indexed; rebuild_indexes repairs it");
         }
-        Ok(())
+        self.replicated(run_id, replicated)
     }
 
     async fn apply_transition(
@@ -66,15 +74,20 @@ impl Store for RedisStore {
         write: TransitionWrite,
     ) -> Result<u64, Error> {
         let keys = self.run_keys(run_id);
-        let mut invocation = APPLY_TRANSITION.prepare_invoke();
-        keys.add_to(&mut invocation);
-        invocation.arg(expected_version);
-        add_transition(&mut invocation, &write, &self.timer_prefix(), run_id);
-        let mut con = self.con.clone();
-        let (version, before): (u64, String) =
-            invocation.invoke_async(&mut con).await.map_err(|err| {
+        let mut cmd = evalsha(&APPLY_TRANSITION, &keys.names());
+        cmd.arg(expected_version);
+        add_transition(&mut cmd, &write, &self.timer_prefix_of(run_id), run_id);
+        let ((version, before), replicated): ((u64, String), _) =
+            self.write(&APPLY_TRANSITION, &cmd).await.map_err(|err| {
                 with_fence_attempt(script_error(err, run_id, expected_version), &write)
             })?;
+        self.register_timers(
+            write
+                .tasks_set
+                .iter()
+                .map(|(_, task)| (run_id, task.as_slice())),
+        )
+        .await;
 
         // Most transitions leave a running run running: its index entry is already there, and
         // skipping the update keeps a transition at one round trip.
@@ -83,6 +96,7 @@ impl Store for RedisStore {
         {
             tracing::warn!(run_id, error = %err, "transition applied but active index not updated; rebuild_indexes repairs it");
         }
+        self.replicated(run_id, replicated)?;
         Ok(version)
     }
 
@@ -164,25 +178,54 @@ impl Store for RedisStore {
         if swaps.is_empty() {
             return Ok(Vec::new());
         }
-        let mut invocation = SWAP_TASKS.prepare_invoke();
-        invocation.arg(self.timer_prefix());
-        for swap in &swaps {
-            invocation
-                .key(self.run_keys(&swap.run_id).tasks)
-                .arg(format!("{}/{}", swap.run_id, swap.task_key))
-                .arg(swap.task_key.as_str())
-                .arg(swap.expected.as_slice());
-            match &swap.new {
-                Some(bytes) => invocation.arg("1").arg(bytes.as_slice()),
-                None => invocation.arg("0").arg(""),
+        // One script per slot on a cluster (each swap stands on its own, so splitting the batch
+        // changes nothing the contract promises); one for the whole batch on a server.
+        let mut groups: Vec<(u16, Vec<usize>)> = Vec::new();
+        for (index, swap) in swaps.iter().enumerate() {
+            let slot = if self.con.is_cluster() {
+                slot_of_tag(&swap.run_id)
+            } else {
+                0
             };
+            match groups.iter_mut().find(|(s, _)| *s == slot) {
+                Some((_, members)) => members.push(index),
+                None => groups.push((slot, vec![index])),
+            }
         }
-        let mut con = self.con.clone();
-        let swapped: Vec<i64> = invocation
-            .invoke_async(&mut con)
-            .await
-            .map_err(|err| script_error(err, &swaps[0].run_id, 0))?;
-        Ok(swapped.into_iter().map(|s| s == 1).collect())
+        let calls = groups.iter().map(|(_, members)| {
+            let tasks: Vec<String> = members
+                .iter()
+                .map(|&i| self.run_keys(&swaps[i].run_id).tasks)
+                .collect();
+            let names: Vec<&str> = tasks.iter().map(String::as_str).collect();
+            let mut cmd = evalsha(&SWAP_TASKS, &names);
+            cmd.arg(self.timer_prefix_of(&swaps[members[0]].run_id));
+            for &i in members {
+                let swap = &swaps[i];
+                cmd.arg(format!("{}/{}", swap.run_id, swap.task_key))
+                    .arg(swap.task_key.as_str())
+                    .arg(swap.expected.as_slice());
+                match &swap.new {
+                    Some(bytes) => cmd.arg("1").arg(bytes.as_slice()),
+                    None => cmd.arg("0").arg(""),
+                };
+            }
+            let mut con = self.con.clone();
+            async move { eval::<Vec<i64>>(&mut con, &SWAP_TASKS, &cmd).await }
+        });
+        let replies = futures::future::join_all(calls).await;
+        let mut swapped = vec![false; swaps.len()];
+        for ((_, members), reply) in groups.iter().zip(replies) {
+            let reply = reply.map_err(|err| script_error(err, &swaps[members[0]].run_id, 0))?;
+            for (&i, done) in members.iter().zip(reply) {
+                swapped[i] = done == 1;
+            }
+        }
+        self.register_timers(swaps.iter().zip(&swapped).filter_map(|(swap, &done)| {
+            Some((swap.run_id.as_str(), swap.new.as_deref().filter(|_| done)?))
+        }))
+        .await;
+        Ok(swapped)
     }
 
     async fn due_tasks(
@@ -195,6 +238,9 @@ impl Store for RedisStore {
             if limit == 0 {
                 return Ok(Vec::new());
             }
+            if self.con.is_cluster() {
+                return self.cluster_due_tasks(agent, now_ms, limit).await;
+            }
             let mut con = self.con.clone();
             let reply: Vec<Vec<u8>> = DUE_TASKS
                 .key(self.agent_timers_key(agent))
@@ -204,22 +250,18 @@ impl Store for RedisStore {
                 .invoke_async(&mut con)
                 .await
                 .map_err(unavailable)?;
-            let mut due = Vec::with_capacity(reply.len() / 2);
-            let mut items = reply.into_iter();
-            while let (Some(member), Some(task)) = (items.next(), items.next()) {
-                let member = String::from_utf8(member).map_err(|_| {
-                    Error::Corrupt(format!("a timer of agent {agent} is not UTF-8"))
-                })?;
-                let Some((run_id, task_key)) = member.split_once('/') else {
-                    continue;
-                };
-                due.push(DueTask {
-                    run_id: run_id.to_owned(),
-                    task_key: task_key.to_owned(),
-                    task,
-                });
-            }
-            Ok(due)
+            let (_, due) = read_due(agent, reply)?;
+            Ok(due
+                .into_iter()
+                .filter_map(|(_, member, task)| {
+                    let (run_id, task_key) = member.split_once('/')?;
+                    Some(DueTask {
+                        run_id: run_id.to_owned(),
+                        task_key: task_key.to_owned(),
+                        task,
+                    })
+                })
+                .collect())
         })
         .await
     }
@@ -260,17 +302,20 @@ impl Store for RedisStore {
             if ids.is_empty() {
                 return Ok(Vec::new());
             }
-            let mut pipe = ::redis::pipe();
-            for run_id in &ids {
-                pipe.cmd("HMGET")
-                    .arg(self.run_keys(run_id).run)
-                    .arg("workflow_id")
-                    .arg("status")
-                    .arg("created_ms")
-                    .arg("updated_ms");
-            }
+            let reads = ids
+                .iter()
+                .map(|run_id| {
+                    let mut cmd = ::redis::cmd("HMGET");
+                    cmd.arg(self.run_keys(run_id).run)
+                        .arg("workflow_id")
+                        .arg("status")
+                        .arg("created_ms")
+                        .arg("updated_ms");
+                    cmd
+                })
+                .collect();
             type Fields = (Option<String>, Option<String>, Option<i64>, Option<i64>);
-            let rows: Vec<Fields> = pipe.query_async(&mut con).await.map_err(unavailable)?;
+            let rows: Vec<Fields> = self.con.each(reads).await.map_err(unavailable)?;
             Ok(ids
                 .into_iter()
                 .zip(rows)
@@ -308,7 +353,7 @@ impl Store for RedisStore {
         if ids.is_empty() {
             return Ok(0);
         }
-        let running = self.running(&mut con, &ids).await?;
+        let running = self.running(&ids).await?;
         let ended: Vec<&String> = ids
             .iter()
             .zip(running)
@@ -389,7 +434,7 @@ impl Store for RedisStore {
             if ids.is_empty() {
                 return Ok(ids);
             }
-            let mut running = self.running(&mut con, &ids).await?.into_iter();
+            let mut running = self.running(&ids).await?.into_iter();
             ids.retain(|_| running.next().unwrap_or(false));
             ids.sort();
             Ok(ids)
@@ -531,6 +576,40 @@ impl Store for RedisStore {
             return Ok(Vec::new());
         }
         let block = block.min(BLOCKING_RESPONSE_TIMEOUT / 2);
+        let by_key: HashMap<String, &str> = after
+            .iter()
+            .map(|(run_id, _)| (self.run_keys(run_id).output, run_id.as_str()))
+            .collect();
+        let lookup = |key: &str| by_key.get(key).map(|run_id| run_id.to_string());
+        if self.con.is_cluster() {
+            // The runs' streams are on many slots, and a blocking read would hold a node's one
+            // connection: read each stream without blocking, every CLUSTER_OUTPUT_POLL.
+            let deadline = tokio::time::Instant::now() + block;
+            loop {
+                let reads = after
+                    .iter()
+                    .map(|(run_id, offset)| {
+                        let mut cmd = ::redis::cmd("XREAD");
+                        cmd.arg("STREAMS")
+                            .arg(self.run_keys(run_id).output)
+                            .arg(offset.to_string());
+                        cmd
+                    })
+                    .collect();
+                let replies: Vec<Value> = self.con.each(reads).await.map_err(unavailable)?;
+                let mut pieces = Vec::new();
+                for reply in replies {
+                    pieces.extend(read_streams(reply, lookup)?);
+                }
+                if !pieces.is_empty() || tokio::time::Instant::now() >= deadline {
+                    return Ok(pieces);
+                }
+                tokio::time::sleep_until(
+                    deadline.min(tokio::time::Instant::now() + CLUSTER_OUTPUT_POLL),
+                )
+                .await;
+            }
+        }
         let mut command = ::redis::cmd("XREAD");
         command
             .arg("BLOCK")
@@ -544,33 +623,75 @@ impl Store for RedisStore {
         }
         let mut con = self.blocking.clone();
         let reply: Value = command.query_async(&mut con).await.map_err(unavailable)?;
-        let by_key: HashMap<String, &str> = after
-            .iter()
-            .map(|(run_id, _)| (self.run_keys(run_id).output, run_id.as_str()))
-            .collect();
-        read_streams(reply, |key| {
-            by_key.get(key).map(|run_id| run_id.to_string())
-        })
+        read_streams(reply, lookup)
     }
 }
 
 impl RedisStore {
-    /// Whether each of `run_ids` is running now, in one round trip.
-    async fn running(
-        &self,
-        con: &mut ::redis::aio::ConnectionManager,
-        run_ids: &[String],
-    ) -> Result<Vec<bool>, Error> {
-        let mut pipe = ::redis::pipe();
-        for run_id in run_ids {
-            pipe.cmd("HGET")
-                .arg(self.run_keys(run_id).run)
-                .arg("status");
-        }
-        let statuses: Vec<Option<Vec<u8>>> = pipe.query_async(con).await.map_err(unavailable)?;
+    /// Whether each of `run_ids` is running now, in one round trip (concurrent reads on a
+    /// cluster).
+    async fn running(&self, run_ids: &[String]) -> Result<Vec<bool>, Error> {
+        let reads = run_ids
+            .iter()
+            .map(|run_id| {
+                let mut cmd = ::redis::cmd("HGET");
+                cmd.arg(self.run_keys(run_id).run).arg("status");
+                cmd
+            })
+            .collect();
+        let statuses: Vec<Option<Vec<u8>>> = self.con.each(reads).await.map_err(unavailable)?;
         Ok(statuses
             .into_iter()
             .map(|status| status.as_deref() == Some(RUNNING.as_bytes()))
             .collect())
+    }
+
+    /// Sends `cmd`, an `EVALSHA` of `script` that writes, and with `--redis-wait-replicas` a
+    /// `WAIT` right behind it on the same connection (a pipeline goes to one node: the master
+    /// that ran the script, so the `WAIT` counts that write). Returns the script's reply and, when
+    /// waiting, how many replicas acknowledged.
+    async fn write<T: FromRedisValue>(
+        &self,
+        script: &Script,
+        cmd: &Cmd,
+    ) -> Result<(T, Option<u32>), RedisError> {
+        let mut con = self.con.clone();
+        let Some(wait) = self.wait else {
+            return Ok((eval(&mut con, script, cmd).await?, None));
+        };
+        let mut pipe = ::redis::pipe();
+        pipe.add_command(cmd.clone())
+            .cmd("WAIT")
+            .arg(wait.replicas)
+            .arg(wait.timeout.as_millis().max(1) as u64);
+        let mut loaded = false;
+        loop {
+            match pipe.query_async::<(T, u32)>(&mut con).await {
+                Err(err)
+                    if !loaded
+                        && err.kind()
+                            == ::redis::ErrorKind::Server(::redis::ServerErrorKind::NoScript) =>
+                {
+                    script.load_async(&mut con).await?;
+                    loaded = true;
+                }
+                other => return other.map(|(reply, acked)| (reply, Some(acked))),
+            }
+        }
+    }
+
+    /// A write's verdict under `--redis-wait-replicas`: short of the replicas asked for, it is
+    /// not written as far as the caller knows.
+    fn replicated(&self, run_id: &str, acked: Option<u32>) -> Result<(), Error> {
+        match (self.wait, acked) {
+            (Some(wait), Some(acked)) if acked < wait.replicas => Err(Error::Unavailable(format!(
+                "run {run_id}: the write reached {acked} of the {} replicas asked for within \
+                 {} ms (--redis-wait-replicas); it may be lost if its master fails, so it is not \
+                 acted on",
+                wait.replicas,
+                wait.timeout.as_millis()
+            ))),
+            _ => Ok(()),
+        }
     }
 }

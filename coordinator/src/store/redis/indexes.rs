@@ -39,59 +39,38 @@ impl RedisStore {
         let pattern = format!("{}:run:{{*}}", glob_escape(&self.prefix));
         let header_prefix = format!("{}:run:{{", self.prefix);
         let mut found = HashSet::new();
-        let mut cursor: u64 = 0;
-        loop {
-            let (next, keys): (u64, Vec<String>) = ::redis::cmd("SCAN")
-                .arg(cursor)
-                .arg("MATCH")
-                .arg(&pattern)
-                .arg("COUNT")
-                .arg(500)
-                .query_async(&mut con)
+        let keys = self.con.scan(&pattern).await.map_err(unavailable)?;
+        for key in keys {
+            let Some(run_id) = key
+                .strip_prefix(&header_prefix)
+                .and_then(|rest| rest.strip_suffix('}'))
+            else {
+                continue;
+            };
+            let (created_ms, status, workflow_id): (Option<i64>, Option<String>, Option<String>) =
+                con.hmget(&key, &["created_ms", "status", "workflow_id"])
+                    .await
+                    .map_err(unavailable)?;
+            let (Some(created_ms), Some(status)) = (created_ms, status) else {
+                continue;
+            };
+            let _: i64 = con
+                .zadd(self.runs_key(), run_id, created_ms)
                 .await
                 .map_err(unavailable)?;
-            for key in keys {
-                let Some(run_id) = key
-                    .strip_prefix(&header_prefix)
-                    .and_then(|rest| rest.strip_suffix('}'))
-                else {
-                    continue;
-                };
-                let (created_ms, status, workflow_id): (
-                    Option<i64>,
-                    Option<String>,
-                    Option<String>,
-                ) = con
-                    .hmget(&key, &["created_ms", "status", "workflow_id"])
-                    .await
-                    .map_err(unavailable)?;
-                let (Some(created_ms), Some(status)) = (created_ms, status) else {
-                    continue;
-                };
-                let _: i64 = con
-                    .zadd(self.runs_key(), run_id, created_ms)
-                    .await
-                    .map_err(unavailable)?;
-                let _: i64 = con
-                    .zadd(
-                        self.workflow_runs_key(&workflow_id.unwrap_or_default()),
-                        run_id,
-                        created_ms,
-                    )
-                    .await
-                    .map_err(unavailable)?;
-                self.update_active(run_id, &status)
-                    .await
-                    .map_err(unavailable)?;
-                found.insert(run_id.to_owned());
-            }
-            cursor = next;
-            if cursor == 0 {
-                break;
-            }
+            let _: i64 = con
+                .zadd(
+                    self.workflow_runs_key(&workflow_id.unwrap_or_default()),
+                    run_id,
+                    created_ms,
+                )
+                .await
+                .map_err(unavailable)?;
+            self.update_active(run_id, &status)
+                .await
+                .map_err(unavailable)?;
+            found.insert(run_id.to_owned());
         }
-        // Ids in the indexes without a header: check again right before removing, a run may have
-        // been created since the scan.
         let listed: Vec<String> = con
             .zrange(self.runs_key(), 0, -1)
             .await

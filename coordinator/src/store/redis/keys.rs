@@ -2,8 +2,6 @@
 //! run's hash tag `{<run id>}`, the indexes and the timer sets are global. The
 //! [module docs](super#layout) say what each one holds.
 
-use ::redis::ScriptInvocation;
-
 use super::RedisStore;
 
 /// The keys of one run, each with the run's hash tag.
@@ -20,18 +18,19 @@ pub(super) struct RunKeys {
 }
 
 impl RunKeys {
-    /// Passes the run's keys as a script's `KEYS[1]` to `KEYS[8]`, in the order
-    /// `lua/transition.lua` names them.
-    pub(super) fn add_to(&self, invocation: &mut ScriptInvocation<'_>) {
-        invocation
-            .key(&self.run)
-            .key(&self.events)
-            .key(&self.results)
-            .key(&self.steps)
-            .key(&self.tasks)
-            .key(&self.chain)
-            .key(&self.decisions)
-            .key(&self.output);
+    /// The run's keys as a script's `KEYS[1]` to `KEYS[8]`, in the order `lua/transition.lua`
+    /// names them.
+    pub(super) fn names(&self) -> [&str; 8] {
+        [
+            &self.run,
+            &self.events,
+            &self.results,
+            &self.steps,
+            &self.tasks,
+            &self.chain,
+            &self.decisions,
+            &self.output,
+        ]
     }
 }
 
@@ -51,7 +50,8 @@ impl RedisStore {
         }
     }
 
-    /// The prefix of the agents' timer sets: `P:timers:<agent>`.
+    /// The prefix of the agents' timer sets on a single server: `P:timers:<agent>` (a
+    /// cluster's are per slot, see `timers.rs`).
     pub(super) fn timer_prefix(&self) -> String {
         format!("{}:timers:", self.prefix)
     }

@@ -106,17 +106,23 @@
 //! [`Store`]: super::Store
 
 mod connect;
+mod connection;
 mod impl_store;
 mod indexes;
 mod keys;
 mod output;
 mod replies;
 mod scripts;
+mod slots;
+mod timers;
 
-use ::redis::aio::ConnectionManager;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use super::Error;
-pub use connect::{ConnectOptions, redacted};
+pub use connect::{ConnectOptions, WaitReplicas, redacted};
+use connection::Connection;
 
 /// The key prefix of [`RedisStore::connect`].
 pub const DEFAULT_PREFIX: &str = "baton";
@@ -128,11 +134,19 @@ const RUNNING: &str = baton_core::RunStatus::Running.as_str();
 /// one multiplexed connection that reconnects by itself.
 #[derive(Clone)]
 pub struct RedisStore {
-    con: ConnectionManager,
-    /// `wait_output`'s own connection: a blocking read holds it.
-    blocking: ConnectionManager,
+    con: Connection,
+    /// `wait_output`'s own connection on a single server: a blocking read holds it. (A cluster
+    /// is polled instead: `XREAD` over several runs would span slots.)
+    blocking: Connection,
     prefix: String,
+    /// Whether each transition waits for replicas before it counts as written.
+    wait: Option<WaitReplicas>,
+    /// When this store last repaired each agent's timer slot registry (a cluster's; `timers`).
+    repaired: Arc<Mutex<HashMap<String, Instant>>>,
 }
+
+/// How often a cluster's `wait_output` polls the runs' streams.
+const CLUSTER_OUTPUT_POLL: Duration = Duration::from_millis(50);
 
 /// How long a reply may take on the blocking connection: longer than any `wait_output` blocks.
 const BLOCKING_RESPONSE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
@@ -141,6 +155,8 @@ impl std::fmt::Debug for RedisStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RedisStore")
             .field("prefix", &self.prefix)
+            .field("cluster", &self.con.is_cluster())
+            .field("wait", &self.wait)
             .finish_non_exhaustive()
     }
 }
@@ -167,6 +183,11 @@ impl RedisStore {
     /// The key prefix.
     pub fn prefix(&self) -> &str {
         &self.prefix
+    }
+
+    /// Whether the store talks to a Redis Cluster (else to one server).
+    pub fn is_cluster(&self) -> bool {
+        self.con.is_cluster()
     }
 
     /// Runs a read once more after a short pause if Redis was unreachable: the connection

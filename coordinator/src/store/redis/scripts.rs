@@ -12,8 +12,9 @@
 
 use std::sync::LazyLock;
 
-use ::redis::{Script, ScriptInvocation};
+use ::redis::{Cmd, ErrorKind, FromRedisValue, RedisResult, Script, ServerErrorKind};
 
+use super::connection::Connection;
 use crate::store::TransitionWrite;
 
 /// Writes a run's header and its first transition, unless the run exists.
@@ -48,9 +49,45 @@ pub(super) static APPEND_OUTPUT: LazyLock<Script> =
 pub(super) static DUE_TASKS: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("lua/due_tasks.lua")));
 
+/// Files slots that hold an agent's timers in its slot registry (a cluster's; `timers.rs`).
+pub(super) static REGISTER_TIMERS: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("lua/register_timers.lua")));
+
+/// The slots whose earliest timer of an agent may be due, with their generations.
+pub(super) static DUE_SLOTS: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("lua/due_slots.lua")));
+
+/// Files what a sweep found in the slots it read.
+pub(super) static RAISE_SLOTS: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("lua/raise_slots.lua")));
+
+/// `EVALSHA` of `script` on `keys`, for arguments to be added to: a command of its own, so that
+/// it can go in a pipeline (with `WAIT`, say), which a `ScriptInvocation` cannot.
+pub(super) fn evalsha(script: &Script, keys: &[&str]) -> Cmd {
+    let mut cmd = ::redis::cmd("EVALSHA");
+    cmd.arg(script.get_hash()).arg(keys.len()).arg(keys);
+    cmd
+}
+
+/// Sends `cmd`, an [`evalsha`] of `script`, loading the script first where Redis answers
+/// `NOSCRIPT` (it restarted, its cache was flushed, a new master took over its slots).
+pub(super) async fn eval<T: FromRedisValue>(
+    con: &mut Connection,
+    script: &Script,
+    cmd: &Cmd,
+) -> RedisResult<T> {
+    match cmd.query_async(con).await {
+        Err(err) if err.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+            script.load_async(con).await?;
+            cmd.query_async(con).await
+        }
+        other => other,
+    }
+}
+
 /// Appends a transition in the encoding `lua/transition.lua` reads.
 pub(super) fn add_transition(
-    invocation: &mut ScriptInvocation<'_>,
+    invocation: &mut Cmd,
     write: &TransitionWrite,
     timer_prefix: &str,
     run_id: &str,
