@@ -1,9 +1,14 @@
 //! One conformance suite for every [`Store`]: each case is written once, generic over the store,
-//! and `conformance!` runs it against a `MemoryStore` and against a `RedisStore` on its own
-//! throwaway `redis-server` (see `support/redis_server.rs`; the Redis cases are never skipped).
+//! and `conformance!` runs it against a `MemoryStore`, against a `RedisStore` on its own
+//! throwaway `redis-server` (see `support/redis_server.rs`), and against a `RedisStore` on a real
+//! Redis Cluster of 3 masters and 3 replicas (`support/redis_cluster.rs`; one cluster for the
+//! whole binary, each case under its own key prefix). The Redis cases are never skipped.
 //! The cases follow the contract on the `Store` trait. A few Redis-only cases at the end check
 //! the key layout.
 
+#[path = "support/redis_cluster.rs"]
+#[allow(dead_code)] // shared harness: not every helper is used here
+mod redis_cluster;
 #[path = "support/redis_server.rs"]
 #[allow(dead_code)] // shared harness: not every helper is used here
 mod redis_server;
@@ -46,6 +51,28 @@ macro_rules! conformance {
                         .expect("connect to the test redis-server");
                     super::$case(Arc::new(store)).await;
                     drop(server);
+                }
+            )+
+        }
+
+        mod redis_cluster_store {
+            use super::*;
+            $(
+                $(#[$attr])*
+                #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+                async fn $case() {
+                    let cluster = tokio::task::spawn_blocking(redis_cluster::RedisCluster::shared)
+                        .await
+                        .expect("start the shared Redis Cluster");
+                    // Every node's URL, as `--redis` takes them for a cluster.
+                    let store = RedisStore::connect_with_prefix(
+                        &cluster.comma_urls(),
+                        concat!("conformance-", stringify!($case)),
+                    )
+                    .await
+                    .expect("connect to the test Redis Cluster");
+                    assert!(store.is_cluster(), "several node URLs make a cluster store");
+                    super::$case(Arc::new(store)).await;
                 }
             )+
         }

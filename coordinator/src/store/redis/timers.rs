@@ -178,7 +178,9 @@ impl RedisStore {
             let reads = batch.iter().map(|(slot, _, _)| {
                 let key = format!("{}{agent}", self.slot_timer_prefix(*slot));
                 let mut cmd = evalsha(&DUE_TASKS, &[&key]);
-                cmd.arg(now_ms).arg(limit).arg(self.run_key_prefix());
+                cmd.arg(now_ms)
+                    .arg(limit.min(i64::MAX as usize))
+                    .arg(self.run_key_prefix());
                 let mut con = self.con.clone();
                 async move { eval::<Vec<Vec<u8>>>(&mut con, &DUE_TASKS, &cmd).await }
             });
