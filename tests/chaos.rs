@@ -1,9 +1,14 @@
 //! The chaos test: 100 runs of the feature-development workflow with `command` agents, on two
-//! coordinators and three workers sharing one Redis with an append-only file, while the test
-//! kills a random worker every two seconds (and starts a new one), kills each coordinator once
-//! (and starts it again) and restarts Redis once. Every run must succeed with the spec's final
-//! context, and each step's result must be recorded exactly once per visit. Agents run at least
-//! once: the test prints how many executions were repeated.
+//! coordinators and three workers, while the test kills a random worker every two seconds (and
+//! starts a new one) and kills each coordinator once (and starts it again). Twice:
+//! - [`chaos`]: on one Redis with an append-only file, restarted once;
+//! - [`chaos_on_a_redis_cluster`]: on a Redis Cluster of 3 masters and 3 replicas with
+//!   `--redis-wait-replicas 1`, where one master is killed (its replica takes over) and later
+//!   comes back as a replica.
+//!
+//! Every run must succeed with the spec's final context, and each step's result must be recorded
+//! exactly once per visit. Agents run at least once: the test prints how many executions were
+//! repeated.
 
 #[path = "support/executions.rs"]
 mod executions;
@@ -15,6 +20,7 @@ mod harness;
 mod spec;
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use baton_proto::Json;
@@ -23,6 +29,7 @@ use baton_proto::v1::{
 };
 use fleet::{Fleet, Timing};
 use harness::Records;
+use harness::redis_cluster::RedisCluster;
 use redis::AsyncCommands;
 use serde_json::{Value, json};
 
@@ -42,6 +49,10 @@ enum Blow {
     KillCoordinator(usize),
     StartCoordinator(usize),
     RestartRedis,
+    /// SIGKILL the master that holds the first run: its replica takes over.
+    KillMaster,
+    /// Start the killed master again: it comes back as a replica of the one that took over.
+    StartKilledMaster,
 }
 
 const SCHEDULE: [(Duration, Blow); 5] = [
@@ -50,6 +61,15 @@ const SCHEDULE: [(Duration, Blow); 5] = [
     (Duration::from_secs(6), Blow::RestartRedis),
     (Duration::from_secs(9), Blow::KillCoordinator(1)),
     (Duration::from_secs(10), Blow::StartCoordinator(1)),
+];
+
+const CLUSTER_SCHEDULE: [(Duration, Blow); 6] = [
+    (Duration::from_secs(3), Blow::KillCoordinator(0)),
+    (Duration::from_secs(4), Blow::StartCoordinator(0)),
+    (Duration::from_secs(5), Blow::KillMaster),
+    (Duration::from_secs(8), Blow::StartKilledMaster),
+    (Duration::from_secs(10), Blow::KillCoordinator(1)),
+    (Duration::from_secs(11), Blow::StartCoordinator(1)),
 ];
 
 fn agents(records: &Records, worker: &str) -> std::path::PathBuf {
@@ -95,8 +115,23 @@ fn answer_error(status: &tonic::Status) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn chaos() {
+    let fleet = Fleet::start(2, TIMING).await;
+    chaos_on(fleet, &SCHEDULE).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn chaos_on_a_redis_cluster() {
+    let cluster = Arc::new(
+        tokio::task::spawn_blocking(RedisCluster::start)
+            .await
+            .expect("start a Redis Cluster"),
+    );
+    let fleet = Fleet::start_on_cluster(cluster, 2, TIMING, &["--redis-wait-replicas", "1"]).await;
+    chaos_on(fleet, &CLUSTER_SCHEDULE).await;
+}
+
+async fn chaos_on(mut fleet: Fleet, schedule: &[(Duration, Blow)]) {
     let started = Instant::now();
-    let mut fleet = Fleet::start(2, TIMING).await;
     let records = Records::new(fleet.dir().join("records"));
     let mut next_worker = 0;
     let mut start_worker = |fleet: &mut Fleet| {
@@ -132,7 +167,9 @@ async fn chaos() {
         runs.push(submitted);
     }
 
-    let mut schedule = SCHEDULE.iter().peekable();
+    let all_blows = schedule;
+    let mut schedule = schedule.iter().peekable();
+    let mut killed_master: Option<u16> = None;
     let mut last_kill = Instant::now();
     let mut killed_workers = 0;
     let mut done: BTreeMap<String, RunRecord> = BTreeMap::new();
@@ -151,7 +188,21 @@ async fn chaos() {
             match blow {
                 Blow::KillCoordinator(n) => fleet.kill_coordinator(*n),
                 Blow::StartCoordinator(n) => fleet.start_coordinator(*n).await,
-                Blow::RestartRedis => fleet.redis.restart(),
+                Blow::RestartRedis => fleet.redis().restart(),
+                Blow::KillMaster => {
+                    let cluster = fleet.redis_cluster().clone();
+                    let key = format!("baton:run:{{{}}}", runs[0]);
+                    let port = cluster.master_of_key(&key);
+                    cluster.kill_node(port);
+                    killed_master = Some(port);
+                }
+                Blow::StartKilledMaster => {
+                    let cluster = fleet.redis_cluster().clone();
+                    let port = killed_master.expect("a master was killed before");
+                    tokio::task::spawn_blocking(move || cluster.start_node_again(port))
+                        .await
+                        .expect("start the killed master again");
+                }
             }
             schedule.next();
         }
@@ -205,6 +256,7 @@ async fn chaos() {
         None,
         "the runs finished before every planned failure happened"
     );
+    let schedule_done: Vec<Blow> = all_blows.iter().map(|(_, blow)| *blow).collect();
 
     // Every run succeeded with the spec's final context.
     for (run_id, record) in &done {
@@ -267,8 +319,9 @@ async fn chaos() {
     }
     println!(
         "chaos: {RUNS} runs succeeded in {:.1} s; {killed_workers} workers killed, each coordinator \
-         killed once, Redis restarted once",
-        begun.elapsed().as_secs_f64()
+         killed once, and {:?}",
+        begun.elapsed().as_secs_f64(),
+        schedule_done
     );
     println!(
         "chaos: {} agent executions for {} step visits: {duplicated} duplicated by at-least-once \

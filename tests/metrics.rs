@@ -437,11 +437,11 @@ async fn healthz_and_readyz_follow_redis_and_the_worker_s_connection() {
     assert_eq!(sample(&metrics, "baton_worker_connected"), 1.0);
 
     // Redis goes away: the coordinator is alive but must not be sent work.
-    fleet.redis.stop();
+    fleet.redis().stop();
     let (_, reason) = until_probe(&fleet, &readyz, "unready", |status, _| status == 503).await;
     assert!(reason.contains("store"), "{reason}");
     assert_eq!(probe(&healthz).unwrap().0, 200, "alive all the same");
-    fleet.redis.start_again();
+    fleet.redis().start_again();
     until_probe(&fleet, &readyz, "ready again", ready).await;
 
     // Its coordinator gone, the worker is alive and unready.

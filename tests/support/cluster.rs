@@ -12,6 +12,8 @@
 
 #[path = "process.rs"]
 mod process;
+#[path = "../../coordinator/tests/support/redis_cluster.rs"]
+pub mod redis_cluster;
 #[path = "../../coordinator/tests/support/redis_server.rs"]
 mod redis_server;
 

@@ -1,5 +1,6 @@
 //! A cluster to break on purpose: a durable `redis-server` (append-only file, fsync at every
-//! write) that can be restarted, several `baton coordinator` processes on fixed ports that can be
+//! write) that can be restarted, or a Redis Cluster whose masters can be killed
+//! ([`Fleet::start_on_cluster`]), several `baton coordinator` processes on fixed ports that can be
 //! killed (SIGKILL), stopped (SIGTERM) and started again, and `baton worker` processes that know
 //! every coordinator's address and can be killed and replaced. Everything is a child of the test,
 //! killed when the [`Fleet`] is dropped; a failing test prints the end of every log.
@@ -16,7 +17,55 @@ use baton_proto::v1::run_service_client::RunServiceClient;
 use baton_proto::v1::{GetStatsRequest, Stats};
 use tonic::transport::Channel;
 
+use std::sync::Arc;
+
+use super::harness::redis_cluster::RedisCluster;
 use super::harness::{DEADLINE, Records, RedisServer, baton, free_port};
+
+/// Where the fleet keeps its state.
+pub enum Backend {
+    Single(RedisServer),
+    Cluster(Arc<RedisCluster>),
+}
+
+/// A connection to the fleet's Redis, whichever [`Backend`]: commands on it go where their keys
+/// live.
+#[derive(Clone)]
+pub enum RedisConnection {
+    Single(redis::aio::MultiplexedConnection),
+    Cluster(redis::cluster_async::ClusterConnection),
+}
+
+impl redis::aio::ConnectionLike for RedisConnection {
+    fn req_packed_command<'a>(
+        &'a mut self,
+        cmd: &'a redis::Cmd,
+    ) -> redis::RedisFuture<'a, redis::Value> {
+        match self {
+            RedisConnection::Single(con) => con.req_packed_command(cmd),
+            RedisConnection::Cluster(con) => con.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> redis::RedisFuture<'a, Vec<redis::Value>> {
+        match self {
+            RedisConnection::Single(con) => con.req_packed_commands(pipeline, offset, count),
+            RedisConnection::Cluster(con) => con.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            RedisConnection::Single(con) => con.get_db(),
+            RedisConnection::Cluster(con) => con.get_db(),
+        }
+    }
+}
 
 /// A process of the fleet, and every log file it (and its earlier incarnations) wrote.
 struct Node {
@@ -85,7 +134,9 @@ pub struct Timing {
 
 pub struct Fleet {
     dir: tempfile::TempDir,
-    pub redis: RedisServer,
+    backend: Backend,
+    /// Given to every coordinator after the fleet's own flags.
+    coordinator_args: Vec<String>,
     timing: Timing,
     ports: Vec<u16>,
     /// Where each coordinator serves `/metrics`.
@@ -110,13 +161,49 @@ impl Fleet {
         timing: Timing,
         env: &[(&str, &str)],
     ) -> Fleet {
+        Self::start_on(
+            Backend::Single(RedisServer::start_durable()),
+            coordinators,
+            timing,
+            env,
+            &[],
+        )
+        .await
+    }
+
+    /// `coordinators` coordinators on `cluster` (given every node's URL), each with
+    /// `coordinator_args` too, each answering.
+    pub async fn start_on_cluster(
+        cluster: Arc<RedisCluster>,
+        coordinators: usize,
+        timing: Timing,
+        coordinator_args: &[&str],
+    ) -> Fleet {
+        Self::start_on(
+            Backend::Cluster(cluster),
+            coordinators,
+            timing,
+            &[],
+            coordinator_args,
+        )
+        .await
+    }
+
+    async fn start_on(
+        backend: Backend,
+        coordinators: usize,
+        timing: Timing,
+        env: &[(&str, &str)],
+        coordinator_args: &[&str],
+    ) -> Fleet {
         let mut fleet = Fleet {
             env: env
                 .iter()
                 .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
                 .collect(),
             dir: tempfile::tempdir().expect("create the fleet's folder"),
-            redis: RedisServer::start_durable(),
+            backend,
+            coordinator_args: coordinator_args.iter().map(|a| (*a).to_owned()).collect(),
             timing,
             ports: (0..coordinators).map(|_| free_port()).collect(),
             metrics_ports: (0..coordinators).map(|_| free_port()).collect(),
@@ -134,6 +221,30 @@ impl Fleet {
             fleet.start_coordinator(n).await;
         }
         fleet
+    }
+
+    /// The fleet's single Redis server; panics on a cluster.
+    pub fn redis(&mut self) -> &mut RedisServer {
+        match &mut self.backend {
+            Backend::Single(server) => server,
+            Backend::Cluster(_) => panic!("this fleet runs on a Redis Cluster"),
+        }
+    }
+
+    /// The fleet's Redis Cluster; panics on a single server.
+    pub fn redis_cluster(&self) -> &Arc<RedisCluster> {
+        match &self.backend {
+            Backend::Cluster(cluster) => cluster,
+            Backend::Single(_) => panic!("this fleet runs on a single Redis"),
+        }
+    }
+
+    /// What coordinators get as `--redis`: the server's URL, or every cluster node's.
+    fn redis_url(&self) -> String {
+        match &self.backend {
+            Backend::Single(server) => server.url(),
+            Backend::Cluster(cluster) => cluster.comma_urls(),
+        }
     }
 
     pub fn dir(&self) -> &Path {
@@ -177,7 +288,7 @@ impl Fleet {
             .arg("--listen")
             .arg(format!("127.0.0.1:{}", self.ports[n]))
             .arg("--redis")
-            .arg(self.redis.url())
+            .arg(self.redis_url())
             .arg("--id")
             .arg(format!("coordinator-{n}"))
             .arg("--lease-ms")
@@ -186,6 +297,7 @@ impl Fleet {
             .arg(self.timing.worker_silence_ms.to_string())
             .arg("--metrics-listen")
             .arg(format!("127.0.0.1:{}", self.metrics_ports[n]))
+            .args(&self.coordinator_args)
             .envs(self.env.iter().map(|(k, v)| (k, v)));
         let dir = self.dir.path().to_owned();
         self.coordinators[n].spawn(&dir, command);
@@ -333,13 +445,24 @@ impl Fleet {
         RunServiceClient::connect(self.url(n)).await.ok()
     }
 
-    /// A connection to the fleet's Redis.
-    pub async fn redis_connection(&self) -> redis::aio::MultiplexedConnection {
-        redis::Client::open(self.redis.url())
-            .expect("a Redis URL")
-            .get_multiplexed_async_connection()
-            .await
-            .expect("connect to Redis")
+    /// A connection to the fleet's Redis (a cluster client on a cluster).
+    pub async fn redis_connection(&self) -> RedisConnection {
+        match &self.backend {
+            Backend::Single(server) => RedisConnection::Single(
+                redis::Client::open(server.url())
+                    .expect("a Redis URL")
+                    .get_multiplexed_async_connection()
+                    .await
+                    .expect("connect to Redis"),
+            ),
+            Backend::Cluster(cluster) => RedisConnection::Cluster(
+                redis::cluster::ClusterClient::new(cluster.urls())
+                    .expect("cluster URLs")
+                    .get_async_connection()
+                    .await
+                    .expect("connect to the Redis Cluster"),
+            ),
+        }
     }
 
     /// Everything process `name` (a coordinator or worker) has logged, in every incarnation.
