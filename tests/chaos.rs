@@ -218,14 +218,24 @@ async fn chaos_on(mut fleet: Fleet, schedule: &[(Duration, Blow)]) {
             killed_workers += 1;
             start_worker(&mut fleet);
         }
-        for (n, run_id) in runs.iter().enumerate() {
-            if done.contains_key(run_id) {
-                continue;
-            }
-            let request = GetRunRequest {
-                run_id: run_id.clone(),
-            };
-            let Some(record) = on_any!(fleet, n, |client| client.get_run(request.clone())) else {
+        // All at once: a run whose shard has no replica for a while (its transitions wait for
+        // one) answers slowly, and must not hold up the schedule.
+        let polls = runs
+            .iter()
+            .enumerate()
+            .filter(|(_, run_id)| !done.contains_key(*run_id))
+            .map(|(n, run_id)| {
+                let fleet = &fleet;
+                async move {
+                    let request = GetRunRequest {
+                        run_id: run_id.clone(),
+                    };
+                    let record = on_any!(fleet, n, |client| client.get_run(request.clone()));
+                    (n, run_id, record)
+                }
+            });
+        for (n, run_id, record) in futures::future::join_all(polls).await {
+            let Some(record) = record else {
                 continue;
             };
             if record.status != "running" {

@@ -494,5 +494,20 @@ impl Drop for Fleet {
         if std::thread::panicking() {
             eprintln!("the fleet's logs:\n{}", self.logs());
         }
+        // For a look at a run that passed but took long: BATON_KEEP_LOGS=DIR keeps every log.
+        if let Some(keep) = std::env::var_os("BATON_KEEP_LOGS") {
+            let keep = std::path::PathBuf::from(keep);
+            let _ = std::fs::create_dir_all(&keep);
+            for log in self
+                .coordinators
+                .iter()
+                .chain(&self.workers)
+                .flat_map(|n| &n.logs)
+            {
+                if let Some(name) = log.file_name() {
+                    let _ = std::fs::copy(log, keep.join(name));
+                }
+            }
+        }
     }
 }

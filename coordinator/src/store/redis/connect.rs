@@ -145,8 +145,32 @@ impl RedisStore {
                 cluster |= info.lines().any(|line| line.trim() == "cluster_enabled:1");
             }
         }
+        // `WAIT` blocks the connection it is sent on until the replicas answer (or its timeout):
+        // on the store's shared connection it would hold up every other command. Writes that
+        // wait get connections of their own, `WAIT_CONNECTIONS` of them taken in turn.
+        let mut writers = Vec::new();
+        if wait.is_some() {
+            for _ in 0..WAIT_CONNECTIONS {
+                writers.push(if cluster {
+                    Connection::Cluster(
+                        connect_cluster(&urls, &target, ca_pem.clone(), wait, &prefix).await?,
+                    )
+                } else {
+                    let per_try = wait.map_or(BLOCKING_RESPONSE_TIMEOUT, |w| {
+                        w.timeout + BLOCKING_RESPONSE_TIMEOUT
+                    });
+                    let config = ConnectionManagerConfig::new().set_response_timeout(Some(per_try));
+                    Connection::Single(
+                        ConnectionManager::new_with_config(target.client.clone(), config)
+                            .await
+                            .map_err(|err| target.error(&prefix, err))?,
+                    )
+                });
+            }
+        }
         let (con, blocking) = if cluster {
-            let con = Connection::Cluster(connect_cluster(&urls, &target, ca_pem, &prefix).await?);
+            let con =
+                Connection::Cluster(connect_cluster(&urls, &target, ca_pem, wait, &prefix).await?);
             (con.clone(), con)
         } else {
             let con = ConnectionManager::new(target.client.clone())
@@ -164,6 +188,8 @@ impl RedisStore {
             blocking,
             prefix,
             wait,
+            writers: std::sync::Arc::new(writers),
+            next_writer: Default::default(),
             repaired: Default::default(),
         };
         let mut con = store.con.clone();
@@ -184,12 +210,21 @@ impl RedisStore {
     }
 }
 
+/// How many connections writes that wait for replicas take turns on: each `WAIT` holds its
+/// connection for a replication round trip (or, with replicas missing, its whole timeout).
+const WAIT_CONNECTIONS: usize = 8;
+
+/// How long one try of a request to a cluster node may take (more with a longer
+/// `--redis-wait-timeout-ms`), and a whole request with its retries twice that.
+const CLUSTER_TRY_TIMEOUT: Duration = Duration::from_secs(2);
+
 /// The cluster client for the nodes `urls` name (the first one is `first`). It learns the rest
 /// of the cluster from them, and follows it as slots move and masters fail over.
 async fn connect_cluster(
     urls: &[&str],
     first: &Target,
     ca_pem: Option<Vec<u8>>,
+    wait: Option<WaitReplicas>,
     prefix: &str,
 ) -> Result<::redis::cluster_async::ClusterConnection, Error> {
     let mut nodes = Vec::with_capacity(urls.len());
@@ -197,9 +232,20 @@ async fn connect_cluster(
         let target = Target::new(url, None)?;
         nodes.push(target.client.get_connection_info().clone());
     }
+    // redis-rs's defaults wait at least 1.28 s between two tries of a request and give a request
+    // its whole response timeout: while a master fails over, every store call would hang for
+    // seconds. Short waits between tries and a bounded whole make a call that cannot reach its
+    // slot's master fail as `Unavailable` within seconds; the coordinator's own retries (an
+    // answer waits for the store a while) take it from there.
+    let per_try = CLUSTER_TRY_TIMEOUT
+        .max(wait.map_or(Duration::ZERO, |w| w.timeout) + Duration::from_secs(1));
     let mut builder = ClusterClientBuilder::new(nodes)
-        .connection_timeout(Duration::from_secs(2))
-        .response_timeout(BLOCKING_RESPONSE_TIMEOUT);
+        .connection_timeout(Duration::from_secs(1))
+        .response_timeout(per_try)
+        .overall_response_timeout(Some(per_try * 2))
+        .min_retry_wait(20)
+        .max_retry_wait(500)
+        .retry_wait_formula(10, 2);
     if let Some(pem) = ca_pem {
         builder = builder.certs(TlsCertificates {
             client_tls: None,

@@ -647,18 +647,21 @@ impl RedisStore {
     }
 
     /// Sends `cmd`, an `EVALSHA` of `script` that writes, and with `--redis-wait-replicas` a
-    /// `WAIT` right behind it on the same connection (a pipeline goes to one node: the master
-    /// that ran the script, so the `WAIT` counts that write). Returns the script's reply and, when
+    /// `WAIT` right behind it on the same connection, one of the `writers` (a pipeline goes to
+    /// one node: the master that ran the script, so the `WAIT` counts that write). Returns the script's reply and, when
     /// waiting, how many replicas acknowledged.
     async fn write<T: FromRedisValue>(
         &self,
         script: &Script,
         cmd: &Cmd,
     ) -> Result<(T, Option<u32>), RedisError> {
-        let mut con = self.con.clone();
         let Some(wait) = self.wait else {
-            return Ok((eval(&mut con, script, cmd).await?, None));
+            return Ok((eval(&mut self.con.clone(), script, cmd).await?, None));
         };
+        let turn = self
+            .next_writer
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let mut con = self.writers[turn % self.writers.len()].clone();
         let mut pipe = ::redis::pipe();
         pipe.add_command(cmd.clone())
             .cmd("WAIT")

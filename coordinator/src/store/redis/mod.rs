@@ -141,6 +141,10 @@ pub struct RedisStore {
     prefix: String,
     /// Whether each transition waits for replicas before it counts as written.
     wait: Option<WaitReplicas>,
+    /// With `wait`: the connections writes that wait are sent on, in turn (`connect.rs` says
+    /// why they are not `con`).
+    writers: Arc<Vec<Connection>>,
+    next_writer: Arc<std::sync::atomic::AtomicUsize>,
     /// When this store last repaired each agent's timer slot registry (a cluster's; `timers`).
     repaired: Arc<Mutex<HashMap<String, Instant>>>,
 }
