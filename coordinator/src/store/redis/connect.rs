@@ -226,7 +226,7 @@ async fn connect_cluster(
     ca_pem: Option<Vec<u8>>,
     wait: Option<WaitReplicas>,
     prefix: &str,
-) -> Result<::redis::cluster_async::ClusterConnection, Error> {
+) -> Result<std::sync::Arc<super::connection::Cluster>, Error> {
     let mut nodes = Vec::with_capacity(urls.len());
     for url in urls {
         let target = Target::new(url, None)?;
@@ -253,10 +253,13 @@ async fn connect_cluster(
         });
     }
     let client = builder.build().map_err(|err| first.error(prefix, err))?;
-    client
+    let connection = client
         .get_async_connection()
         .await
-        .map_err(|err| first.error(prefix, err))
+        .map_err(|err| first.error(prefix, err))?;
+    Ok(std::sync::Arc::new(super::connection::Cluster::new(
+        client, connection,
+    )))
 }
 
 /// A Redis server as a URL names it: the client, and what errors say about it.

@@ -4,14 +4,22 @@
 //! - [`Connection::Single`]: a [`ConnectionManager`], one multiplexed connection to one server
 //!   (or a primary behind a proxy) that reconnects by itself.
 //! - [`Connection::Cluster`]: redis-rs's cluster client, which routes each command to the master
-//!   of its key's slot, follows `MOVED` and `ASK`, refreshes the topology and reconnects.
+//!   of its key's slot, follows `MOVED` and `ASK`, refreshes the topology and reconnects. Wrapped
+//!   in a [`Cluster`] that replaces it when it stops answering: after a master failed over and
+//!   came back as a replica, redis-rs 1.8's client was seen to leave every request for that
+//!   master's slots unanswered for good (the fault tests, `tests/faults.rs`), while a client
+//!   connected anew found the new master at once.
 //!
 //! What the store sends must suit both: a script or a pipeline touches one slot (a run's keys
 //! share its hash tag; the timer sets of a run live on the run's own slot, see `timers.rs`), and
 //! reads over many runs are sent as one command per run ([`Connection::each`]) rather than as
 //! one pipeline, which a cluster would refuse as cross-slot.
 
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
+
 use ::redis::aio::{ConnectionLike, ConnectionManager};
+use ::redis::cluster::ClusterClient;
 use ::redis::cluster_async::ClusterConnection;
 use ::redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 use ::redis::{Cmd, FromRedisValue, Pipeline, RedisFuture, RedisResult, Value};
@@ -19,17 +27,107 @@ use ::redis::{Cmd, FromRedisValue, Pipeline, RedisFuture, RedisResult, Value};
 /// How many commands of [`Connection::each`] are in flight at once on a cluster.
 const CLUSTER_FAN_OUT: usize = 64;
 
+/// A cluster client that had this many requests time out within [`WEDGED_WINDOW`] is replaced
+/// (at most once per window): a healthy cluster answers within the client's timeouts, even
+/// across a failover.
+const WEDGED_TIMEOUTS: usize = 3;
+const WEDGED_WINDOW: Duration = Duration::from_secs(10);
+
 #[derive(Clone)]
 pub(super) enum Connection {
     Single(ConnectionManager),
-    Cluster(ClusterConnection),
+    Cluster(Arc<Cluster>),
+}
+
+/// A cluster client, and what it takes to replace it when it stops answering.
+pub(super) struct Cluster {
+    client: ClusterClient,
+    current: RwLock<ClusterConnection>,
+    health: Mutex<Health>,
+}
+
+#[derive(Default)]
+struct Health {
+    /// When recent requests timed out, oldest first, within [`WEDGED_WINDOW`].
+    timeouts: Vec<Instant>,
+    /// When the client was last replaced (or a replacement started).
+    replaced: Option<Instant>,
+}
+
+impl Cluster {
+    pub(super) fn new(client: ClusterClient, connection: ClusterConnection) -> Cluster {
+        Cluster {
+            client,
+            current: RwLock::new(connection),
+            health: Mutex::new(Health::default()),
+        }
+    }
+
+    fn connection(&self) -> ClusterConnection {
+        self.current
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone()
+    }
+
+    /// Notes how a request ended; the third time-out within the window starts a replacement.
+    fn observe<T>(self: &Arc<Self>, result: &RedisResult<T>) {
+        let Err(err) = result else {
+            return;
+        };
+        if !err.is_timeout() {
+            return;
+        }
+        let now = Instant::now();
+        {
+            let mut health = self
+                .health
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            health
+                .timeouts
+                .retain(|at| now.duration_since(*at) < WEDGED_WINDOW);
+            health.timeouts.push(now);
+            let recently = health
+                .replaced
+                .is_some_and(|at| now.duration_since(at) < WEDGED_WINDOW);
+            if health.timeouts.len() < WEDGED_TIMEOUTS || recently {
+                return;
+            }
+            health.replaced = Some(now);
+            health.timeouts.clear();
+        }
+        let cluster = self.clone();
+        tokio::spawn(async move {
+            tracing::warn!(
+                "the Redis Cluster client keeps timing out; connecting to the cluster anew"
+            );
+            match cluster.client.get_async_connection().await {
+                Ok(fresh) => {
+                    *cluster
+                        .current
+                        .write()
+                        .unwrap_or_else(|poisoned| poisoned.into_inner()) = fresh;
+                }
+                Err(error) => tracing::warn!(%error, "cannot connect to the Redis Cluster anew"),
+            }
+        });
+    }
 }
 
 impl ConnectionLike for Connection {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         match self {
             Connection::Single(con) => con.req_packed_command(cmd),
-            Connection::Cluster(con) => con.req_packed_command(cmd),
+            Connection::Cluster(cluster) => {
+                let cluster = cluster.clone();
+                let mut con = cluster.connection();
+                Box::pin(async move {
+                    let result = con.req_packed_command(cmd).await;
+                    cluster.observe(&result);
+                    result
+                })
+            }
         }
     }
 
@@ -41,14 +139,22 @@ impl ConnectionLike for Connection {
     ) -> RedisFuture<'a, Vec<Value>> {
         match self {
             Connection::Single(con) => con.req_packed_commands(pipeline, offset, count),
-            Connection::Cluster(con) => con.req_packed_commands(pipeline, offset, count),
+            Connection::Cluster(cluster) => {
+                let cluster = cluster.clone();
+                let mut con = cluster.connection();
+                Box::pin(async move {
+                    let result = con.req_packed_commands(pipeline, offset, count).await;
+                    cluster.observe(&result);
+                    result
+                })
+            }
         }
     }
 
     fn get_db(&self) -> i64 {
         match self {
             Connection::Single(con) => con.get_db(),
-            Connection::Cluster(con) => con.get_db(),
+            Connection::Cluster(cluster) => cluster.connection().get_db(),
         }
     }
 }
@@ -72,11 +178,11 @@ impl Connection {
                 }
                 pipe.query_async(&mut con.clone()).await
             }
-            Connection::Cluster(con) => {
+            Connection::Cluster(_) => {
                 use futures::stream::{StreamExt, TryStreamExt};
                 futures::stream::iter(commands)
                     .map(|command| {
-                        let mut con = con.clone();
+                        let mut con = self.clone();
                         async move { command.query_async::<T>(&mut con).await }
                     })
                     .buffered(CLUSTER_FAN_OUT)
@@ -100,8 +206,8 @@ impl Connection {
                 )
                 .await?
             }
-            Connection::Cluster(con) => {
-                let mut con = Connection::Cluster(con.clone());
+            Connection::Cluster(_) => {
+                let mut con = self.clone();
                 for (host, port) in masters(&mut con).await? {
                     let node = SingleNodeRoutingInfo::ByAddress { host, port };
                     scan_node(&mut con, Some(node), pattern, &mut found).await?;
@@ -131,6 +237,7 @@ async fn scan_node(
         let (next, keys): (u64, Vec<String>) = match (&mut *con, &node) {
             (Connection::Cluster(cluster), Some(node)) => {
                 let reply = cluster
+                    .connection()
                     .route_command(command, RoutingInfo::SingleNode(node.clone()))
                     .await?;
                 FromRedisValue::from_redis_value(reply)?

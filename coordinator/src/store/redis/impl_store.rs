@@ -668,6 +668,7 @@ impl RedisStore {
             .arg(wait.replicas)
             .arg(wait.timeout.as_millis().max(1) as u64);
         let mut loaded = false;
+        let mut redirected = 0;
         loop {
             match pipe.query_async::<(T, u32)>(&mut con).await {
                 Err(err)
@@ -677,6 +678,12 @@ impl RedisStore {
                 {
                     script.load_async(&mut con).await?;
                     loaded = true;
+                }
+                // The cluster client follows redirections of single commands, not of a pipeline
+                // whose first reply is one; the script did not run, so sending it again is safe.
+                Err(err) if redirected < PIPELINE_REDIRECTIONS && not_run_here(&err) => {
+                    redirected += 1;
+                    tokio::time::sleep(std::time::Duration::from_millis(50 * redirected)).await;
                 }
                 other => return other.map(|(reply, acked)| (reply, Some(acked))),
             }
@@ -697,4 +704,18 @@ impl RedisStore {
             _ => Ok(()),
         }
     }
+}
+
+/// How many times a waiting write is sent again after Redis answered that the script's slot is
+/// elsewhere or not served right now.
+const PIPELINE_REDIRECTIONS: u64 = 10;
+
+/// Whether `err` says a command was not run because its slot is served elsewhere (`MOVED`,
+/// `ASK`), is being migrated (`TRYAGAIN`) or is not served at all right now (`CLUSTERDOWN`).
+fn not_run_here(err: &RedisError) -> bool {
+    use ::redis::ServerErrorKind::{Ask, ClusterDown, Moved, TryAgain};
+    matches!(
+        err.kind(),
+        ::redis::ErrorKind::Server(Moved | Ask | TryAgain | ClusterDown)
+    )
 }
