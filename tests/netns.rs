@@ -4,9 +4,19 @@
 //! resumes, isolation cuts the test process too, Nets made at once do not collide, and nothing is
 //! left behind: not by a dropped Net, nor by a run killed with SIGKILL. The peers are small
 //! `python3` programs, so only the network is under test.
+//!
+//! Then the Redis Cluster harness on such hosts (`coordinator/tests/support/redis_cluster.rs`,
+//! one node per namespace): a master cut off from the rest of the cluster by a partition is
+//! replaced by its replica on the majority side, and comes back as a replica after the heal.
 
 #[path = "support/netns.rs"]
 mod netns;
+#[path = "../coordinator/tests/support/redis_cluster.rs"]
+#[allow(dead_code)] // shared harness: not every helper is used here
+mod redis_cluster;
+#[path = "../coordinator/tests/support/redis_server.rs"]
+#[allow(dead_code)]
+mod redis_server;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpStream};
@@ -14,6 +24,9 @@ use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use netns::{Host, Net};
+use redis::Commands;
+use redis::cluster::ClusterClient;
+use redis_cluster::{NodeHost, RedisCluster};
 
 /// How long a dial that should be cut is given before it counts as timed out.
 const CUT: Duration = Duration::from_secs(1);
@@ -515,4 +528,152 @@ fn a_crashed_runs_leftovers_are_removed_by_the_next_net() {
         "the sleeper left in the crashed run's namespace was not killed",
         || gone(sleeper),
     );
+}
+
+#[test]
+fn a_redis_master_partitioned_from_the_cluster_is_replaced_and_rejoins_as_a_replica() {
+    // Declared first, dropped last: the cluster stops its servers before the Net goes.
+    let net = Net::new("redis_partition");
+    let hosts: Vec<Host> = (0..6).map(|i| net.host(&format!("redis{i}"))).collect();
+    let started = Instant::now();
+    let cluster = RedisCluster::start_on(
+        hosts
+            .iter()
+            .map(|host| {
+                let host = host.clone();
+                NodeHost::new(host.ip(), move |program| host.command(program))
+            })
+            .collect(),
+        1,
+        1000,
+    );
+    eprintln!(
+        "a Redis Cluster on 6 hosts took {:?} to start",
+        started.elapsed()
+    );
+    // One node per host, and the cluster knows them by their hosts' addresses.
+    let ips: Vec<Ipv4Addr> = cluster.addrs().iter().map(|addr| *addr.ip()).collect();
+    assert_eq!(ips, hosts.iter().map(Host::ip).collect::<Vec<_>>());
+    for url in cluster.urls() {
+        assert!(url.starts_with("redis://10.200."), "{url}");
+    }
+    for master in cluster.masters() {
+        let replica = cluster
+            .replicas()
+            .into_iter()
+            .find(|replica| replica.master_port == master.port)
+            .unwrap_or_else(|| panic!("{master:?} has no replica"));
+        assert_ne!(replica.ip, master.ip, "a replica on its master's host");
+    }
+
+    let key = "{netns}:partitioned";
+    let mut con = ClusterClient::new(cluster.urls())
+        .expect("a cluster client")
+        .get_connection()
+        .expect("connect to the cluster from the test process");
+    let () = con
+        .set(key, "before")
+        .expect("SET through the cluster client");
+    cluster.wait_for_replication();
+
+    let old_master = cluster.master_of_key(key);
+    let old_ip = cluster.node_ip(old_master);
+    let replica = cluster
+        .replicas()
+        .into_iter()
+        .find(|replica| replica.master_port == old_master)
+        .expect("the key's master has a replica");
+    let cut_off = hosts
+        .iter()
+        .find(|host| host.ip() == old_ip)
+        .expect("the master's host");
+    let others: Vec<&Host> = hosts.iter().filter(|host| *host != cut_off).collect();
+    net.partition(&[cut_off], &others);
+    let partitioned = Instant::now();
+
+    // Until it notices (cluster-node-timeout), the cut-off master still takes writes, which no
+    // replica gets: the write that the majority side will lose. The test process still reaches
+    // it (a partition cuts hosts from hosts only).
+    let mut minority = redis::Client::open(format!("redis://{old_ip}:{old_master}/"))
+        .and_then(|client| client.get_connection_with_timeout(Duration::from_secs(5)))
+        .expect("connect to the cut-off master");
+    let () = minority
+        .set(key, "lost")
+        .expect("the cut-off master takes a write before it notices");
+    let acknowledged: i64 = redis::cmd("WAIT")
+        .arg(1)
+        .arg(200)
+        .query(&mut minority)
+        .expect("WAIT on the cut-off master");
+    assert_eq!(
+        acknowledged, 0,
+        "a replica acknowledged across the partition"
+    );
+
+    let new_master = cluster.wait_for_failover_of(old_master);
+    eprintln!(
+        "the replica took over {:?} after the partition",
+        partitioned.elapsed()
+    );
+    assert_eq!(new_master, replica.port);
+    assert_eq!(cluster.master_of_key(key), new_master);
+    assert!(
+        cluster
+            .masters()
+            .iter()
+            .all(|master| master.port != old_master),
+        "{:?}",
+        cluster.masters()
+    );
+    // The majority side serves the key, as it was before the cut.
+    let majority: Vec<String> = cluster
+        .addrs()
+        .iter()
+        .filter(|addr| *addr.ip() != old_ip)
+        .map(|addr| format!("redis://{addr}/"))
+        .collect();
+    let mut con = ClusterClient::new(majority)
+        .expect("a cluster client")
+        .get_connection()
+        .expect("connect to the majority side");
+    let value: String = con.get(key).expect("GET on the majority side");
+    assert_eq!(value, "before");
+    // The minority side refuses, once it has noticed.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match minority.get::<_, String>(key) {
+            Err(error) if error.code() == Some("CLUSTERDOWN") => break,
+            other => assert!(
+                Instant::now() < deadline,
+                "the cut-off master still answers: {other:?}"
+            ),
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+
+    net.heal();
+    let healed = Instant::now();
+    assert_eq!(cluster.wait_for_rejoin(old_master), new_master);
+    eprintln!(
+        "the old master rejoined as a replica {:?} after the heal",
+        healed.elapsed()
+    );
+    let rejoined = cluster
+        .replicas()
+        .into_iter()
+        .find(|replica| replica.port == old_master)
+        .expect("the old master is a replica");
+    assert_eq!(rejoined.master_port, new_master);
+    // Its write during the partition is gone, everywhere.
+    let value: String = con.get(key).expect("GET after the heal");
+    assert_eq!(value, "before");
+    cluster.wait_for_replication();
+    let mut old = redis::Client::open(format!("redis://{old_ip}:{old_master}/"))
+        .and_then(|client| client.get_connection_with_timeout(Duration::from_secs(5)))
+        .expect("connect to the old master");
+    let value: String = redis::cmd("READONLY")
+        .query::<()>(&mut old)
+        .and_then(|()| old.get(key))
+        .expect("GET on the old master, now a replica");
+    assert_eq!(value, "before");
 }

@@ -299,6 +299,9 @@ impl Fleet {
             .arg(format!("127.0.0.1:{}", self.metrics_ports[n]))
             .args(&self.coordinator_args)
             .envs(self.env.iter().map(|(k, v)| (k, v)));
+        if let Ok(filter) = std::env::var("BATON_TEST_RUST_LOG") {
+            command.env("RUST_LOG", filter);
+        }
         let dir = self.dir.path().to_owned();
         self.coordinators[n].spawn(&dir, command);
         let deadline = Instant::now() + DEADLINE;

@@ -3,6 +3,14 @@
 //! the machine's shared Redis. A test can do to it what operators and faults do to a production
 //! cluster: kill a node and bring it back, wait for a replica to take over, move slots.
 //!
+//! Or each node on a host of its own ([`RedisCluster::start_on`]), such as a network namespace of
+//! `tests/support/netns.rs`: the node binds and announces the host's address, and the harness
+//! talks to it there (the test process must reach every host). A test can then cut a master off
+//! from the rest of the cluster while it keeps running, and wait for the majority to replace it
+//! ([`RedisCluster::wait_for_failover_of`]) and for it to come back as a replica
+//! ([`RedisCluster::wait_for_rejoin`]). This file knows nothing of namespaces: a [`NodeHost`]
+//! says how to run a program on the host.
+//!
 //! Include it next to `redis_server.rs`, whose [`free_port`] it uses: one list of handed-out
 //! ports per test binary, so a cluster node and a lone server never get the same port.
 //!
@@ -19,7 +27,9 @@
 //! an async test that must keep other tasks running meanwhile, call them on
 //! `tokio::task::spawn_blocking` (the methods take `&self`: share the cluster in an `Arc`).
 
+use std::ffi::OsStr;
 use std::io::Write;
+use std::net::{Ipv4Addr, SocketAddrV4};
 use std::ops::RangeInclusive;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, Stdio};
@@ -79,6 +89,37 @@ exec 3<&-
 wait "$server"
 "#;
 
+/// Where a node of [`RedisCluster::start_on`] runs: the address it binds and announces (and where
+/// the harness and the cluster's clients reach it), and how to run a program there.
+pub struct NodeHost {
+    pub ip: Ipv4Addr,
+    /// `program` made to run on the host, before any argument is added: for a network namespace,
+    /// `ip netns exec <netns> <program>`. The child must be the program itself or a process that
+    /// execs it (its stdin is the pipe that keeps the node alive, see the wrapper above).
+    pub command: Box<dyn Fn(&OsStr) -> Command + Send + Sync>,
+}
+
+impl NodeHost {
+    /// A host at `ip` whose programs `command` makes (say `move |p| host.command(p)`).
+    pub fn new(ip: Ipv4Addr, command: impl Fn(&OsStr) -> Command + Send + Sync + 'static) -> Self {
+        NodeHost {
+            ip,
+            command: Box::new(command),
+        }
+    }
+
+    /// This machine's loopback, where [`RedisCluster::start_with`] puts every node.
+    pub fn loopback() -> Self {
+        NodeHost::new(Ipv4Addr::LOCALHOST, |program: &OsStr| Command::new(program))
+    }
+}
+
+impl std::fmt::Debug for NodeHost {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NodeHost").field("ip", &self.ip).finish()
+    }
+}
+
 /// A running Redis Cluster; every process is killed and reaped, and every directory removed, on
 /// drop.
 pub struct RedisCluster {
@@ -94,6 +135,8 @@ pub struct RedisCluster {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Master {
     pub id: String,
+    /// The address of its host (127.0.0.1 on loopback).
+    pub ip: Ipv4Addr,
     pub port: u16,
     pub slots: Vec<RangeInclusive<u16>>,
 }
@@ -102,12 +145,15 @@ pub struct Master {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Replica {
     pub id: String,
+    pub ip: Ipv4Addr,
     pub port: u16,
     pub master_id: String,
+    pub master_ip: Ipv4Addr,
     pub master_port: u16,
 }
 
 struct Node {
+    host: NodeHost,
     port: u16,
     bus_port: u16,
     node_timeout_ms: u64,
@@ -120,6 +166,21 @@ struct Node {
     /// The slots the node owned, as the cluster saw it, when it was killed: where
     /// [`RedisCluster::wait_for_failover`] looks for the new master.
     slots_when_killed: Vec<RangeInclusive<u16>>,
+    /// Running but cut off from the others (see [`RedisCluster::wait_for_failover_of`]): what it
+    /// says about the cluster is stale, so the harness does not ask it until
+    /// [`RedisCluster::wait_for_rejoin`].
+    cut_off: bool,
+}
+
+impl Node {
+    fn addr(&self) -> SocketAddrV4 {
+        SocketAddrV4::new(self.host.ip, self.port)
+    }
+
+    /// Running and not cut off: the harness asks it about the cluster.
+    fn in_view(&self) -> bool {
+        self.process.is_some() && !self.cut_off
+    }
 }
 
 /// The wrapping `sh` and the pipe whose closing kills the server.
@@ -166,6 +227,29 @@ impl RedisCluster {
     /// Panics (never skips) with the nodes' logs if `redis-server` or `redis-cli` is missing or
     /// the cluster is not ready within 30 s. `redis-cli` needs at least 3 masters.
     pub fn start_with(masters: usize, replicas_per_master: usize, node_timeout_ms: u64) -> Self {
+        let count = masters * (1 + replicas_per_master);
+        let hosts = (0..count).map(|_| NodeHost::loopback()).collect();
+        Self::start_on(hosts, replicas_per_master, node_timeout_ms)
+    }
+
+    /// Like [`RedisCluster::start_with`], with one node on each of `hosts`, in order: the
+    /// number of masters is `hosts.len() / (1 + replicas_per_master)`, which `redis-cli` places
+    /// so that no replica is on its master's host when the hosts' addresses differ. A node
+    /// listens on a free port of this process's (see `free_port`), on its host's address, which it
+    /// also announces to the cluster; every host must reach the others' and the test process
+    /// every host's. The nodes are started one after the other.
+    pub fn start_on(
+        hosts: Vec<NodeHost>,
+        replicas_per_master: usize,
+        node_timeout_ms: u64,
+    ) -> Self {
+        let per_shard = 1 + replicas_per_master;
+        assert!(
+            hosts.len().is_multiple_of(per_shard),
+            "{} hosts do not make shards of one master and {replicas_per_master} replicas",
+            hosts.len()
+        );
+        let masters = hosts.len() / per_shard;
         assert!(
             masters >= 3,
             "`redis-cli --cluster create` needs at least 3 masters, not {masters}"
@@ -177,16 +261,15 @@ impl RedisCluster {
             redis_server: find_binary("redis-server"),
             redis_cli: find_binary("redis-cli"),
         };
-        let count = masters * (1 + replicas_per_master);
-        for _ in 0..count {
-            let node = cluster.start_fresh_node(node_timeout_ms);
+        for host in hosts {
+            let node = cluster.start_fresh_node(host, node_timeout_ms);
             cluster.lock_nodes().push(node);
         }
 
         let mut create = Command::new(&cluster.redis_cli);
         create.arg("--cluster").arg("create");
-        for port in cluster.ports() {
-            create.arg(format!("127.0.0.1:{port}"));
+        for addr in cluster.addrs() {
+            create.arg(addr.to_string());
         }
         create
             .arg("--cluster-replicas")
@@ -195,8 +278,8 @@ impl RedisCluster {
         cluster.run_redis_cli(create, "redis-cli --cluster create");
 
         for node in cluster.lock_nodes().iter_mut() {
-            node.id = query::<String>(node.port, &["CLUSTER", "MYID"])
-                .unwrap_or_else(|err| panic!("CLUSTER MYID on port {}: {err}", node.port));
+            node.id = query::<String>(node.addr(), &["CLUSTER", "MYID"])
+                .unwrap_or_else(|err| panic!("CLUSTER MYID: {err}"));
         }
         cluster.wait_until(
             started + SETTLE_DEADLINE,
@@ -231,15 +314,16 @@ impl RedisCluster {
         }
     }
 
-    /// `redis://127.0.0.1:<port>/` of every node, masters and replicas, killed or not.
+    /// `redis://<ip>:<port>/` of every node (127.0.0.1 on loopback), masters and replicas,
+    /// killed or not.
     pub fn urls(&self) -> Vec<String> {
-        self.ports().into_iter().map(url).collect()
+        self.addrs().into_iter().map(url).collect()
     }
 
-    /// The URL of one node, running when called: enough for a cluster client to discover the
-    /// rest.
+    /// The URL of one node, running (and not cut off) when called: enough for a cluster client to
+    /// discover the rest.
     pub fn seed_url(&self) -> String {
-        url(self.running_ports()[0])
+        url(self.view_addrs()[0])
     }
 
     /// [`RedisCluster::urls`] joined with `,`, the form a configuration file or flag takes.
@@ -252,39 +336,62 @@ impl RedisCluster {
         self.lock_nodes().iter().map(|node| node.port).collect()
     }
 
+    /// The address (`ip:port`) of every node, in the order they were started.
+    pub fn addrs(&self) -> Vec<SocketAddrV4> {
+        self.lock_nodes().iter().map(Node::addr).collect()
+    }
+
+    /// The address of the host of the node on `port` (127.0.0.1 on loopback): where a test finds
+    /// the host to cut off.
+    pub fn node_ip(&self, port: u16) -> Ipv4Addr {
+        *self.addr_of(port).ip()
+    }
+
     /// The running masters, as a running node sees them now (failovers and migrations change
-    /// this), in port order.
+    /// this), in port order. Neither asks nor lists a node cut off by
+    /// [`RedisCluster::wait_for_failover_of`].
     pub fn masters(&self) -> Vec<Master> {
-        let running = self.running_ports();
+        let in_view = self.view_addrs();
         let mut masters: Vec<Master> = self
             .one_view()
             .into_iter()
-            .filter(|entry| entry.is_master() && running.contains(&entry.port))
-            .map(|entry| Master {
-                id: entry.id,
-                port: entry.port,
-                slots: entry.slots,
+            .filter(|entry| entry.is_master())
+            .filter_map(|entry| {
+                let addr = in_view.iter().find(|addr| addr.port() == entry.port)?;
+                Some(Master {
+                    id: entry.id,
+                    ip: *addr.ip(),
+                    port: entry.port,
+                    slots: entry.slots,
+                })
             })
             .collect();
         masters.sort_by_key(|master| master.port);
         masters
     }
 
-    /// The running replicas, as a running node sees them now, in port order.
+    /// The running replicas, as a running node sees them now, in port order; like
+    /// [`RedisCluster::masters`], without a node that is cut off.
     pub fn replicas(&self) -> Vec<Replica> {
-        let running = self.running_ports();
+        let in_view = self.view_addrs();
+        let all = self.addrs();
         let view = self.one_view();
         let port_of = |id: &str| view.iter().find(|entry| entry.id == id).map(|e| e.port);
+        let ip_of = |port: u16| all.iter().find(|a| a.port() == port).map(|a| *a.ip());
         let mut replicas: Vec<Replica> = view
             .iter()
-            .filter(|entry| !entry.is_master() && running.contains(&entry.port))
+            .filter(|entry| !entry.is_master())
             .filter_map(|entry| {
+                let addr = in_view.iter().find(|addr| addr.port() == entry.port)?;
                 let master_id = entry.master_id.clone()?;
+                let master_port = port_of(&master_id)?;
                 Some(Replica {
                     id: entry.id.clone(),
+                    ip: *addr.ip(),
                     port: entry.port,
-                    master_port: port_of(&master_id)?,
                     master_id,
+                    master_ip: ip_of(master_port)?,
+                    master_port,
                 })
             })
             .collect();
@@ -327,6 +434,7 @@ impl RedisCluster {
             .take()
             .unwrap_or_else(|| panic!("the node on port {port} is not running"));
         node.slots_when_killed = slots;
+        node.cut_off = false;
         process.kill(true);
     }
 
@@ -347,12 +455,13 @@ impl RedisCluster {
             loop {
                 let mut process = spawn(
                     &self.redis_server,
+                    &node.host,
                     node.port,
                     node.bus_port,
                     node.dir.path(),
                     node.node_timeout_ms,
                 );
-                match wait_for_ping(&mut process, node.port, node.dir.path()) {
+                match wait_for_ping(&mut process, node.addr(), node.dir.path()) {
                     Ok(()) => {
                         node.process = Some(process);
                         node.slots_when_killed.clear();
@@ -375,24 +484,54 @@ impl RedisCluster {
     /// After [`RedisCluster::kill_node`] of a master: waits until another node (its replica) owns
     /// every slot the killed master owned, and every running node says `cluster_state:ok` and
     /// agrees with the others (see [`RedisCluster::start_with`]). Returns the new master's port.
+    /// The killed node is not asked anything (see also [`RedisCluster::wait_for_failover_of`]).
     pub fn wait_for_failover(&self, old_master_port: u16) -> u16 {
+        assert!(
+            self.lock_nodes()
+                .iter()
+                .any(|node| node.port == old_master_port && node.process.is_none()),
+            "wait_for_failover({old_master_port}): that node was not killed"
+        );
+        self.wait_for_failover_of(old_master_port)
+    }
+
+    /// After the master on `old_master_port` was cut off from the rest of the cluster, killed
+    /// ([`RedisCluster::kill_node`]) or still running behind a network partition: waits until
+    /// another node (its replica) owns every slot it owned, and the *other* running nodes all say
+    /// `cluster_state:ok` and agree with each other (see [`RedisCluster::start_with`]). Returns
+    /// the new master's port.
+    ///
+    /// A running master is from now on *cut off*: the harness does not ask it about the cluster
+    /// (it sees the minority's stale view, and says `cluster_state:fail` once it notices) and
+    /// leaves it out of [`RedisCluster::masters`], [`RedisCluster::replicas`],
+    /// [`RedisCluster::seed_url`] and every wait, until [`RedisCluster::wait_for_rejoin`]. Call
+    /// this right after the cut: which slots it owned is asked of the others first, then of the
+    /// node itself (reachable from the test process after a partition, not after an isolation).
+    pub fn wait_for_failover_of(&self, old_master_port: u16) -> u16 {
         let _operation = self.lock_operations();
-        let (old_id, slots) = {
+        let (old_id, killed_slots, addr) = {
             let mut nodes = self.lock_nodes();
             let node = node_at(&mut nodes, old_master_port);
-            assert!(
-                node.process.is_none(),
-                "wait_for_failover({old_master_port}): that node was not killed"
-            );
-            assert!(
-                !node.slots_when_killed.is_empty(),
-                "wait_for_failover({old_master_port}): that node owned no slots when it was killed"
-            );
-            (node.id.clone(), node.slots_when_killed.clone())
+            if node.process.is_some() {
+                node.cut_off = true;
+            }
+            let killed_slots = node
+                .process
+                .is_none()
+                .then(|| node.slots_when_killed.clone());
+            (node.id.clone(), killed_slots, node.addr())
         };
+        let slots = match killed_slots {
+            Some(slots) => slots,
+            None => self.slots_of_cut_off(&old_id, addr),
+        };
+        assert!(
+            !slots.is_empty(),
+            "wait_for_failover_of({old_master_port}): that node owned no slots when it was cut off"
+        );
         let view = self.wait_until(
             Instant::now() + SETTLE_DEADLINE,
-            &format!("a replica to take over from the master on port {old_master_port}"),
+            &format!("a replica to take over from the master on {addr}"),
             |view| {
                 if view.owner_ids().any(|id| id == old_id) {
                     return Err(format!("node {old_id} still owns slots"));
@@ -404,6 +543,40 @@ impl RedisCluster {
         view.owner_port(first)
     }
 
+    /// After [`RedisCluster::wait_for_failover_of`] a node that kept running (the test healed the
+    /// partition): asks it about the cluster again, and waits until it is a replica and every
+    /// running node says `cluster_state:ok` and agrees with the others. Returns the port of its
+    /// master.
+    pub fn wait_for_rejoin(&self, port: u16) -> u16 {
+        let _operation = self.lock_operations();
+        let id = {
+            let mut nodes = self.lock_nodes();
+            let node = node_at(&mut nodes, port);
+            assert!(
+                node.process.is_some(),
+                "wait_for_rejoin({port}): that node is killed; start_node_again brings it back"
+            );
+            node.cut_off = false;
+            node.id.clone()
+        };
+        let view = self.wait_until(
+            Instant::now() + SETTLE_DEADLINE,
+            &format!("the node on port {port} to rejoin the cluster as a replica"),
+            |view| {
+                view.settled()?;
+                view.master_id_of(&id)
+                    .map(|_| ())
+                    .ok_or_else(|| format!("the node on port {port} is not a replica"))
+            },
+        );
+        let master_id = view.master_id_of(&id).expect("checked above").to_owned();
+        view.entries(port)
+            .iter()
+            .find(|entry| entry.id == master_id)
+            .map(|entry| entry.port)
+            .unwrap_or_else(|| panic!("no node {master_id}, master of port {port}"))
+    }
+
     /// Waits until every running replica has received everything its master has written
     /// (replication offsets equal), so that a write acknowledged before this call survives a
     /// failover.
@@ -411,15 +584,17 @@ impl RedisCluster {
         let _operation = self.lock_operations();
         let deadline = Instant::now() + SETTLE_DEADLINE;
         for replica in self.replicas() {
-            let offset_of = |port: u16, field: &str| -> Result<u64, String> {
-                let info = query::<String>(port, &["INFO", "replication"])?;
+            let offset_of = |ip: Ipv4Addr, port: u16, field: &str| -> Result<u64, String> {
+                let addr = SocketAddrV4::new(ip, port);
+                let info = query::<String>(addr, &["INFO", "replication"])?;
                 info_field(&info, field)
                     .and_then(|value| value.parse().ok())
-                    .ok_or_else(|| format!("no {field} in INFO replication of port {port}"))
+                    .ok_or_else(|| format!("no {field} in INFO replication of {addr}"))
             };
             loop {
-                let master = offset_of(replica.master_port, "master_repl_offset");
-                let copied = offset_of(replica.port, "slave_repl_offset");
+                let master =
+                    offset_of(replica.master_ip, replica.master_port, "master_repl_offset");
+                let copied = offset_of(replica.ip, replica.port, "slave_repl_offset");
                 match (master, copied) {
                     (Ok(master), Ok(copied)) if copied >= master => break,
                     (master, copied) if Instant::now() >= deadline => panic!(
@@ -465,7 +640,7 @@ impl RedisCluster {
         let target_id = id_of(to_master_port);
         let slot_arg = slot.to_string();
         let must = |port: u16, args: &[&str]| {
-            query::<redis::Value>(port, args)
+            query::<redis::Value>(self.addr_of(port), args)
                 .unwrap_or_else(|err| panic!("{} on port {port}: {err}", args.join(" ")));
         };
         must(
@@ -479,23 +654,24 @@ impl RedisCluster {
         let batch = MIGRATE_BATCH.to_string();
         loop {
             let keys: Vec<Vec<u8>> = query(
-                source_port,
+                self.addr_of(source_port),
                 &["CLUSTER", "GETKEYSINSLOT", &slot_arg, &batch],
             )
             .unwrap_or_else(|err| panic!("CLUSTER GETKEYSINSLOT on {source_port}: {err}"));
             if keys.is_empty() {
                 break;
             }
+            // The source dials the destination: at its host's address.
             let mut migrate = redis::cmd("MIGRATE");
             migrate
-                .arg("127.0.0.1")
+                .arg(self.node_ip(to_master_port).to_string())
                 .arg(to_master_port)
                 .arg("")
                 .arg(0)
                 .arg(5000)
                 .arg("KEYS")
                 .arg(&keys);
-            connect(source_port)
+            connect(self.addr_of(source_port))
                 .and_then(|mut con| {
                     migrate
                         .query::<redis::Value>(&mut con)
@@ -549,7 +725,7 @@ impl RedisCluster {
         reshard
             .arg("--cluster")
             .arg("reshard")
-            .arg(format!("127.0.0.1:{from_port}"))
+            .arg(self.addr_of(from_port).to_string())
             .arg("--cluster-from")
             .arg(from_id)
             .arg("--cluster-to")
@@ -572,14 +748,14 @@ impl RedisCluster {
                 std::fs::read_to_string(node.dir.path().join("redis.log")).unwrap_or_default();
             let lines: Vec<&str> = log.lines().collect();
             let tail = &lines[lines.len().saturating_sub(LOG_LINES)..];
-            let state = if node.process.is_some() {
-                "running"
-            } else {
-                "killed"
+            let state = match (&node.process, node.cut_off) {
+                (None, _) => "killed",
+                (Some(_), true) => "running, cut off",
+                (Some(_), false) => "running",
             };
             out.push_str(&format!(
-                "--- node on port {} ({state}, id {}), last {} lines of its log:\n{}\n",
-                node.port,
+                "--- node on {} ({state}, id {}), last {} lines of its log:\n{}\n",
+                node.addr(),
                 if node.id.is_empty() { "?" } else { &node.id },
                 tail.len(),
                 tail.join("\n")
@@ -588,7 +764,7 @@ impl RedisCluster {
         out
     }
 
-    fn start_fresh_node(&self, node_timeout_ms: u64) -> Node {
+    fn start_fresh_node(&self, host: NodeHost, node_timeout_ms: u64) -> Node {
         let mut last_failure = String::new();
         for _ in 0..PORT_ATTEMPTS {
             let dir = tempfile::tempdir().expect("create a directory for a cluster node");
@@ -596,14 +772,16 @@ impl RedisCluster {
             let (port, bus_port) = (free_port(), free_port());
             let mut process = spawn(
                 &self.redis_server,
+                &host,
                 port,
                 bus_port,
                 dir.path(),
                 node_timeout_ms,
             );
-            match wait_for_ping(&mut process, port, dir.path()) {
+            match wait_for_ping(&mut process, SocketAddrV4::new(host.ip, port), dir.path()) {
                 Ok(()) => {
                     return Node {
+                        host,
                         port,
                         bus_port,
                         node_timeout_ms,
@@ -611,6 +789,7 @@ impl RedisCluster {
                         dir,
                         process: Some(process),
                         slots_when_killed: Vec::new(),
+                        cut_off: false,
                     };
                 }
                 // Exited: most likely a port was taken in between; try new ones.
@@ -663,28 +842,29 @@ impl RedisCluster {
         }
     }
 
-    /// What every running node says now.
+    /// What every running node that is not cut off says now.
     fn look(&self) -> Result<ClusterView, String> {
-        let running: Vec<(u16, String)> = self
+        let running: Vec<(SocketAddrV4, String)> = self
             .lock_nodes()
             .iter()
-            .filter(|node| node.process.is_some())
-            .map(|node| (node.port, node.id.clone()))
+            .filter(|node| node.in_view())
+            .map(|node| (node.addr(), node.id.clone()))
             .collect();
         if running.is_empty() {
-            return Err("every node of the cluster is killed".to_string());
+            return Err("every node of the cluster is killed or cut off".to_string());
         }
         let mut views = Vec::new();
-        for (port, id) in running.iter().cloned() {
-            let nodes = parse_cluster_nodes(&query::<String>(port, &["CLUSTER", "NODES"])?)
-                .map_err(|err| format!("CLUSTER NODES of port {port}: {err}"))?;
-            let info = query::<String>(port, &["CLUSTER", "INFO"])?;
+        for (addr, id) in running.iter().cloned() {
+            let port = addr.port();
+            let nodes = parse_cluster_nodes(&query::<String>(addr, &["CLUSTER", "NODES"])?)
+                .map_err(|err| format!("CLUSTER NODES of {addr}: {err}"))?;
+            let info = query::<String>(addr, &["CLUSTER", "INFO"])?;
             let cluster_ok = info_field(&info, "cluster_state") == Some("ok");
             let is_replica = nodes
                 .iter()
                 .any(|entry| entry.port == port && !entry.is_master());
             let link_up = if is_replica {
-                let replication = query::<String>(port, &["INFO", "replication"])?;
+                let replication = query::<String>(addr, &["INFO", "replication"])?;
                 info_field(&replication, "master_link_status") == Some("up")
             } else {
                 true
@@ -700,28 +880,67 @@ impl RedisCluster {
         Ok(ClusterView { views })
     }
 
-    /// `CLUSTER NODES` of the first running node that answers.
+    /// `CLUSTER NODES` of the first running node, not cut off, that answers.
     fn one_view(&self) -> Vec<NodeEntry> {
-        let mut failures = Vec::new();
-        for port in self.running_ports() {
-            match query::<String>(port, &["CLUSTER", "NODES"]).and_then(|t| parse_cluster_nodes(&t))
-            {
-                Ok(nodes) => return nodes,
-                Err(failure) => failures.push(format!("port {port}: {failure}")),
-            }
-        }
-        panic!("no running node answered CLUSTER NODES: {failures:?}");
+        self.try_one_view()
+            .unwrap_or_else(|failures| panic!("no running node answered CLUSTER NODES: {failures}"))
     }
 
-    fn running_ports(&self) -> Vec<u16> {
-        let ports: Vec<u16> = self
+    fn try_one_view(&self) -> Result<Vec<NodeEntry>, String> {
+        let mut failures = Vec::new();
+        for addr in self.view_addrs() {
+            match query::<String>(addr, &["CLUSTER", "NODES"]).and_then(|t| parse_cluster_nodes(&t))
+            {
+                Ok(nodes) => return Ok(nodes),
+                Err(failure) => failures.push(format!("{addr}: {failure}")),
+            }
+        }
+        Err(format!("{failures:?}"))
+    }
+
+    /// The slots that node `id`, just cut off at `addr`, owned: as the others still see it, or
+    /// else as it sees itself.
+    fn slots_of_cut_off(&self, id: &str, addr: SocketAddrV4) -> Vec<RangeInclusive<u16>> {
+        let owned = |entries: Vec<NodeEntry>| {
+            entries
+                .into_iter()
+                .find(|entry| entry.id == id && !entry.slots.is_empty())
+                .map(|entry| entry.slots)
+        };
+        let others = self.try_one_view();
+        if let Some(slots) = others.clone().ok().and_then(owned) {
+            return slots;
+        }
+        let itself =
+            query::<String>(addr, &["CLUSTER", "NODES"]).and_then(|t| parse_cluster_nodes(&t));
+        if let Some(slots) = itself.clone().ok().and_then(owned) {
+            return slots;
+        }
+        panic!(
+            "which slots the node on {addr} owned when it was cut off: the others no longer say \
+             it owns any ({others:?}), and it does not say so itself ({itself:?}); call \
+             wait_for_failover_of right after the cut"
+        );
+    }
+
+    /// The addresses of the running nodes that are not cut off, in the order they were started.
+    fn view_addrs(&self) -> Vec<SocketAddrV4> {
+        let addrs: Vec<SocketAddrV4> = self
             .lock_nodes()
             .iter()
-            .filter(|node| node.process.is_some())
-            .map(|node| node.port)
+            .filter(|node| node.in_view())
+            .map(Node::addr)
             .collect();
-        assert!(!ports.is_empty(), "every node of the cluster is killed");
-        ports
+        assert!(
+            !addrs.is_empty(),
+            "every node of the cluster is killed or cut off"
+        );
+        addrs
+    }
+
+    /// The address of the node on `port`.
+    fn addr_of(&self, port: u16) -> SocketAddrV4 {
+        node_at(&mut self.lock_nodes(), port).addr()
     }
 
     fn lock_nodes(&self) -> MutexGuard<'_, Vec<Node>> {
@@ -872,6 +1091,15 @@ impl ClusterView {
             .filter(|entry| entry.is_master() && !entry.is_failing())
             .map(|entry| entry.port)
             .collect()
+    }
+
+    /// The id of the master of node `id`, as the first running node sees it; `None` for a master.
+    fn master_id_of(&self, id: &str) -> Option<&str> {
+        self.views[0]
+            .nodes
+            .iter()
+            .find(|entry| entry.id == id && !entry.is_master())
+            .and_then(|entry| entry.master_id.as_deref())
     }
 
     /// What the node on `port` sees, or else the first running node.
@@ -1027,15 +1255,15 @@ fn info_field<'a>(info: &'a str, field: &str) -> Option<&'a str> {
     })
 }
 
-fn url(port: u16) -> String {
-    format!("redis://127.0.0.1:{port}/")
+fn url(addr: SocketAddrV4) -> String {
+    format!("redis://{addr}/")
 }
 
-fn connect(port: u16) -> Result<redis::Connection, String> {
-    let client = redis::Client::open(url(port)).map_err(|err| err.to_string())?;
+fn connect(addr: SocketAddrV4) -> Result<redis::Connection, String> {
+    let client = redis::Client::open(url(addr)).map_err(|err| err.to_string())?;
     let con = client
         .get_connection_with_timeout(Duration::from_millis(500))
-        .map_err(|err| format!("connect to port {port}: {err}"))?;
+        .map_err(|err| format!("connect to {addr}: {err}"))?;
     let timeout = Some(Duration::from_secs(10));
     con.set_read_timeout(timeout)
         .and_then(|()| con.set_write_timeout(timeout))
@@ -1043,16 +1271,16 @@ fn connect(port: u16) -> Result<redis::Connection, String> {
     Ok(con)
 }
 
-/// One command on a fresh connection to the node on `port`.
-fn query<T: redis::FromRedisValue>(port: u16, args: &[&str]) -> Result<T, String> {
-    let mut con = connect(port)?;
+/// One command on a fresh connection to the node at `addr`.
+fn query<T: redis::FromRedisValue>(addr: SocketAddrV4, args: &[&str]) -> Result<T, String> {
+    let mut con = connect(addr)?;
     let mut command = redis::cmd(args[0]);
     for arg in &args[1..] {
         command.arg(*arg);
     }
     command
         .query(&mut con)
-        .map_err(|err| format!("{} on port {port}: {err}", args.join(" ")))
+        .map_err(|err| format!("{} on {addr}: {err}", args.join(" ")))
 }
 
 fn node_at(nodes: &mut [Node], port: u16) -> &mut Node {
@@ -1062,8 +1290,21 @@ fn node_at(nodes: &mut [Node], port: u16) -> &mut Node {
         .unwrap_or_else(|| panic!("no node of this cluster listens on port {port}"))
 }
 
-fn spawn(binary: &Path, port: u16, bus_port: u16, dir: &Path, node_timeout_ms: u64) -> Process {
-    let mut shell = Command::new("sh")
+/// Starts `redis-server` in cluster mode, under the wrapper, on `host`: bound to its address. When
+/// that is not loopback, the node also announces it (a node otherwise learns its address from the
+/// first peer that talks to it) and runs without protected mode, which in Redis 7 refuses every
+/// client from another address, replicas and the test process included, to a server without a
+/// password (the hosts are on a private network of the test's).
+fn spawn(
+    binary: &Path,
+    host: &NodeHost,
+    port: u16,
+    bus_port: u16,
+    dir: &Path,
+    node_timeout_ms: u64,
+) -> Process {
+    let mut command = (host.command)(OsStr::new("sh"));
+    command
         .arg("-c")
         .arg(WRAPPER)
         .arg("baton-redis-cluster-node")
@@ -1072,7 +1313,15 @@ fn spawn(binary: &Path, port: u16, bus_port: u16, dir: &Path, node_timeout_ms: u
         .arg("--port")
         .arg(port.to_string())
         .arg("--bind")
-        .arg("127.0.0.1")
+        .arg(host.ip.to_string());
+    if !host.ip.is_loopback() {
+        command
+            .arg("--cluster-announce-ip")
+            .arg(host.ip.to_string())
+            .arg("--protected-mode")
+            .arg("no");
+    }
+    let mut shell = command
         .arg("--cluster-enabled")
         .arg("yes")
         .arg("--cluster-config-file")
@@ -1107,22 +1356,22 @@ fn spawn(binary: &Path, port: u16, bus_port: u16, dir: &Path, node_timeout_ms: u
 
 /// Waits until the server answers PING; `Err` with its log if it exited first (most likely: a
 /// port was taken). Panics if it neither answers nor exits within the deadline.
-fn wait_for_ping(process: &mut Process, port: u16, dir: &Path) -> Result<(), String> {
+fn wait_for_ping(process: &mut Process, addr: SocketAddrV4, dir: &Path) -> Result<(), String> {
     let deadline = Instant::now() + Duration::from_secs(10);
     let log = || std::fs::read_to_string(dir.join("redis.log")).unwrap_or_default();
     loop {
         if let Some(status) = process.shell.try_wait().expect("poll redis-server's shell") {
             return Err(format!(
-                "redis-server on port {port} exited with {status}; its log:\n{}",
+                "redis-server on {addr} exited with {status}; its log:\n{}",
                 log()
             ));
         }
-        if query::<String>(port, &["PING"]).is_ok_and(|reply| reply == "PONG") {
+        if query::<String>(addr, &["PING"]).is_ok_and(|reply| reply == "PONG") {
             return Ok(());
         }
         if Instant::now() >= deadline {
             panic!(
-                "redis-server on port {port} did not answer PING within 10 s; its log:\n{}",
+                "redis-server on {addr} did not answer PING within 10 s; its log:\n{}",
                 log()
             );
         }

@@ -1,0 +1,231 @@
+//! The Redis store on a real Redis Cluster (3 masters, 3 replicas; `support/redis_cluster.rs`),
+//! beyond the conformance suite it also passes there: runs spread over every master, the cluster
+//! found from one node's URL, a slot that moves mid-run, a master that fails over under
+//! `--redis-wait-replicas`, and the timer slot registry repaired after a coordinator died between
+//! a write and its registration.
+
+#[path = "support/redis_cluster.rs"]
+#[allow(dead_code)] // shared harness: not every helper is used here
+mod redis_cluster;
+#[path = "support/redis_server.rs"]
+#[allow(dead_code)]
+mod redis_server;
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use baton_coordinator::store::redis::{ConnectOptions, RedisStore, WaitReplicas};
+use baton_coordinator::store::{Error, RunHeader, Store, TransitionWrite};
+use redis_cluster::RedisCluster;
+
+fn header(run_id: &str) -> RunHeader {
+    RunHeader {
+        run_id: run_id.to_owned(),
+        workflow_id: "wf".to_owned(),
+        workflow: "{}".to_owned(),
+        input: b"{}".to_vec(),
+        created_ms: 1,
+        traceparent: String::new(),
+        submitted_by: String::new(),
+    }
+}
+
+/// A transition that leaves one task of `agent` due at `due_ms`.
+fn with_task(status: &str, updated_ms: i64, agent: &str, due_ms: i64) -> TransitionWrite {
+    TransitionWrite {
+        event: Some(br#"{"kind":"step"}"#.to_vec()),
+        tasks_set: vec![(
+            "work#1".to_owned(),
+            format!(r#"{{"agent":"{agent}","due_ms":{due_ms},"attempt":1}}"#).into_bytes(),
+        )],
+        status: status.to_owned(),
+        state_sha256: format!("{updated_ms:064}"),
+        updated_ms,
+        ..TransitionWrite::default()
+    }
+}
+
+async fn start() -> Arc<RedisCluster> {
+    Arc::new(
+        tokio::task::spawn_blocking(RedisCluster::start)
+            .await
+            .expect("start a Redis Cluster"),
+    )
+}
+
+async fn blocking<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> T {
+    tokio::task::spawn_blocking(work)
+        .await
+        .expect("a cluster operation")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn runs_land_on_every_master_and_their_timers_with_them() {
+    let cluster = RedisCluster::shared();
+    // One node's URL is enough: the store finds the cluster behind it.
+    let store = RedisStore::connect_with_prefix(&cluster.seed_url(), "spread")
+        .await
+        .unwrap();
+    assert!(store.is_cluster());
+    let mut masters = BTreeSet::new();
+    let mut runs = Vec::new();
+    for n in 0..30 {
+        let run_id = format!("run-{n}");
+        store
+            .create_run(header(&run_id), with_task("running", 1, "coder", 100 + n))
+            .await
+            .unwrap();
+        masters.insert(cluster.master_of_key(&format!("spread:run:{{{run_id}}}")));
+        runs.push(run_id);
+    }
+    assert_eq!(masters.len(), 3, "30 runs should land on all 3 masters");
+    // Every run's timer is found by one sweep, earliest first, whichever master holds it.
+    let due = store.due_tasks("coder", 1_000, 100).await.unwrap();
+    let found: Vec<&str> = due.iter().map(|d| d.run_id.as_str()).collect();
+    assert_eq!(found, runs.iter().map(String::as_str).collect::<Vec<_>>());
+    // Each run's keys, its timer set included, are on its master: one script wrote them.
+    let mut con = redis::cluster::ClusterClient::new(cluster.urls())
+        .unwrap()
+        .get_async_connection()
+        .await
+        .unwrap();
+    for run_id in &runs {
+        let slot = redis_cluster::slot_of(&format!("spread:run:{{{run_id}}}"));
+        let keys: Vec<String> = redis::cmd("CLUSTER")
+            .arg("GETKEYSINSLOT")
+            .arg(slot)
+            .arg(100)
+            .query_async(&mut con)
+            .await
+            .unwrap();
+        assert!(
+            keys.iter()
+                .any(|k| k.starts_with("spread:timers:{") && k.ends_with(":coder")),
+            "{run_id}: no timer set on its slot among {keys:?}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_slot_that_moves_mid_run_is_followed() {
+    let cluster = start().await;
+    let store = RedisStore::connect_with_prefix(&cluster.comma_urls(), "moving")
+        .await
+        .unwrap();
+    store
+        .create_run(header("r"), with_task("running", 1, "coder", 5))
+        .await
+        .unwrap();
+    let key = "moving:run:{r}";
+    let from = cluster.master_of_key(key);
+    let to = cluster
+        .masters()
+        .into_iter()
+        .map(|m| m.port)
+        .find(|port| *port != from)
+        .unwrap();
+    let slot = redis_cluster::slot_of(key);
+    {
+        let cluster = cluster.clone();
+        blocking(move || cluster.migrate_slot(slot, to)).await;
+    }
+    assert_eq!(cluster.master_of_key(key), to);
+    // Every call follows the slot to its new master (MOVED), the run and its timer with it.
+    assert_eq!(store.version("r").await.unwrap(), Some(1));
+    let due = store.due_tasks("coder", 10, 10).await.unwrap();
+    assert_eq!(due.len(), 1);
+    let version = store
+        .apply_transition("r", 1, with_task("running", 2, "coder", 7))
+        .await
+        .unwrap();
+    assert_eq!(version, 2);
+    assert_eq!(store.load_run("r").await.unwrap().unwrap().version, 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_master_fails_over_and_waited_writes_go_on_once_it_has_a_replica() {
+    let cluster = start().await;
+    let store = RedisStore::connect_with(
+        &cluster.comma_urls(),
+        ConnectOptions {
+            prefix: "failover".to_owned(),
+            wait: Some(WaitReplicas {
+                replicas: 1,
+                timeout: Duration::from_millis(500),
+            }),
+            ..ConnectOptions::default()
+        },
+    )
+    .await
+    .unwrap();
+    store
+        .create_run(header("r"), with_task("running", 1, "coder", 5))
+        .await
+        .expect("a write that its replica acknowledged");
+    let master = cluster.master_of_key("failover:run:{r}");
+    cluster.kill_node(master);
+    let promoted = {
+        let cluster = cluster.clone();
+        blocking(move || cluster.wait_for_failover(master)).await
+    };
+    // The write was acknowledged by the replica now in charge: it survived.
+    assert_eq!(store.version("r").await.unwrap(), Some(1));
+    // The new master has no replica yet: a transition is refused, not acknowledged.
+    let refused = store
+        .apply_transition("r", 1, with_task("running", 2, "coder", 6))
+        .await
+        .expect_err("no replica to acknowledge it");
+    assert!(matches!(refused, Error::Unavailable(_)), "{refused:?}");
+    // The old master comes back as the new one's replica; a retry after reloading applies.
+    {
+        let cluster = cluster.clone();
+        blocking(move || cluster.start_node_again(master)).await;
+    }
+    assert_eq!(cluster.master_of_key("failover:run:{r}"), promoted);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let version = store.version("r").await.unwrap().unwrap();
+        match store
+            .apply_transition("r", version, with_task("running", 3, "coder", 7))
+            .await
+        {
+            Ok(_) => break,
+            Err(err) => assert!(
+                Instant::now() < deadline,
+                "writes did not resume once the new master had a replica: {err}"
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_timer_whose_registration_was_lost_is_found_after_a_repair() {
+    let cluster = RedisCluster::shared();
+    let store = RedisStore::connect_with_prefix(&cluster.comma_urls(), "repair")
+        .await
+        .unwrap();
+    store
+        .create_run(header("r"), with_task("running", 1, "coder", 5))
+        .await
+        .unwrap();
+    // As if the coordinator had died between the run's script and the registration.
+    let mut con = redis::cluster::ClusterClient::new(cluster.urls())
+        .unwrap()
+        .get_async_connection()
+        .await
+        .unwrap();
+    let _: i64 = redis::cmd("DEL")
+        .arg("repair:timer-slots:{t:coder}")
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    assert_eq!(store.repair_registry("coder").await.unwrap(), 1);
+    let due = store.due_tasks("coder", 10, 10).await.unwrap();
+    assert_eq!(
+        due.len(),
+        1,
+        "the repaired registry leads the sweep to the timer"
+    );
+}
