@@ -28,6 +28,11 @@ fn bench_prints_one_line_per_workload_with_every_field() {
         .map(|l| l["workload"].as_str().unwrap())
         .collect();
     assert_eq!(workloads, ["W1", "W2", "W3", "W4", "W5", "W6", "W7"]);
+    for line in &lines {
+        assert_eq!(line["redis"], "single", "{line}");
+        assert_eq!(line["redis_masters"].as_u64(), Some(1), "{line}");
+        assert_eq!(line["coordinators"].as_u64(), Some(1), "{line}");
+    }
     let (steps, streaming) = lines.split_at(4);
     // W1-W4 and W7 (a map) share the fields of workloads timed by their steps.
     for line in steps.iter().chain(&lines[6..]) {
@@ -133,6 +138,81 @@ fn bench_runs_a_secured_cluster_too() {
     assert_eq!(workloads, ["W1", "W3"]);
     assert!(
         stderr(&output).contains("https://localhost:"),
+        "{}",
+        stderr(&output)
+    );
+}
+
+/// `--redis-cluster --coordinators 2 --redis-wait-replicas 1`: the bench starts a Redis Cluster
+/// (3 masters, 3 replicas), runs W3 over two coordinators, each transition waiting for a
+/// replica, and says what a step cost summed over the masters. Values are checked for sense
+/// (positive, finite), never for speed.
+#[test]
+fn bench_runs_on_a_redis_cluster_with_two_coordinators() {
+    let output = baton()
+        .args([
+            "bench",
+            "--redis-cluster",
+            "--coordinators",
+            "2",
+            "--redis-wait-replicas",
+            "1",
+            "--scale",
+            "0.02",
+            "--reps",
+            "1",
+            "--concurrency",
+            "8",
+            "--workloads",
+            "W3,W1",
+        ])
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "stderr:\n{}", stderr(&output));
+    let lines: Vec<serde_json::Value> = stdout(&output)
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("{line}: {e}")))
+        .collect();
+    let workloads: Vec<&str> = lines
+        .iter()
+        .map(|l| l["workload"].as_str().unwrap())
+        .collect();
+    assert_eq!(workloads, ["W3", "W1"]);
+    for line in &lines {
+        assert_eq!(line["redis"], "cluster", "{line}");
+        assert_eq!(line["redis_masters"].as_u64(), Some(3), "{line}");
+        assert_eq!(line["redis_replicas"].as_u64(), Some(3), "{line}");
+        assert_eq!(line["coordinators"].as_u64(), Some(2), "{line}");
+        assert_eq!(line["redis_wait_replicas"].as_u64(), Some(1), "{line}");
+        let value = |field: &str| {
+            let value = line[field]
+                .as_f64()
+                .unwrap_or_else(|| panic!("{field} missing in {line}"));
+            assert!(value.is_finite() && value >= 0.0, "{field} in {line}");
+            value
+        };
+        // Every step is written to a master and replicated: commands, bytes, CPU (Redis counts
+        // it in microseconds) and replication on the masters, CPU on the replicas. The
+        // coordinators' and workers' CPU is counted in /proc's hundredths of a second, so at
+        // this size it may be 0; it must still be there and sane.
+        assert!(value("steps_per_s") > 0.0, "{line}");
+        assert!(value("redis_cpu_ms_per_step") > 0.0, "{line}");
+        assert!(value("redis_replica_cpu_ms_per_step") > 0.0, "{line}");
+        assert!(
+            value("redis_commands_per_step") >= 1.0,
+            "every step is written to Redis: {line}"
+        );
+        assert!(value("redis_bytes_per_step") > 0.0, "{line}");
+        assert!(
+            value("redis_replication_bytes_per_step") > 0.0,
+            "the masters' replicas got every step: {line}"
+        );
+        value("coordinator_cpu_ms_per_step");
+        value("workers_cpu_ms_per_step");
+        assert!(line["bytes_to_workers"].as_u64().unwrap() > 0, "{line}");
+    }
+    assert!(
+        stderr(&output).contains("(cluster, 3 masters, 3 replicas), coordinators http://"),
         "{}",
         stderr(&output)
     );

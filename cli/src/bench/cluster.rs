@@ -1,34 +1,68 @@
-//! The processes a benchmark runs against: Redis, a coordinator (two for the streaming
-//! workload, whose watcher reads through the second), workers.
+//! The processes a benchmark runs against: Redis (one server, or a Redis Cluster), the
+//! coordinators (`--coordinators`, plus one no worker uses for the streaming workload, whose
+//! watcher reads through it), workers spread over the coordinators.
 
 use std::net::TcpListener;
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
 use baton_proto::connection::ClientSecurity;
 use tokio::process::{Child, Command};
 
+use super::redis_server::Topology;
 use super::secure::Secure;
 
 pub struct Cluster {
+    /// What the coordinators are given as `--redis`: one URL, or a cluster's nodes separated by
+    /// commas.
     pub redis_url: String,
+    /// The Redis nodes behind it, as found at the start (`redis_server::Topology`).
+    pub topology: Topology,
+    /// The first coordinator: the one the workloads other than W3 submit to and watch on.
     pub coordinator_url: String,
     /// How the bench's clients reach the coordinators (TLS and a token with `--secure`).
     pub security: ClientSecurity,
     _secure: Option<Secure>,
-    /// The process id of the coordinator the workers are connected to.
-    pub coordinator_pid: Option<u32>,
+    /// The coordinators the workers are connected to (`--coordinators`), the first being
+    /// `coordinator_url`: their URLs and process ids.
+    pub coordinators: Vec<(String, Option<u32>)>,
     /// A second coordinator no worker is connected to, and its process id, when asked for.
     pub second_coordinator: Option<(String, Option<u32>)>,
     /// The workers' process ids.
     pub worker_pids: Vec<u32>,
-    /// Killed on drop (kill_on_drop), Redis last.
+    /// Killed on drop (kill_on_drop), before the Redis below.
     children: Vec<Child>,
-    _redis_dir: Option<tempfile::TempDir>,
+    /// The Redis the bench started, if it did (one server or a cluster); killed after the
+    /// coordinators and workers (the fields drop after [`Drop::drop`] killed the children), so
+    /// the coordinators do not outlive their store in the logs.
+    _single_redis: Option<super::redis_server::LocalRedis>,
+    _redis_cluster: Option<super::redis_cluster::RedisCluster>,
 }
 
-fn free_port() -> anyhow::Result<u16> {
+/// What the cluster runs on and with: see [`Cluster::start`].
+pub struct Options<'a> {
+    /// An existing Redis (or a cluster's nodes, comma-separated) instead of one the bench starts.
+    pub redis: Option<&'a str>,
+    /// Start a Redis Cluster (3 masters) instead of one redis-server.
+    pub redis_cluster: bool,
+    /// `--redis-wait-replicas` of every coordinator, and how many replicas the bench's own Redis
+    /// gets (each master of its cluster gets at least one).
+    pub wait_replicas: u32,
+    pub wait_timeout_ms: u64,
+    pub coordinators: usize,
+    pub workers: usize,
+    /// Tasks each worker runs at once.
+    pub concurrency: usize,
+    /// What `blob64k` returns.
+    pub blob_bytes: usize,
+    /// An agents file the workers serve besides their built-in agents.
+    pub agents_file: Option<&'a std::path::Path>,
+    /// Start another coordinator no worker connects to (W5's watcher's).
+    pub second_coordinator: bool,
+    pub secure: bool,
+}
+
+pub fn free_port() -> anyhow::Result<u16> {
     Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
@@ -49,87 +83,71 @@ where
 }
 
 impl Cluster {
-    /// Starts the processes: `redis-server` unless `redis` names one, a coordinator (and a
-    /// second one, with `second_coordinator`), and `workers` workers running `concurrency`
-    /// tasks each, whose `blob64k` agent returns `blob_bytes` bytes, serving the agents of
-    /// `agents_file` too when given.
-    pub async fn start(
-        redis: Option<&str>,
-        workers: usize,
-        concurrency: usize,
-        blob_bytes: usize,
-        agents_file: Option<&std::path::Path>,
-        second_coordinator: bool,
-        secure: bool,
-    ) -> anyhow::Result<Self> {
+    /// Starts the processes: Redis unless `options.redis` names one (a single `redis-server`
+    /// with `wait_replicas` replicas, or a Redis Cluster of 3 masters), `coordinators`
+    /// coordinators (and a second one no worker uses, with `second_coordinator`), and
+    /// `workers` workers, spread over the coordinators: worker `n` connects to coordinator `n
+    /// mod N` first, the others being where it goes if it loses that one.
+    pub async fn start(options: Options<'_>) -> anyhow::Result<Self> {
         let me = std::env::current_exe().context("cannot find the baton binary")?;
-        let secure = secure.then(Secure::new).transpose()?;
+        let secure = options.secure.then(Secure::new).transpose()?;
         let security = secure.as_ref().map(Secure::client).unwrap_or_default();
-        let mut children = Vec::new();
-        let mut redis_dir = None;
-        let redis_url = match redis {
-            Some(url) => url.to_owned(),
-            None => {
-                let dir = tempfile::tempdir()?;
-                let port = free_port()?;
-                let child = Command::new("redis-server")
-                    .args([
-                        "--port",
-                        &port.to_string(),
-                        "--bind",
-                        "127.0.0.1",
-                        "--save",
-                        "",
-                    ])
-                    .args(["--appendonly", "no", "--dir"])
-                    .arg(dir.path())
-                    .stdout(Stdio::null())
-                    .kill_on_drop(true)
-                    .spawn()
-                    .context(
-                        "cannot start redis-server (install it, e.g. apt-get install redis-server)",
-                    )?;
-                children.push(child);
-                redis_dir = Some(dir);
-                let url = format!("redis://127.0.0.1:{port}");
-                let probe = url.clone();
-                wait_for("redis-server", Duration::from_secs(10), || {
-                    let probe = probe.clone();
-                    async move { super::redis_server::used_memory(&probe).await.is_ok() }
-                })
-                .await?;
-                url
+        let wait_replicas = options.wait_replicas as usize;
+        let (mut single_redis, mut redis_cluster) = (None, None);
+        let redis_url = match (options.redis, options.redis_cluster) {
+            (Some(url), _) => url.to_owned(),
+            (None, true) => {
+                let cluster =
+                    super::redis_cluster::RedisCluster::start(3, wait_replicas.max(1)).await?;
+                redis_cluster.insert(cluster).comma_urls()
+            }
+            (None, false) => {
+                let redis = super::redis_server::LocalRedis::start(wait_replicas).await?;
+                single_redis.insert(redis).master.url()
             }
         };
-        let (coordinator_url, coordinator) =
-            start_coordinator(&me, &redis_url, secure.as_ref()).await?;
-        let coordinator_pid = coordinator.id();
-        children.push(coordinator);
-        let second_coordinator = if second_coordinator {
-            let (url, child) = start_coordinator(&me, &redis_url, secure.as_ref()).await?;
+        let topology = Topology::discover(&redis_url).await?;
+        let redis = RedisFlags {
+            url: &redis_url,
+            wait_replicas: options.wait_replicas,
+            wait_timeout_ms: options.wait_timeout_ms,
+        };
+        let mut children = Vec::new();
+        let mut coordinators = Vec::new();
+        for _ in 0..options.coordinators.max(1) {
+            let (url, child) = start_coordinator(&me, &redis, secure.as_ref()).await?;
+            coordinators.push((url, child.id()));
+            children.push(child);
+        }
+        let second_coordinator = if options.second_coordinator {
+            let (url, child) = start_coordinator(&me, &redis, secure.as_ref()).await?;
             let pid = child.id();
             children.push(child);
             Some((url, pid))
         } else {
             None
         };
+        let urls: Vec<&str> = coordinators.iter().map(|(url, _)| url.as_str()).collect();
         let mut worker_pids = Vec::new();
-        for n in 0..workers {
+        for n in 0..options.workers {
+            // This worker's coordinator first, then the others in turn.
+            let first = n % urls.len();
+            let list = [&urls[first..], &urls[..first]].concat().join(",");
             let mut worker = Command::new(&me);
             worker.arg("worker");
-            if let Some(path) = agents_file {
+            if let Some(path) = options.agents_file {
                 worker.arg("--agents").arg(path);
             }
             children.push(
                 worker
-                    .args(["--bench-agents", "--coordinator", &coordinator_url])
+                    .args(["--bench-agents", "--coordinator", &list])
                     .args([
                         "--concurrency",
-                        &concurrency.to_string(),
+                        &options.concurrency.to_string(),
                         "--id",
                         &format!("bench-{n}"),
                         "--bench-blob-bytes",
-                        &blob_bytes.to_string(),
+                        &options.blob_bytes.to_string(),
                         "--no-metrics",
                     ])
                     .env("RUST_LOG", "warn")
@@ -139,38 +157,52 @@ impl Cluster {
             );
             worker_pids.extend(children.last().and_then(Child::id));
         }
-        let mut client = crate::client::connect_with(&coordinator_url, &security).await?;
+        let mut clients = Vec::new();
+        for url in &urls {
+            clients.push(crate::client::connect_with(url, &security).await?);
+        }
+        let workers = options.workers;
         wait_for("the workers", Duration::from_secs(20), || {
-            let mut client = client.clone();
+            let clients = clients.clone();
             async move {
-                client
-                    .get_stats(baton_proto::v1::GetStatsRequest {})
-                    .await
-                    .is_ok_and(|stats| stats.into_inner().workers as usize == workers)
+                let mut connected = 0;
+                for mut client in clients {
+                    match client.get_stats(baton_proto::v1::GetStatsRequest {}).await {
+                        Ok(stats) => connected += stats.into_inner().workers as usize,
+                        Err(_) => return false,
+                    }
+                }
+                connected == workers
             }
         })
         .await?;
-        let _ = &mut client;
-        // Redis last: the coordinator should not outlive its store in the logs.
-        children.reverse();
         Ok(Self {
             redis_url,
-            coordinator_url,
+            topology,
+            coordinator_url: coordinators[0].0.clone(),
             security,
             _secure: secure,
-            coordinator_pid,
+            coordinators,
             second_coordinator,
             worker_pids,
             children,
-            _redis_dir: redis_dir,
+            _single_redis: single_redis,
+            _redis_cluster: redis_cluster,
         })
     }
 }
 
-/// Starts a coordinator on a free port against `redis_url` and waits until it answers.
+/// How every coordinator reaches Redis.
+struct RedisFlags<'a> {
+    url: &'a str,
+    wait_replicas: u32,
+    wait_timeout_ms: u64,
+}
+
+/// Starts a coordinator on a free port against `redis` and waits until it answers.
 async fn start_coordinator(
     me: &std::path::Path,
-    redis_url: &str,
+    redis: &RedisFlags<'_>,
     secure: Option<&Secure>,
 ) -> anyhow::Result<(String, Child)> {
     let port = free_port()?;
@@ -185,10 +217,14 @@ async fn start_coordinator(
             "--listen",
             &format!("127.0.0.1:{port}"),
             "--no-metrics",
+            "--redis-wait-replicas",
+            &redis.wait_replicas.to_string(),
+            "--redis-wait-timeout-ms",
+            &redis.wait_timeout_ms.to_string(),
         ])
         .args(secure.map(Secure::coordinator_args).unwrap_or_default())
         // From the environment, so that a password in the URL stays out of `ps`.
-        .env("BATON_REDIS_URL", redis_url)
+        .env("BATON_REDIS_URL", redis.url)
         .env("RUST_LOG", "warn")
         .kill_on_drop(true)
         .spawn()?;
@@ -207,9 +243,40 @@ impl Cluster {
         crate::client::connect_with(url, &self.security).await
     }
 
-    /// A client of the coordinator the workers are connected to.
+    /// A client of the first coordinator.
     pub async fn client(&self) -> anyhow::Result<crate::client::Client> {
         self.client_of(&self.coordinator_url).await
+    }
+
+    /// A client of each coordinator the workers are connected to, in order.
+    pub async fn clients(&self) -> anyhow::Result<Vec<crate::client::Client>> {
+        let mut clients = Vec::new();
+        for (url, _) in &self.coordinators {
+            clients.push(self.client_of(url).await?);
+        }
+        Ok(clients)
+    }
+
+    /// The coordinators' counters (`GetStats`), summed over the coordinators the workers are
+    /// connected to: a run submitted to one of them is dispatched, and its payloads sent, by
+    /// whichever holds its tasks.
+    pub async fn stats(&self) -> anyhow::Result<baton_proto::v1::Stats> {
+        let mut sum = baton_proto::v1::Stats::default();
+        for mut client in self.clients().await? {
+            let stats = client
+                .get_stats(baton_proto::v1::GetStatsRequest {})
+                .await?
+                .into_inner();
+            sum.workers += stats.workers;
+            sum.tasks_dispatched += stats.tasks_dispatched;
+            sum.bytes_to_workers += stats.bytes_to_workers;
+            sum.transitions += stats.transitions;
+            sum.engine_us += stats.engine_us;
+            sum.plan_us += stats.plan_us;
+            sum.store_us += stats.store_us;
+            sum.act_us += stats.act_us;
+        }
+        Ok(sum)
     }
 }
 

@@ -1,23 +1,33 @@
 //! `baton bench`: the seven workloads of the benchmark on a real cluster of separate processes.
 //!
 //! - this file: the arguments, the order of a benchmark, and the built-in agents it runs.
-//! - `cluster`: the processes it runs against: Redis, a coordinator, workers.
-//! - `redis_server`: that Redis's memory use, and emptying it between repetitions.
+//! - `cluster`: the processes it runs against: Redis, the coordinators, workers.
+//! - `redis_server`: the bench's own single Redis (and its replicas), which nodes are masters,
+//!   what they did (commands, bytes, CPU), their memory use, and emptying them between
+//!   repetitions.
+//! - `redis_cluster`: `--redis-cluster`, a local Redis Cluster of 3 masters and their replicas.
 //! - `workloads`: the workloads, how each is timed, and the line printed for it.
 //! - `streaming`: W5, live output from a worker on one coordinator to a watcher on another.
 //! - `model_server`: W5's stand-in OpenAI-compatible model, streaming tokens.
 //! - `runs`: submitting a run, watching it, checking it succeeded; the sizes `--scale` shrinks.
 //!
-//! Starts its own `redis-server` on a free loopback port (unless `--redis` is given; that server
-//! may be flushed), one `baton coordinator` and N `baton worker` processes of this same binary,
-//! runs an untimed warm-up, then each workload `--reps` times, and prints one JSON line per
-//! workload. The clock runs from the client's SubmitRun until the client holds the final run
-//! record. Agents are built in and do nothing (`{"ok": true, "i": n}`), so what is measured is
-//! Baton itself.
+//! Starts its own `redis-server` on a free loopback port (with `--redis-wait-replicas` replicas),
+//! or with `--redis-cluster` its own Redis Cluster (3 masters, one replica each), unless
+//! `--redis` names one (which is flushed: every master of a cluster), then `--coordinators`
+//! `baton coordinator` and `--workers` `baton worker` processes of this same binary, runs an
+//! untimed warm-up, then each workload `--reps` times, and prints one JSON line per workload.
+//! Each line says what it ran on (`redis`: `single` or `cluster`, `redis_masters`,
+//! `redis_replicas`, `redis_wait_replicas`, `coordinators`, `workers`) and what a step cost:
+//! the coordinators' and workers' CPU, and the Redis masters' commands, client bytes and CPU,
+//! summed over the masters; replication apart (`redis_replication_bytes_per_step`,
+//! `redis_replica_cpu_ms_per_step`). The clock runs from the client's SubmitRun until the
+//! client holds the final run record. Agents are built in and do nothing (`{"ok": true, "i":
+//! n}`), so what is measured is Baton itself.
 //!
 //! - W1 chain: one run of 200 sequential agent steps.
 //! - W2 fan-out: a parallel step of 500 agent branches, then one agent step that gets them all.
-//! - W3 throughput: 200 concurrent runs of a 3-step chain.
+//! - W3 throughput: 200 concurrent runs of a 3-step chain, submitted to the coordinators in
+//!   turn, each watched on the coordinator it was submitted to.
 //! - W4 accumulation: W1 where each step returns 64 KiB and receives every earlier result.
 //! - W5 streaming: an `llm` agent streams a stand-in model's 20,000 tokens as live output; a
 //!   watcher on a second coordinator reads them (tokens per second, latency per token,
@@ -30,6 +40,7 @@
 
 mod cluster;
 mod model_server;
+mod redis_cluster;
 mod redis_server;
 mod runs;
 mod secure;
@@ -47,9 +58,26 @@ pub use workloads::Workload;
 
 #[derive(clap::Args)]
 pub struct Args {
-    /// Use this Redis instead of starting one (it may be flushed).
+    /// Use this Redis instead of starting one (it is flushed): one URL, or the nodes of a Redis
+    /// Cluster separated by commas (or any one of them; every master is flushed).
     #[arg(long)]
     redis: Option<String>,
+    /// Start a local Redis Cluster (3 masters, each with one replica, or
+    /// --redis-wait-replicas if more) instead of one redis-server.
+    #[arg(long, conflicts_with = "redis")]
+    redis_cluster: bool,
+    /// Coordinator processes on the same Redis. The workers are spread over them; W3 submits
+    /// its runs to them in turn (the other workloads use the first); the coordinators' CPU per
+    /// step is summed over all of them.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..))]
+    coordinators: u16,
+    /// Every coordinator's --redis-wait-replicas: after each transition, WAIT until this many
+    /// replicas have it. The bench's own single Redis gets this many replicas.
+    #[arg(long, default_value_t = 0)]
+    redis_wait_replicas: u32,
+    /// Every coordinator's --redis-wait-timeout-ms.
+    #[arg(long, default_value_t = 1_000)]
+    redis_wait_timeout_ms: u64,
     /// Worker processes.
     #[arg(long, default_value_t = 2)]
     workers: usize,
@@ -89,26 +117,60 @@ pub async fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
         None => None,
     };
-    let cluster = cluster::Cluster::start(
-        args.redis.as_deref(),
-        args.workers,
-        args.concurrency,
-        runs::scaled(64 * 1024, args.scale),
-        agents_file.as_deref(),
-        streaming,
-        args.secure,
-    )
+    if usize::from(args.coordinators) > args.workers {
+        // Legal, but then W3's runs on those coordinators wait for another's sweep.
+        eprintln!(
+            "bench: {} coordinators but {} workers: a coordinator with no worker leaves its \
+             tasks in Redis for the others' sweeps",
+            args.coordinators, args.workers
+        );
+    }
+    let cluster = cluster::Cluster::start(cluster::Options {
+        redis: args.redis.as_deref(),
+        redis_cluster: args.redis_cluster,
+        wait_replicas: args.redis_wait_replicas,
+        wait_timeout_ms: args.redis_wait_timeout_ms,
+        coordinators: usize::from(args.coordinators),
+        workers: args.workers,
+        concurrency: args.concurrency,
+        blob_bytes: runs::scaled(64 * 1024, args.scale),
+        agents_file: agents_file.as_deref(),
+        second_coordinator: streaming,
+        secure: args.secure,
+    })
     .await?;
+    let topology = &cluster.topology;
     eprintln!(
-        "bench: redis {}, coordinator {}, {} workers",
+        "bench: redis {} ({}, {} masters, {} replicas), coordinators {}, {} workers",
         baton_coordinator::store::redis::redacted(&cluster.redis_url),
-        cluster.coordinator_url,
+        topology.kind(),
+        topology.masters.len(),
+        topology.replicas.len(),
+        cluster
+            .coordinators
+            .iter()
+            .map(|(url, _)| url.as_str())
+            .collect::<Vec<_>>()
+            .join(","),
         args.workers
     );
+    // What every line was measured on, so that lines of several runs can be told apart.
+    let backend = json!({
+        "redis": topology.kind(),
+        "redis_masters": topology.masters.len(),
+        "redis_replicas": topology.replicas.len(),
+        "redis_wait_replicas": args.redis_wait_replicas,
+        "coordinators": cluster.coordinators.len(),
+        "workers": args.workers,
+    });
     let mut client = cluster.client().await?;
     workloads::warm_up(&mut client, &cluster).await?;
     for workload in &args.workloads {
-        let line = workloads::measure(*workload, &cluster, args.reps.max(1), args.scale).await?;
+        let mut line =
+            workloads::measure(*workload, &cluster, args.reps.max(1), args.scale).await?;
+        if let (Some(line), Some(backend)) = (line.as_object_mut(), backend.as_object()) {
+            line.extend(backend.clone());
+        }
         println!("{line}");
     }
     drop(cluster);

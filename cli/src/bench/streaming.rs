@@ -101,7 +101,8 @@ pub async fn measure(cluster: &Cluster, reps: usize, scale: f64) -> anyhow::Resu
         .second_coordinator
         .as_ref()
         .and_then(|(_, pid)| *pid);
-    let cpu_before = (cpu_time(cluster.coordinator_pid), cpu_time(second_pid));
+    let first_pid = cluster.coordinators[0].1;
+    let cpu_before = (cpu_time(first_pid), cpu_time(second_pid));
     let mut rates = Vec::new();
     let mut received = 0usize;
     let mut missed = 0u64;
@@ -113,7 +114,7 @@ pub async fn measure(cluster: &Cluster, reps: usize, scale: f64) -> anyhow::Resu
             rates.push(seen.latencies.len() as f64 / seen.span.as_secs_f64());
         }
     }
-    let cpu_after = (cpu_time(cluster.coordinator_pid), cpu_time(second_pid));
+    let cpu_after = (cpu_time(first_pid), cpu_time(second_pid));
     let per_thousand = |before: Option<Duration>, after: Option<Duration>| {
         let spent = after?.checked_sub(before?)?;
         Some((spent.as_secs_f64() * 1e3 / (received.max(1) as f64 / 1e3) * 100.0).round() / 100.0)

@@ -14,11 +14,11 @@
 use std::str::FromStr;
 use std::time::{Duration, Instant};
 
-use baton_proto::v1::{GetStatsRequest, run_event};
+use baton_proto::v1::run_event;
 use serde_json::{Value, json};
 
 use super::cluster::{Cluster, cpu_time};
-use super::redis_server;
+use super::redis_server::{self, Topology};
 use super::runs::{scaled, submit, succeeded, watch};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -208,12 +208,16 @@ async fn once(
             Ok((time, gaps, branches + 1))
         }
         Workload::W3 => {
+            // Submitted round-robin to the coordinators, each run watched where it was
+            // submitted.
+            let clients = cluster.clients().await?;
             let runs = scaled(200, scale);
             let workflow = chain(3, "noop");
             let start = Instant::now();
             let handles: Vec<_> = (0..runs)
-                .map(|_| {
-                    let (mut client, workflow) = (client.clone(), workflow.clone());
+                .map(|n| {
+                    let (mut client, workflow) =
+                        (clients[n % clients.len()].clone(), workflow.clone());
                     tokio::spawn(async move { one_run(&mut client, &workflow, &json!("W3")).await })
                 })
                 .collect();
@@ -260,45 +264,43 @@ pub async fn measure(
     if workload == Workload::W5 {
         return super::streaming::measure(cluster, reps, scale).await;
     }
-    let mut client = cluster.client().await?;
     let mut times = Vec::new();
     let mut gaps = Vec::new();
     let mut memory_growth = Vec::new();
     let mut bytes = Vec::new();
     let mut steps = 0;
-    // What each rep cost per step: the coordinator's and the workers' CPU, and Redis's work.
+    // What each rep cost per step: the coordinators' and the workers' CPU, and Redis's work.
     let mut capacity = Capacity::default();
-    let stats_before = client.get_stats(GetStatsRequest {}).await?.into_inner();
+    let stats_before = cluster.stats().await?;
     for _ in 0..reps {
-        redis_server::flush(&cluster.redis_url).await?;
-        let memory_before = redis_server::used_memory(&cluster.redis_url).await?;
-        let bytes_before = client
-            .get_stats(GetStatsRequest {})
-            .await?
-            .into_inner()
-            .bytes_to_workers;
+        // Asked again each rep: an existing cluster's masters may have changed.
+        let redis = Topology::discover(&cluster.redis_url).await?;
+        if redis.cluster {
+            // Idle, each coordinator sweeps a few dozen commands a second.
+            let idle = 200 * cluster.coordinators.len() as u64;
+            redis_server::wait_quiet(&redis, idle, Duration::from_secs(30)).await?;
+        }
+        redis_server::flush(&redis).await?;
+        let memory_before = redis_server::used_memory(&redis).await?;
+        let bytes_before = cluster.stats().await?.bytes_to_workers;
         let cpu_before = Cpu::of(cluster);
-        let redis_before = redis_server::work(&cluster.redis_url).await?;
+        let redis_before = redis_server::work(&redis).await?;
         let (time, run_gaps, run_steps) = once(workload, cluster, scale).await?;
-        let redis_after = redis_server::work(&cluster.redis_url).await?;
+        let redis_after = redis_server::work(&redis).await?;
         capacity.add(
             Cpu::of(cluster).since(cpu_before),
             redis_after.since(redis_before),
             run_steps,
         );
-        let memory_after = redis_server::used_memory(&cluster.redis_url).await?;
-        let bytes_after = client
-            .get_stats(GetStatsRequest {})
-            .await?
-            .into_inner()
-            .bytes_to_workers;
+        let memory_after = redis_server::used_memory(&redis).await?;
+        let bytes_after = cluster.stats().await?.bytes_to_workers;
         times.push(time.as_secs_f64());
         gaps.extend(run_gaps);
         memory_growth.push(memory_after.saturating_sub(memory_before) as f64 / 1e6);
         bytes.push(bytes_after - bytes_before);
         steps = run_steps;
     }
-    let stats_after = client.get_stats(GetStatsRequest {}).await?.into_inner();
+    let stats_after = cluster.stats().await?;
     let total_s: f64 = times.iter().sum();
     eprintln!(
         "{}",
@@ -345,10 +347,16 @@ struct Cpu {
 }
 
 impl Cpu {
+    /// The coordinators' CPU is summed over every coordinator the workers are connected to
+    /// (`--coordinators`), not W5's watcher's.
     fn of(cluster: &Cluster) -> Cpu {
         let seconds = |pid: Option<u32>| cpu_time(pid).map_or(0.0, |cpu| cpu.as_secs_f64());
         Cpu {
-            coordinator_s: seconds(cluster.coordinator_pid),
+            coordinator_s: cluster
+                .coordinators
+                .iter()
+                .map(|&(_, pid)| seconds(pid))
+                .sum(),
             workers_s: cluster
                 .worker_pids
                 .iter()
@@ -366,6 +374,7 @@ impl Cpu {
 }
 
 /// What a workload's steps cost, summed over its reps: the capacity model's inputs (issue 18).
+/// `redis` is the masters' work, summed over them, with the replicas' apart.
 #[derive(Debug, Default)]
 struct Capacity {
     cpu: Cpu,
@@ -377,9 +386,7 @@ impl Capacity {
     fn add(&mut self, cpu: Cpu, redis: redis_server::Work, steps: usize) {
         self.cpu.coordinator_s += cpu.coordinator_s;
         self.cpu.workers_s += cpu.workers_s;
-        self.redis.commands += redis.commands;
-        self.redis.net_bytes += redis.net_bytes;
-        self.redis.cpu_s += redis.cpu_s;
+        self.redis.add(redis);
         self.steps += steps;
     }
 
@@ -393,11 +400,17 @@ impl Capacity {
         line["redis_cpu_ms_per_step"] = json!(round(self.redis.cpu_s * 1e3 / steps));
         line["redis_commands_per_step"] = json!(round(self.redis.commands as f64 / steps));
         line["redis_bytes_per_step"] = json!(round(self.redis.net_bytes as f64 / steps));
+        // Not part of the masters' figures above: what replication costs on top.
+        line["redis_replication_bytes_per_step"] =
+            json!(round(self.redis.replication_bytes as f64 / steps));
+        line["redis_replica_cpu_ms_per_step"] =
+            json!(round(self.redis.replica_cpu_s * 1e3 / steps));
     }
 }
 
-/// Where the coordinator's time went during a workload, per transition, and what is left of
-/// the wall time for everything else (gRPC, workers, the client, Redis's own CPU).
+/// Where the coordinators' time went during a workload, per transition (their counters summed
+/// over the coordinators), and what is left of the wall time for everything else (gRPC,
+/// workers, the client, Redis's own CPU).
 fn profile(
     workload: Workload,
     before: &baton_proto::v1::Stats,
