@@ -67,7 +67,12 @@ fn workflow() -> Vec<u8> {
 }
 
 fn agents(records: &Records, worker: &str) -> PathBuf {
-    records.agents_file(worker, &[("slow", vec!["fault-agent.sh", "0.4"])])
+    agents_taking(records, worker, "0.4")
+}
+
+/// Agents that take `seconds` each.
+fn agents_taking(records: &Records, worker: &str, seconds: &str) -> PathBuf {
+    records.agents_file(worker, &[("slow", vec!["fault-agent.sh", seconds])])
 }
 
 /// A process on a host, killed and reaped when dropped.
@@ -734,4 +739,114 @@ async fn a_redis_master_cut_off_from_its_cluster() {
             .unwrap(),
     );
     check(&runs, &records, watched, &mut redis).await;
+}
+
+/// Not a fault, but what operators do to a live cluster: `redis-cli --cluster reshard` moves
+/// every slot of the master that holds the most runs to another master while those runs are
+/// in flight. Their keys move under the coordinator (`MOVED`, `ASK`, `TRYAGAIN`), and no step
+/// may fail for it. The runs are submitted until their keys are on every master.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_reshard_mid_run() {
+    let cluster = Arc::new(
+        tokio::task::spawn_blocking(RedisCluster::start)
+            .await
+            .expect("start a Redis Cluster"),
+    );
+    let timing = Timing {
+        lease_ms: LEASE_MS,
+        worker_silence_ms: WORKER_SILENCE_MS,
+    };
+    let mut fleet = Fleet::start_on_cluster(cluster.clone(), 1, timing, &[]).await;
+    let records = Records::new(fleet.dir().join("records"));
+    for id in ["w1", "w2"] {
+        // Slower agents: the runs must outlast the reshard.
+        let file = agents_taking(&records, id, "1");
+        fleet.start_worker(id, &file, 2);
+    }
+    fleet.wait_for_workers(2).await;
+    let urls = vec![fleet.url(0)];
+    let master_of = |run_id: &str| cluster.master_of_key(&format!("baton:run:{{{run_id}}}"));
+
+    let mut client = client(&urls[0]).await.unwrap();
+    let mut runs: Vec<String> = Vec::new();
+    let mut per_master: BTreeMap<u16, usize> = BTreeMap::new();
+    while runs.len() < RUNS || per_master.len() < 3 {
+        assert!(runs.len() < 40, "40 runs and still not on every master");
+        let run_id = harness::submit(&mut client, workflow(), &json!(runs.len())).await;
+        *per_master.entry(master_of(&run_id)).or_default() += 1;
+        runs.push(run_id);
+    }
+    let watchers: Vec<_> = runs
+        .iter()
+        .map(|r| watch(r.clone(), urls.clone()))
+        .collect();
+    executions(&records, 2).await;
+
+    let (&from, _) = per_master.iter().max_by_key(|(_, n)| **n).unwrap();
+    let to = *per_master.keys().find(|port| **port != from).unwrap();
+    let moving: Vec<String> = runs
+        .iter()
+        .filter(|r| master_of(r) == from)
+        .cloned()
+        .collect();
+    let unfinished = |run_id: &String| {
+        executions::read(records.root())
+            .iter()
+            .filter(|e| e.run_id == *run_id)
+            .count()
+            < 3
+    };
+    assert!(
+        moving.iter().any(unfinished),
+        "every run on the master to empty finished before the reshard began"
+    );
+    let slots: u16 = cluster
+        .masters()
+        .iter()
+        .find(|m| m.port == from)
+        .map(|m| {
+            m.slots
+                .iter()
+                .map(|range| range.end() - range.start() + 1)
+                .sum()
+        })
+        .unwrap();
+    {
+        let cluster = cluster.clone();
+        tokio::task::spawn_blocking(move || cluster.reshard(slots, from, to))
+            .await
+            .unwrap();
+    }
+    for run_id in &moving {
+        assert_eq!(master_of(run_id), to, "{run_id} did not move");
+    }
+    assert!(
+        moving.iter().any(unfinished),
+        "every moved run finished during the reshard: none of them moved mid-run"
+    );
+
+    let finished = finished(&urls, &runs, || {
+        format!("{}\n{}", fleet.logs(), cluster.logs())
+    })
+    .await;
+    let watched = futures::future::join_all(watchers).await;
+    let watched = watched.into_iter().map(|w| w.unwrap()).collect();
+    check(
+        &runs,
+        &finished,
+        watched,
+        &mut fleet.redis_connection().await,
+    )
+    .await;
+    // No step failed on the way: each ran once, at its first attempt.
+    for record in &finished {
+        for step in &record.steps {
+            assert_eq!(
+                (step.status.as_str(), step.attempts),
+                ("succeeded", 1),
+                "{}: {step:?}",
+                record.run_id
+            );
+        }
+    }
 }

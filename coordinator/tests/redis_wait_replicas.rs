@@ -1,8 +1,9 @@
 //! `--redis-wait-replicas`: a transition counts as written only once the replicas asked for have
 //! it. Against a real master and replica (two `redis-server`s of the test's own): while the
 //! replica follows, every write the store acknowledged is already on the replica when the call
-//! returns; once it is gone, writes are refused as unavailable, naming why, and a write without
-//! waiting is unaffected.
+//! returns; once it is gone, writes are refused as unavailable, naming why, reads of the run are
+//! refused too (they could show what a failover will lose), and a store that does not wait is
+//! unaffected.
 
 #[path = "support/redis_server.rs"]
 #[allow(dead_code)] // shared harness: not every helper is used here
@@ -151,8 +152,16 @@ async fn without_its_replicas_a_transition_is_not_acknowledged() {
         .expect_err("no replica: a new run must not count as created");
     assert!(matches!(refused, Error::Unavailable(_)), "{refused:?}");
 
-    // The master did apply it (WAIT cannot undo a write): a reload sees it, and the version
-    // check keeps a retry from applying it twice.
+    // Nor may a read show it: the master may be cut off from its replicas and about to be
+    // replaced by one that never had it.
+    let dirty = waiting
+        .load_run("before")
+        .await
+        .expect_err("a read that no replica backs");
+    assert!(matches!(dirty, Error::Unavailable(_)), "{dirty:?}");
+
+    // The master did apply it (WAIT cannot undo a write): a store that does not wait sees it,
+    // and the version check keeps a retry from applying it twice.
     let run = plain.load_run("before").await.unwrap().unwrap();
     assert_eq!((run.version, run.status.as_str()), (2, "succeeded"));
     let again = waiting

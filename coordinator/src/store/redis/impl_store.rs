@@ -103,11 +103,9 @@ impl Store for RedisStore {
     async fn load_run(&self, run_id: &str) -> Result<Option<StoredRun>, Error> {
         self.read_retrying(|| async {
             let keys = self.run_keys(run_id);
-            let mut con = self.con.clone();
             type Reply = (Value, Value, Value, Value, Value, Value);
-            let (run, events, results, steps, tasks, chain): Reply = ::redis::pipe()
-                .atomic()
-                .cmd("HGETALL")
+            let mut pipe = ::redis::pipe();
+            pipe.cmd("HGETALL")
                 .arg(&keys.run)
                 .cmd("LRANGE")
                 .arg(&keys.events)
@@ -122,10 +120,15 @@ impl Store for RedisStore {
                 .cmd("LRANGE")
                 .arg(&keys.chain)
                 .arg(0)
-                .arg(-1)
-                .query_async(&mut con)
-                .await
-                .map_err(|err| script_error(err, run_id, 0))?;
+                .arg(-1);
+            let (run, events, results, steps, tasks, chain): Reply = match self.wait {
+                None => pipe
+                    .atomic()
+                    .query_async(&mut self.con.clone())
+                    .await
+                    .map_err(|err| script_error(err, run_id, 0))?,
+                Some(_) => self.read_replicated(run_id, &keys, pipe).await?,
+            };
 
             let mut hash: HashMap<String, Vec<u8>> = fields(run_id, "header", run)?;
             if hash.is_empty() {
@@ -655,16 +658,60 @@ impl RedisStore {
         script: &Script,
         cmd: &Cmd,
     ) -> Result<(T, Option<u32>), RedisError> {
-        let Some(wait) = self.wait else {
+        if self.wait.is_none() {
             return Ok((eval(&mut self.con.clone(), script, cmd).await?, None));
-        };
+        }
+        let mut pipe = ::redis::pipe();
+        pipe.add_command(cmd.clone());
+        let (reply, acked) = self.send_waiting(pipe, Some(script)).await?;
+        Ok((reply, Some(acked)))
+    }
+
+    /// A run read back under `--redis-wait-replicas`: the reads in a `MULTI`, then a write to
+    /// the run's slot (`P:run:{R}:barrier`, expiring), then `WAIT`, all on one connection to one
+    /// master. Replication is in order, so once replicas have the barrier they have everything
+    /// the read saw; short of them, the read may show a transition that a failover will lose (a
+    /// master cut off from its replicas still answers for a while), and it is refused rather than
+    /// shown to a watcher or acted on.
+    async fn read_replicated<T: FromRedisValue>(
+        &self,
+        run_id: &str,
+        keys: &super::keys::RunKeys,
+        reads: ::redis::Pipeline,
+    ) -> Result<T, Error> {
+        let mut pipe = ::redis::pipe();
+        pipe.cmd("MULTI").ignore();
+        for read in reads.cmd_iter() {
+            pipe.add_command(read.clone()).ignore();
+        }
+        pipe.cmd("EXEC")
+            .cmd("SET")
+            .arg(&keys.barrier)
+            .arg(1)
+            .arg("PX")
+            .arg(BARRIER_TTL_MS)
+            .ignore();
+        let (reply, acked): (T, u32) = self
+            .send_waiting(pipe, None)
+            .await
+            .map_err(|err| script_error(err, run_id, 0))?;
+        self.replicated(run_id, Some(acked))?;
+        Ok(reply)
+    }
+
+    /// Sends `pipe` and a `WAIT` behind it on one of the `writers`, loading `script` where Redis
+    /// does not know it; returns the pipeline's reply and how many replicas acknowledged.
+    async fn send_waiting<T: FromRedisValue>(
+        &self,
+        mut pipe: ::redis::Pipeline,
+        script: Option<&Script>,
+    ) -> Result<(T, u32), RedisError> {
+        let wait = self.wait.expect("only called with --redis-wait-replicas");
         let turn = self
             .next_writer
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let mut con = self.writers[turn % self.writers.len()].clone();
-        let mut pipe = ::redis::pipe();
-        pipe.add_command(cmd.clone())
-            .cmd("WAIT")
+        pipe.cmd("WAIT")
             .arg(wait.replicas)
             .arg(wait.timeout.as_millis().max(1) as u64);
         let mut loaded = false;
@@ -676,7 +723,9 @@ impl RedisStore {
                         && err.kind()
                             == ::redis::ErrorKind::Server(::redis::ServerErrorKind::NoScript) =>
                 {
-                    script.load_async(&mut con).await?;
+                    if let Some(script) = script {
+                        script.load_async(&mut con).await?;
+                    }
                     loaded = true;
                 }
                 // The cluster client follows redirections of single commands, not of a pipeline
@@ -685,7 +734,7 @@ impl RedisStore {
                     redirected += 1;
                     tokio::time::sleep(std::time::Duration::from_millis(50 * redirected)).await;
                 }
-                other => return other.map(|(reply, acked)| (reply, Some(acked))),
+                other => return other,
             }
         }
     }
@@ -695,8 +744,8 @@ impl RedisStore {
     fn replicated(&self, run_id: &str, acked: Option<u32>) -> Result<(), Error> {
         match (self.wait, acked) {
             (Some(wait), Some(acked)) if acked < wait.replicas => Err(Error::Unavailable(format!(
-                "run {run_id}: the write reached {acked} of the {} replicas asked for within \
-                 {} ms (--redis-wait-replicas); it may be lost if its master fails, so it is not \
+                "run {run_id}: {acked} of the {} replicas asked for had it within {} ms \
+                 (--redis-wait-replicas); it may be lost if its master fails, so it is not \
                  acted on",
                 wait.replicas,
                 wait.timeout.as_millis()
@@ -705,6 +754,10 @@ impl RedisStore {
         }
     }
 }
+
+/// How long a read's replication barrier (`P:run:{R}:barrier`) is kept: long enough for its
+/// `WAIT`, short enough that barriers of finished runs go by themselves.
+const BARRIER_TTL_MS: u64 = 10_000;
 
 /// How many times a waiting write is sent again after Redis answered that the script's slot is
 /// elsewhere or not served right now.

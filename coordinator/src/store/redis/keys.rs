@@ -15,6 +15,8 @@ pub(super) struct RunKeys {
     pub(super) decisions: String,
     /// The run's live output, a stream.
     pub(super) output: String,
+    /// Written before a `WAIT` that makes a read of the run wait for replicas (never read).
+    pub(super) barrier: String,
 }
 
 impl RunKeys {
@@ -46,6 +48,7 @@ impl RedisStore {
             chain: format!("{run}:chain"),
             decisions: format!("{run}:decisions"),
             output: format!("{run}:output"),
+            barrier: format!("{run}:barrier"),
             run,
         }
     }
