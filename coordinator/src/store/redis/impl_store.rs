@@ -35,7 +35,7 @@ impl Store for RedisStore {
             .arg(header.submitted_by.as_str());
         add_transition(&mut cmd, &first, &self.timer_prefix_of(run_id), run_id);
         let (_version, replicated): (u64, _) = self
-            .write(&CREATE_RUN, &cmd)
+            .write(&keys.run, &CREATE_RUN, &cmd)
             .await
             .map_err(|err| with_fence_attempt(script_error(err, run_id, 0), &first))?;
         self.register_timers(
@@ -77,8 +77,10 @@ impl Store for RedisStore {
         let mut cmd = evalsha(&APPLY_TRANSITION, &keys.names());
         cmd.arg(expected_version);
         add_transition(&mut cmd, &write, &self.timer_prefix_of(run_id), run_id);
-        let ((version, before), replicated): ((u64, String), _) =
-            self.write(&APPLY_TRANSITION, &cmd).await.map_err(|err| {
+        let ((version, before), replicated): ((u64, String), _) = self
+            .write(&keys.run, &APPLY_TRANSITION, &cmd)
+            .await
+            .map_err(|err| {
                 with_fence_attempt(script_error(err, run_id, expected_version), &write)
             })?;
         self.register_timers(
@@ -655,6 +657,7 @@ impl RedisStore {
     /// waiting, how many replicas acknowledged.
     async fn write<T: FromRedisValue>(
         &self,
+        key: &str,
         script: &Script,
         cmd: &Cmd,
     ) -> Result<(T, Option<u32>), RedisError> {
@@ -663,7 +666,7 @@ impl RedisStore {
         }
         let mut pipe = ::redis::pipe();
         pipe.add_command(cmd.clone());
-        let (reply, acked) = self.send_waiting(pipe, Some(script)).await?;
+        let (reply, acked) = self.send_waiting(key, pipe, Some(script)).await?;
         Ok((reply, Some(acked)))
     }
 
@@ -692,7 +695,7 @@ impl RedisStore {
             .arg(BARRIER_TTL_MS)
             .ignore();
         let (reply, acked): (T, u32) = self
-            .send_waiting(pipe, None)
+            .send_waiting(&keys.run, pipe, None)
             .await
             .map_err(|err| script_error(err, run_id, 0))?;
         self.replicated(run_id, Some(acked))?;
@@ -703,6 +706,7 @@ impl RedisStore {
     /// does not know it; returns the pipeline's reply and how many replicas acknowledged.
     async fn send_waiting<T: FromRedisValue>(
         &self,
+        key: &str,
         mut pipe: ::redis::Pipeline,
         script: Option<&Script>,
     ) -> Result<(T, u32), RedisError> {
@@ -734,7 +738,18 @@ impl RedisStore {
                     redirected += 1;
                     tokio::time::sleep(std::time::Duration::from_millis(50 * redirected)).await;
                 }
-                other => return other,
+                Ok((reply, mut acked)) => {
+                    // Replicas that lag (a busy machine, a full sync) get more rounds before the
+                    // write is given up on; `WAIT` alone covers what this connection wrote.
+                    for _ in 1..WAIT_ROUNDS {
+                        if acked >= wait.replicas {
+                            break;
+                        }
+                        acked = con.wait_on(key, wait.replicas, wait.timeout).await?;
+                    }
+                    return Ok((reply, acked));
+                }
+                Err(err) => return Err(err),
             }
         }
     }
@@ -754,6 +769,10 @@ impl RedisStore {
         }
     }
 }
+
+/// How many rounds of `WAIT` (each `--redis-wait-timeout-ms`) a write or read gets before it is
+/// given up on.
+const WAIT_ROUNDS: usize = 3;
 
 /// How long a read's replication barrier (`P:run:{R}:barrier`) is kept: long enough for its
 /// `WAIT`, short enough that barriers of finished runs go by themselves.
