@@ -190,7 +190,7 @@ impl RedisStore {
             wait,
             writers: std::sync::Arc::new(writers),
             next_writer: Default::default(),
-            repaired: Default::default(),
+            next_repair: Default::default(),
         };
         let mut con = store.con.clone();
         let probed: Result<i64, RedisError> =

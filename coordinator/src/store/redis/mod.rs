@@ -1,11 +1,19 @@
-//! The Redis store: the production [`Store`].
+//! The Redis store: the production [`Store`], on one Redis server or on a Redis Cluster.
 //!
-//! - this file: [`RedisStore`], and the layout, indexes and scripts below.
-//! - `connect`: reaching Redis: the URL with its credentials and TLS, the checks made when
-//!   connecting, and [`redacted`], the URL as logs and errors show it (no password).
+//! - this file: [`RedisStore`]; below, the layout, the connections, waiting for replicas, the
+//!   indexes, the timers and the scripts.
+//! - `connect`: reaching Redis: the URL (or a cluster's URLs) with its credentials and TLS,
+//!   whether it is a cluster, the checks made when connecting, the cluster client's timeouts,
+//!   and [`redacted`], the URL as logs and errors show it (no password).
+//! - `connection`: one connection type for both: a single server's connection manager, or
+//!   redis-rs's cluster client, replaced by a fresh one when it keeps timing out.
 //! - `keys`: the name of every key, built from the prefix; a run's keys carry its hash tag.
+//! - `slots`: a cluster's hash slots: the slot of a run, and a hash tag that lands on each slot.
+//! - `timers`: the timer sets on a cluster, one per agent and slot, and the slot registry that
+//!   tells a sweep which slots to read.
 //! - `scripts`: the Lua scripts, each joined from files of `lua/`; a transition as arguments.
-//! - `impl_store`: `impl Store for RedisStore`, each call of the contract.
+//! - `impl_store`: `impl Store for RedisStore`, each call of the contract; the writes and reads
+//!   that wait for replicas.
 //! - `replies`: replies read back: refusals and failures as [`Error`], hashes and lists as bytes.
 //! - `indexes`: the global indexes kept in line with the runs, and `rebuild_indexes`.
 //! - `output`: a run's live output read back from its stream.
@@ -14,7 +22,7 @@
 //! # Layout
 //!
 //! With the key prefix `P` (`baton` unless [`RedisStore::connect_with_prefix`] says otherwise), a
-//! run `R` is eight keys:
+//! run `R` is eight keys (nine for a few seconds after a read under `--redis-wait-replicas`):
 //!
 //! | key                   | type | holds                                                          |
 //! |-----------------------|------|----------------------------------------------------------------|
@@ -26,6 +34,7 @@
 //! | `P:run:{R}:chain`     | list | the state chain's links, `RPUSH`ed in order                    |
 //! | `P:run:{R}:decisions` | hash | decision key -> decision with its embedding (`HSETNX`)         |
 //! | `P:run:{R}:output`    | stream | live output while the run runs: fields `s` step, `v` visit, `a` attempt, `t` text, `r` restart; set to expire a minute after the transition that ends the run |
+//! | `P:run:{R}:barrier`   | string | `1`, written behind a read of the run under `--redis-wait-replicas` so that a `WAIT` can back the read (never read; expires after 10 s) |
 //!
 //! Every one of them carries the run id as a hash tag, `{R}`, so a Redis Cluster puts all of a
 //! run on one slot. That is what lets a single Lua script read and write the whole run, and a
@@ -37,11 +46,12 @@
 //!   back, so all checks come before the first write and a refused call writes nothing. The
 //!   scripts answer a refusal with an error reply (`EXISTS`, `NOTFOUND`, `CONFLICT <actual>`,
 //!   `FENCED <task key> <current attempt>`, `CORRUPT <why>`) that `replies.rs` maps to [`Error`].
-//! - `load_run` reads the run's keys but `decisions` in one `MULTI`/`EXEC`, so it sees a run between two
-//!   transitions, never in the middle of one.
+//! - `load_run` reads the run's keys but `decisions` in one `MULTI`/`EXEC`, so it sees a run
+//!   between two transitions, never in the middle of one.
 //! - `swap_tasks` is one script for a batch of compare-and-swaps, so a coordinator renews all
-//!   the leases it holds in one round trip; `due_tasks`, one script too, reads an agent's due
-//!   timers and their tasks in one.
+//!   the leases it holds in one round trip (on a cluster, one script per slot of the batch, sent
+//!   at once); `due_tasks`, one script too, reads an agent's due timers and their tasks in one
+//!   (on a cluster, one per slot read: see `timers.rs`).
 //! - Values are bytes and travel as bytes; only keys (run ids, result keys, step ids, task keys)
 //!   and the header's text fields must be UTF-8 when read back.
 //!
@@ -50,10 +60,45 @@
 //! version (a retry that already landed gets `Conflict`, so reload) and a creation by the run id
 //! (`AlreadyExists`).
 //!
-//! The connection is one [`ConnectionManager`], i.e. one server (or a primary behind a proxy),
-//! plus a second one for `wait_output` alone: its `XREAD BLOCK` holds a connection until output
-//! comes, and would hold up every other command sent on a shared one.
-//! The layout is Cluster-ready; a Cluster client is not wired in yet.
+//! # Connections
+//!
+//! On one server (or a primary behind a proxy): one connection manager for everything, plus a
+//! second one for `wait_output` alone, whose `XREAD BLOCK` holds a connection until output
+//! comes and would hold up every other command sent on a shared one.
+//!
+//! On a Redis Cluster, found by `connect.rs` (several comma-separated URLs, or one node whose
+//! `INFO cluster` says `cluster_enabled:1`): redis-rs's cluster client, which sends each command
+//! to the master of its key's slot, follows `MOVED` and `ASK` and refreshes the topology. A
+//! request that cannot reach its slot's master fails within seconds (`connect.rs` bounds each try
+//! and the retries) rather than hanging through a failover. A client that timed out 3 times
+//! within 10 s is replaced by a new one (`connection.rs` says why). What the store sends suits
+//! a cluster: every script and every pipeline touches one slot, and reads over many runs
+//! (`list_runs`, the active runs' statuses, `wait_output`) are one command per run, sent
+//! concurrently, where one server gets them in one pipeline. `wait_output` polls each run's
+//! stream every 50 ms instead of blocking: one `XREAD` over several runs would span slots.
+//!
+//! # Waiting for replicas
+//!
+//! With [`WaitReplicas`] (`--redis-wait-replicas N`), a write that changes a run (`create_run`,
+//! `apply_transition`) is its `EVALSHA` with `WAIT N timeout` right behind it, in one pipeline to
+//! the master that runs the script, so the `WAIT` counts that write. Replicas that lag get two
+//! more rounds of `WAIT` on the same connection (`WAIT_ROUNDS`), routed to the master of the
+//! run's slot. A write still short of `N` replicas is [`Error::Unavailable`]: it may be on the
+//! master or not, and may be lost if the master fails over, so the caller must not act on it (the
+//! coordinator reloads the run).
+//!
+//! `load_run` is backed the same way: its reads in a `MULTI`, then a write of `P:run:{R}:barrier`
+//! and the `WAIT`, all on one connection to the run's master. Replication is in order, so replicas
+//! that have the barrier have everything the read saw; short of them, the read is `Unavailable`
+//! too. A master cut off from its replicas still answers until the cluster's node timeout, and a
+//! transition read from it could be lost by the failover: it must not reach a watcher, or a
+//! coordinator that would act on it. The other reads (`version`, `task`, `due_tasks`, the
+//! indexes) do not wait.
+//!
+//! `WAIT` blocks the connection it is sent on, so these writes and reads take turns on 8
+//! connections of their own (8 cluster clients on a cluster), never the shared one. A pipeline
+//! the cluster answered with `MOVED`, `ASK`, `TRYAGAIN` or `CLUSTERDOWN` did not run, and is sent
+//! again (10 times at most, a little later each time).
 //!
 //! Run ids are expected to be non-empty and free of `{` and `}` (the coordinator makes UUIDs):
 //! otherwise the hash tag would not be the whole run id and a Cluster could split a run.
@@ -67,23 +112,41 @@
 //!   `runs_of_workflow` (decision queries over all runs of a workflow);
 //! - `P:idempotency:<key>`, a string `<run id> <request sha256>` that expires, for SubmitRun's
 //!   idempotency keys (`SET NX EX`: the first submitter claims it);
-//! - `P:timers:<agent>`, a sorted set per agent (member `<run id>/<task key>`, score the task's
-//!   `due_ms`): lease deadlines and retry times, which the coordinators' sweeps read;
+//! - `P:principal:<name>:runs`, a set of the runs a principal with `max_running_runs` submitted
+//!   that were running when last counted;
 //! - `P:slots`, a hash: coordinator id -> `{"expires_ms", "free": {agent: slots}}`, the free
 //!   worker slots each coordinator advertises (not an index: expired fields are dropped by the
 //!   reader that finds them).
 //!
 //! These keys live on other slots than the runs in a Cluster, so the run scripts cannot touch
-//! them; they are updated with separate commands after a script succeeded. They are an index, not
+//! them; they are updated with separate commands after a script succeeded, once per run (its
+//! creation, its status changing) or per coordinator tick, never per step. They are an index, not
 //! the source of truth: the run headers are. A crash between a script and its index update leaves
 //! the index behind, never the run, and [`RedisStore::rebuild_indexes`] rebuilds `P:runs` and
-//! `P:runs:active` from the headers (and adds what the workflow sets miss). Readers guard against
-//! a stale index too: `list_runs` skips ids whose header is gone and `active_runs` keeps only the
-//! ids whose header says `running`.
+//! `P:runs:active` from the headers (scanning every master of a cluster) and adds what the
+//! workflow sets miss. Readers guard against a stale index too: `list_runs` skips ids whose header
+//! is gone and `active_runs` keeps only the ids whose header says `running`.
 //!
-//! The timer sets are the exception to that rule: the run scripts write them together with the
-//! task they time (a task without its timer would never be swept), which is atomic on one server.
-//! On a Redis Cluster they would have to be split per hash slot.
+//! # Timers
+//!
+//! Each task with an agent and a due time (its lease's end, or its retry's) has a timer: member
+//! `<run id>/<task key>` in a sorted set of its agent, scored `due_ms`, which the coordinators'
+//! sweeps read. The run scripts write a timer together with its task (a task without its timer
+//! would never be swept), so the timer set must be on the run's slot:
+//! - on one server, one set per agent: `P:timers:<agent>`;
+//! - on a cluster, one set per agent and slot, on that slot: `P:timers:{<slot tag>}:<agent>`,
+//!   where the slot tag is a short string that hashes to the slot (`slots.rs`). A sweep finds the
+//!   slots to read in the agent's slot registry, `P:timer-slots:{t:<agent>}` (a sorted set: slot
+//!   -> at most its earliest timer) and its generations, `P:timer-slots:{t:<agent>}:gen` (a hash:
+//!   slot -> a count of registrations). The registry is on another slot than the runs, so it is
+//!   written by a second script after the run's (`register_timers`), raised by the sweep that
+//!   read a slot only if no registration came in between (`raise_slots`), and rebuilt from the
+//!   16,384 slots by [`RedisStore::repair_registry`], which each store runs for an agent when it
+//!   first sweeps it and every 5 minutes after: a timer whose registration was lost is late,
+//!   never lost. `timers.rs` has the details.
+//!
+//! Approval timeouts are timers of no agent (`P:timers:`, or `P:timers:{<slot tag>}:` and
+//! `P:timer-slots:{t:}`): agent names are never blank.
 //!
 //! # Scripts
 //!
@@ -97,11 +160,17 @@
 //! | `swap_tasks`       | `transition.lua` + `swap_tasks.lua`       |
 //! | `due_tasks`        | `due_tasks.lua`                           |
 //! | `append_output`    | `append_output.lua`                       |
+//! | `register_timers`  | `register_timers.lua` (a cluster's only)  |
+//! | `due_slots`        | `due_slots.lua` (a cluster's only)        |
+//! | `raise_slots`      | `raise_slots.lua` (a cluster's only)      |
 //!
 //! `transition.lua` is a prelude: it defines local functions (and a table) and calls nothing by
 //! itself. The first two scripts use it to read, check and write a transition; `swap_tasks` only
 //! for the timers of the tasks it swaps (`decode_task`, `check_timer_key`, `set_timer`,
 //! `unset_timer`). A change to it changes those three scripts.
+//!
+//! Scripts are sent as `EVALSHA` and loaded on `NOSCRIPT` (a restarted server, a flushed cache,
+//! a new master that took over a slot).
 //!
 //! [`Store`]: super::Store
 
@@ -145,8 +214,9 @@ pub struct RedisStore {
     /// why they are not `con`).
     writers: Arc<Vec<Connection>>,
     next_writer: Arc<std::sync::atomic::AtomicUsize>,
-    /// When this store last repaired each agent's timer slot registry (a cluster's; `timers`).
-    repaired: Arc<Mutex<HashMap<String, Instant>>>,
+    /// When this store is next to repair each agent's timer slot registry (a cluster's;
+    /// `timers`).
+    next_repair: Arc<Mutex<HashMap<String, Instant>>>,
 }
 
 /// How often a cluster's `wait_output` polls the runs' streams.

@@ -24,7 +24,8 @@
 //! - Repair: a coordinator that dies between a script and its registration leaves a timer
 //!   unregistered. Every store re-registers each agent's slots from the timer sets themselves
 //!   when it first sweeps that agent and every [`REPAIR_EVERY`] after: 16,384 reads per agent,
-//!   in the background. Until then that timer is late, never lost.
+//!   in the background; and [`REPAIR_RETRY`] after one of its own registrations (or repairs)
+//!   failed, as they do while a master fails over. Until then that timer is late, never lost.
 //!
 //! On a single server none of this exists: one timer set per agent, `P:timers:A`, as before.
 
@@ -39,6 +40,9 @@ use crate::store::{DueTask, Error};
 
 /// How often a store re-registers an agent's slots from the timer sets (see the module docs).
 pub(super) const REPAIR_EVERY: Duration = Duration::from_secs(300);
+
+/// How soon after a failed registration or repair the next repair comes.
+const REPAIR_RETRY: Duration = Duration::from_secs(2);
 
 /// How many due slots one sweep of an agent considers at most.
 const DUE_SLOTS_READ: usize = 512;
@@ -115,7 +119,8 @@ impl RedisStore {
         }
         for (agent, slots) in earliest {
             if let Err(error) = self.register(&agent, slots.into_iter()).await {
-                tracing::warn!(%agent, %error, "timers written but their slots not registered; the next repair registers them");
+                tracing::warn!(%agent, %error, "timers written but their slots not registered; a repair soon registers them");
+                self.repair_soon(&agent);
             }
         }
     }
@@ -221,26 +226,37 @@ impl RedisStore {
     /// Starts a repair of `agent`'s registry in the background if this store has not made one
     /// for [`REPAIR_EVERY`].
     fn repair_when_due(&self, agent: &str) {
+        let now = Instant::now();
         {
-            let mut repaired = self
-                .repaired
+            let mut next = self
+                .next_repair
                 .lock()
                 .unwrap_or_else(|poisoned| poisoned.into_inner());
-            let due = repaired
-                .get(agent)
-                .is_none_or(|at: &Instant| at.elapsed() >= REPAIR_EVERY);
-            if !due {
+            if next.get(agent).is_some_and(|at| *at > now) {
                 return;
             }
-            repaired.insert(agent.to_owned(), Instant::now());
+            next.insert(agent.to_owned(), now + REPAIR_EVERY);
         }
         let store = self.clone();
         let agent = agent.to_owned();
         tokio::spawn(async move {
             if let Err(error) = store.repair_registry(&agent).await {
-                tracing::warn!(%agent, %error, "cannot repair the timer slot registry");
+                tracing::warn!(%agent, %error, "cannot repair the timer slot registry; trying again soon");
+                store.repair_soon(&agent);
             }
         });
+    }
+
+    /// Brings `agent`'s next repair forward to [`REPAIR_RETRY`] from now: a registration or a
+    /// repair failed (the cluster was failing over, say), and a timer may be unregistered.
+    fn repair_soon(&self, agent: &str) {
+        let soon = Instant::now() + REPAIR_RETRY;
+        let mut next = self
+            .next_repair
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let at = next.entry(agent.to_owned()).or_insert(soon);
+        *at = (*at).min(soon);
     }
 
     /// Registers every slot that holds a timer of `agent`, at its earliest one: what a
