@@ -1,5 +1,6 @@
 //! The name of every key the store writes, from its prefix `P`: a run's keys each carry the
-//! run's hash tag `{<run id>}`, the indexes and the timer sets are global. The
+//! run's hash tag `{<run id>}`; the indexes are global; the timer sets are one per agent on a
+//! single server, one per agent and slot on a cluster (`timers.rs` names those). The
 //! [module docs](super#layout) say what each one holds.
 
 use super::RedisStore;
