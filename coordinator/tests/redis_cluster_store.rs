@@ -80,6 +80,25 @@ async fn runs_land_on_every_master_and_their_timers_with_them() {
         runs.push(run_id);
     }
     assert_eq!(masters.len(), 3, "30 runs should land on all 3 masters");
+    // The global indexes are sharded: their entries spread over masters, not one key.
+    let index_masters: BTreeSet<u16> = runs
+        .iter()
+        .map(|run_id| {
+            let shard = redis_cluster::slot_of(&format!("{{{run_id}}}")) % 256;
+            cluster.master_of_key(&format!("spread:runs:{{i{shard}}}"))
+        })
+        .collect();
+    assert!(index_masters.len() >= 2, "{index_masters:?}");
+    let listed: Vec<String> = store
+        .list_runs(100)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|run| run.run_id)
+        .collect();
+    let mut newest_first = runs.clone();
+    newest_first.sort_by(|a, b| b.cmp(a));
+    assert_eq!(listed, newest_first, "every shard merged, newest first");
     // Every run's timer is found by one sweep, earliest first, whichever master holds it.
     let due = store.due_tasks("coder", 1_000, 100).await.unwrap();
     let found: Vec<&str> = due.iter().map(|d| d.run_id.as_str()).collect();

@@ -193,8 +193,10 @@ impl RedisStore {
             next_repair: Default::default(),
         };
         let mut con = store.con.clone();
-        let probed: Result<i64, RedisError> =
-            PROBE.key(store.runs_key()).invoke_async(&mut con).await;
+        let probed: Result<i64, RedisError> = PROBE
+            .key(store.runs_keys().remove(0))
+            .invoke_async(&mut con)
+            .await;
         match probed {
             Ok(_) => {}
             Err(err) if is_final(&err) => return Err(target.error(&store.prefix, err)),

@@ -50,10 +50,12 @@ impl Store for RedisStore {
         // The run exists now: a failure to index it must not turn into an error the caller would
         // retry (the retry would find the run). `rebuild_indexes` repairs what is left behind.
         let indexed: Result<(), RedisError> = async {
-            let _: i64 = con.zadd(self.runs_key(), run_id, header.created_ms).await?;
+            let _: i64 = con
+                .zadd(self.runs_key(run_id), run_id, header.created_ms)
+                .await?;
             let _: i64 = con
                 .zadd(
-                    self.workflow_runs_key(&header.workflow_id),
+                    self.workflow_runs_key(&header.workflow_id, run_id),
                     run_id,
                     header.created_ms,
                 )
@@ -296,14 +298,8 @@ impl Store for RedisStore {
             if limit == 0 {
                 return Ok(Vec::new());
             }
-            let mut con = self.con.clone();
-            // Equal scores come back in reverse member order: (created_ms, run_id) descending, the
-            // memory store's order.
-            let stop = isize::try_from(limit - 1).unwrap_or(isize::MAX);
-            let ids: Vec<String> = con
-                .zrevrange(self.runs_key(), 0, stop)
-                .await
-                .map_err(unavailable)?;
+            // (created_ms, run_id) descending, the memory store's order.
+            let ids = self.newest(self.runs_keys(), limit).await?;
             if ids.is_empty() {
                 return Ok(Vec::new());
             }
@@ -433,9 +429,17 @@ impl Store for RedisStore {
 
     async fn active_runs(&self) -> Result<Vec<String>, Error> {
         self.read_retrying(|| async {
-            let mut con = self.con.clone();
-            let mut ids: Vec<String> =
-                con.smembers(self.active_key()).await.map_err(unavailable)?;
+            let reads = self
+                .active_keys()
+                .into_iter()
+                .map(|key| {
+                    let mut cmd = ::redis::cmd("SMEMBERS");
+                    cmd.arg(key);
+                    cmd
+                })
+                .collect();
+            let shards: Vec<Vec<String>> = self.con.each(reads).await.map_err(unavailable)?;
+            let mut ids: Vec<String> = shards.into_iter().flatten().collect();
             if ids.is_empty() {
                 return Ok(ids);
             }
@@ -505,14 +509,8 @@ impl Store for RedisStore {
         workflow_id: &str,
         limit: usize,
     ) -> Result<Vec<String>, Error> {
-        if limit == 0 {
-            return Ok(Vec::new());
-        }
-        let mut con = self.con.clone();
-        let stop = isize::try_from(limit - 1).unwrap_or(isize::MAX);
-        con.zrevrange(self.workflow_runs_key(workflow_id), 0, stop)
+        self.newest(self.workflow_runs_keys(workflow_id), limit)
             .await
-            .map_err(unavailable)
     }
 
     async fn append_output(&self, pieces: Vec<(String, OutputPiece)>) -> Result<(), Error> {

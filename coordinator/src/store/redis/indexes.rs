@@ -19,13 +19,13 @@ impl RedisStore {
     pub(super) async fn update_active(&self, run_id: &str, status: &str) -> Result<(), RedisError> {
         let mut con = self.con.clone();
         if status == RUNNING {
-            let _: i64 = con.sadd(self.active_key(), run_id).await?;
+            let _: i64 = con.sadd(self.active_key(run_id), run_id).await?;
             return Ok(());
         }
-        let _: i64 = con.srem(self.active_key(), run_id).await?;
+        let _: i64 = con.srem(self.active_key(run_id), run_id).await?;
         let now: Option<Vec<u8>> = con.hget(self.run_keys(run_id).run, "status").await?;
         if now.as_deref() == Some(RUNNING.as_bytes()) {
-            let _: i64 = con.sadd(self.active_key(), run_id).await?;
+            let _: i64 = con.sadd(self.active_key(run_id), run_id).await?;
         }
         Ok(())
     }
@@ -55,12 +55,12 @@ impl RedisStore {
                 continue;
             };
             let _: i64 = con
-                .zadd(self.runs_key(), run_id, created_ms)
+                .zadd(self.runs_key(run_id), run_id, created_ms)
                 .await
                 .map_err(unavailable)?;
             let _: i64 = con
                 .zadd(
-                    self.workflow_runs_key(&workflow_id.unwrap_or_default()),
+                    self.workflow_runs_key(&workflow_id.unwrap_or_default(), run_id),
                     run_id,
                     created_ms,
                 )
@@ -71,11 +71,16 @@ impl RedisStore {
                 .map_err(unavailable)?;
             found.insert(run_id.to_owned());
         }
-        let listed: Vec<String> = con
-            .zrange(self.runs_key(), 0, -1)
-            .await
-            .map_err(unavailable)?;
-        let active: Vec<String> = con.smembers(self.active_key()).await.map_err(unavailable)?;
+        let mut listed: Vec<String> = Vec::new();
+        for key in self.runs_keys() {
+            let ids: Vec<String> = con.zrange(key, 0, -1).await.map_err(unavailable)?;
+            listed.extend(ids);
+        }
+        let mut active: Vec<String> = Vec::new();
+        for key in self.active_keys() {
+            let ids: Vec<String> = con.smembers(key).await.map_err(unavailable)?;
+            active.extend(ids);
+        }
         for run_id in listed.iter().chain(&active) {
             if found.contains(run_id) {
                 continue;
@@ -86,11 +91,11 @@ impl RedisStore {
                 .map_err(unavailable)?;
             if !exists {
                 let _: i64 = con
-                    .zrem(self.runs_key(), run_id)
+                    .zrem(self.runs_key(run_id), run_id)
                     .await
                     .map_err(unavailable)?;
                 let _: i64 = con
-                    .srem(self.active_key(), run_id)
+                    .srem(self.active_key(run_id), run_id)
                     .await
                     .map_err(unavailable)?;
             }
@@ -109,4 +114,62 @@ fn glob_escape(text: &str) -> String {
         escaped.push(c);
     }
     escaped
+}
+
+/// How many shards each global index has on a cluster (`P:runs`, `P:runs:active`, each
+/// workflow's runs): its entries spread over that many keys, each on a slot of its own and so
+/// over the masters, rather than on one master's one key. A run's entry goes to the shard of
+/// its own slot (modulo the count); readers merge every shard. On a single server each index is
+/// one key, as before.
+pub(super) const INDEX_SHARDS: u16 = 256;
+
+impl RedisStore {
+    /// The suffix of `run_id`'s shard of a global index: `:{i<n>}` on a cluster, nothing on a
+    /// single server.
+    pub(super) fn index_shard(&self, run_id: &str) -> String {
+        if self.con.is_cluster() {
+            format!(":{{i{}}}", super::slots::slot_of_tag(run_id) % INDEX_SHARDS)
+        } else {
+            String::new()
+        }
+    }
+
+    /// The suffixes of every shard of a global index.
+    pub(super) fn index_shards(&self) -> impl Iterator<Item = String> {
+        let shards = if self.con.is_cluster() {
+            INDEX_SHARDS
+        } else {
+            0
+        };
+        let single = (shards == 0).then(String::new);
+        single
+            .into_iter()
+            .chain((0..shards).map(|n| format!(":{{i{n}}}")))
+    }
+
+    /// The newest `limit` members over `keys` (sorted sets scored by creation time): newest
+    /// first, equal times in reverse member order, as one sorted set gives them.
+    pub(super) async fn newest(
+        &self,
+        keys: Vec<String>,
+        limit: usize,
+    ) -> Result<Vec<String>, Error> {
+        if limit == 0 {
+            return Ok(Vec::new());
+        }
+        let stop = isize::try_from(limit - 1).unwrap_or(isize::MAX);
+        let reads = keys
+            .into_iter()
+            .map(|key| {
+                let mut cmd = ::redis::cmd("ZREVRANGE");
+                cmd.arg(key).arg(0).arg(stop).arg("WITHSCORES");
+                cmd
+            })
+            .collect();
+        let shards: Vec<Vec<(String, f64)>> = self.con.each(reads).await.map_err(unavailable)?;
+        let mut all: Vec<(String, f64)> = shards.into_iter().flatten().collect();
+        all.sort_by(|(a, a_at), (b, b_at)| b_at.total_cmp(a_at).then_with(|| b.cmp(a)));
+        all.truncate(limit);
+        Ok(all.into_iter().map(|(id, _)| id).collect())
+    }
 }

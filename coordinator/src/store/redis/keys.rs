@@ -60,19 +60,47 @@ impl RedisStore {
         format!("{}:timers:", self.prefix)
     }
 
-    /// `P:runs`: every run by creation time.
-    pub(super) fn runs_key(&self) -> String {
-        format!("{}:runs", self.prefix)
+    /// `P:runs`: every run by creation time; on a cluster, the shard of it that holds
+    /// `run_id` (`indexes.rs`).
+    pub(super) fn runs_key(&self, run_id: &str) -> String {
+        format!("{}:runs{}", self.prefix, self.index_shard(run_id))
     }
 
-    /// `P:workflow:<workflow id>:runs`: the runs of one workflow by creation time.
-    pub(super) fn workflow_runs_key(&self, workflow_id: &str) -> String {
-        format!("{}:workflow:{workflow_id}:runs", self.prefix)
+    /// Every shard of `P:runs`: the one key on a single server.
+    pub(super) fn runs_keys(&self) -> Vec<String> {
+        self.index_shards()
+            .map(|shard| format!("{}:runs{shard}", self.prefix))
+            .collect()
     }
 
-    /// `P:runs:active`: the runs whose status is `running`.
-    pub(super) fn active_key(&self) -> String {
-        format!("{}:runs:active", self.prefix)
+    /// `P:workflow:<workflow id>:runs`: the runs of one workflow by creation time; on a
+    /// cluster, the shard of it that holds `run_id`.
+    pub(super) fn workflow_runs_key(&self, workflow_id: &str, run_id: &str) -> String {
+        format!(
+            "{}:workflow:{workflow_id}:runs{}",
+            self.prefix,
+            self.index_shard(run_id)
+        )
+    }
+
+    /// Every shard of `P:workflow:<workflow id>:runs`.
+    pub(super) fn workflow_runs_keys(&self, workflow_id: &str) -> Vec<String> {
+        self.index_shards()
+            .map(|shard| format!("{}:workflow:{workflow_id}:runs{shard}", self.prefix))
+            .collect()
+    }
+
+    /// `P:runs:active`: the runs whose status is `running`; on a cluster, the shard of it that
+    /// holds `run_id`.
+    pub(super) fn active_key(&self, run_id: &str) -> String {
+        format!("{}:runs:active{}", self.prefix, self.index_shard(run_id))
+    }
+
+    /// Every shard of `P:runs:active`.
+    pub(super) fn active_keys(&self) -> Vec<String> {
+        self.index_shards()
+            .map(|shard| format!("{}:runs:active{shard}", self.prefix))
+            .collect()
     }
 
     /// `P:slots`: each coordinator's advertisement of its workers' free slots (field: its id;

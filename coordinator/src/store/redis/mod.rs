@@ -109,7 +109,10 @@
 //! - `P:runs`, a sorted set (score `created_ms`, member run id), for `list_runs`;
 //! - `P:runs:active`, a set of run ids whose status is `running`, for `active_runs`;
 //! - `P:workflow:<workflow id>:runs`, a sorted set like `P:runs` per workflow id, for
-//!   `runs_of_workflow` (decision queries over all runs of a workflow);
+//!   `runs_of_workflow` (decision queries over all runs of a workflow) — on a cluster each of
+//!   these three is 256 shards (`P:runs:{i<n>}` and so on; a run's entry in shard
+//!   `slot(run) mod 256`) so that they spread over the masters, and readers merge the shards
+//!   (`indexes.rs`);
 //! - `P:idempotency:<key>`, a string `<run id> <request sha256>` that expires, for SubmitRun's
 //!   idempotency keys (`SET NX EX`: the first submitter claims it);
 //! - `P:principal:<name>:runs`, a set of the runs a principal with `max_running_runs` submitted
