@@ -664,7 +664,8 @@ impl RedisStore {
         }
         let mut pipe = ::redis::pipe();
         pipe.add_command(cmd.clone());
-        let (reply, acked) = self.send_waiting(key, pipe, Some(script)).await?;
+        let (mut replies, acked) = self.send_waiting(key, pipe, Some(script)).await?;
+        let reply = FromRedisValue::from_redis_value(replies.remove(0))?;
         Ok((reply, Some(acked)))
     }
 
@@ -681,33 +682,39 @@ impl RedisStore {
         reads: ::redis::Pipeline,
     ) -> Result<T, Error> {
         let mut pipe = ::redis::pipe();
-        pipe.cmd("MULTI").ignore();
+        pipe.cmd("MULTI");
         for read in reads.cmd_iter() {
-            pipe.add_command(read.clone()).ignore();
+            pipe.add_command(read.clone());
         }
         pipe.cmd("EXEC")
             .cmd("SET")
             .arg(&keys.barrier)
             .arg(1)
             .arg("PX")
-            .arg(BARRIER_TTL_MS)
-            .ignore();
-        let (reply, acked): (T, u32) = self
+            .arg(BARRIER_TTL_MS);
+        let (mut replies, acked) = self
             .send_waiting(&keys.run, pipe, None)
             .await
             .map_err(|err| script_error(err, run_id, 0))?;
         self.replicated(run_id, Some(acked))?;
-        Ok(reply)
+        // MULTI, each read's QUEUED, EXEC's replies, the barrier's OK.
+        let exec = replies.len().saturating_sub(2);
+        FromRedisValue::from_redis_value(replies.swap_remove(exec))
+            .map_err(|err| script_error(err.into(), run_id, 0))
     }
 
     /// Sends `pipe` and a `WAIT` behind it on one of the `writers`, loading `script` where Redis
-    /// does not know it; returns the pipeline's reply and how many replicas acknowledged.
-    async fn send_waiting<T: FromRedisValue>(
+    /// does not know it; returns every reply of `pipe` and how many replicas acknowledged.
+    ///
+    /// Every reply is looked at: on a cluster whose topology the client has not caught up with,
+    /// the pipeline can reach a master that became a replica, which runs the reads, redirects the
+    /// writes and refuses `WAIT`; nothing was written there, and the pipeline is sent again.
+    async fn send_waiting(
         &self,
         key: &str,
         mut pipe: ::redis::Pipeline,
         script: Option<&Script>,
-    ) -> Result<(T, u32), RedisError> {
+    ) -> Result<(Vec<Value>, u32), RedisError> {
         let wait = self.wait.expect("only called with --redis-wait-replicas");
         let turn = self
             .next_writer
@@ -715,12 +722,15 @@ impl RedisStore {
         let mut con = self.writers[turn % self.writers.len()].clone();
         pipe.cmd("WAIT")
             .arg(wait.replicas)
-            .arg(wait.timeout.as_millis().max(1) as u64);
+            .arg(wait.timeout.as_millis().max(1) as u64)
+            .ignore_errors();
         let mut loaded = false;
         let mut redirected = 0;
         loop {
-            match pipe.query_async::<(T, u32)>(&mut con).await {
-                Err(err)
+            let replies: Vec<::redis::RedisResult<Value>> = pipe.query_async(&mut con).await?;
+            let first_error = replies.iter().find_map(|reply| reply.as_ref().err());
+            match first_error {
+                Some(err)
                     if !loaded
                         && err.kind()
                             == ::redis::ErrorKind::Server(::redis::ServerErrorKind::NoScript) =>
@@ -730,13 +740,17 @@ impl RedisStore {
                     }
                     loaded = true;
                 }
-                // The cluster client follows redirections of single commands, not of a pipeline
-                // whose first reply is one; the script did not run, so sending it again is safe.
-                Err(err) if redirected < PIPELINE_REDIRECTIONS && not_run_here(&err) => {
+                // The cluster client follows redirections of single commands, not of a pipeline;
+                // the first error says nothing before it wrote, so sending it again is safe.
+                Some(err) if redirected < PIPELINE_REDIRECTIONS && not_run_here(err) => {
                     redirected += 1;
                     tokio::time::sleep(std::time::Duration::from_millis(50 * redirected)).await;
                 }
-                Ok((reply, mut acked)) => {
+                Some(err) => return Err(err.clone()),
+                None => {
+                    let mut replies: Vec<Value> = replies.into_iter().flatten().collect();
+                    let mut acked: u32 =
+                        FromRedisValue::from_redis_value(replies.pop().unwrap_or(Value::Nil))?;
                     // Replicas that lag (a busy machine, a full sync) get more rounds before the
                     // write is given up on; `WAIT` alone covers what this connection wrote.
                     for _ in 1..WAIT_ROUNDS {
@@ -745,9 +759,8 @@ impl RedisStore {
                         }
                         acked = con.wait_on(key, wait.replicas, wait.timeout).await?;
                     }
-                    return Ok((reply, acked));
+                    return Ok((replies, acked));
                 }
-                Err(err) => return Err(err),
             }
         }
     }
@@ -781,11 +794,12 @@ const BARRIER_TTL_MS: u64 = 10_000;
 const PIPELINE_REDIRECTIONS: u64 = 10;
 
 /// Whether `err` says a command was not run because its slot is served elsewhere (`MOVED`,
-/// `ASK`), is being migrated (`TRYAGAIN`) or is not served at all right now (`CLUSTERDOWN`).
+/// `ASK`, or `READONLY` from a master that became a replica), is being migrated (`TRYAGAIN`) or
+/// is not served at all right now (`CLUSTERDOWN`).
 fn not_run_here(err: &RedisError) -> bool {
-    use ::redis::ServerErrorKind::{Ask, ClusterDown, Moved, TryAgain};
+    use ::redis::ServerErrorKind::{Ask, ClusterDown, Moved, ReadOnly, TryAgain};
     matches!(
         err.kind(),
-        ::redis::ErrorKind::Server(Moved | Ask | TryAgain | ClusterDown)
+        ::redis::ErrorKind::Server(Moved | Ask | TryAgain | ClusterDown | ReadOnly)
     )
 }
