@@ -188,8 +188,18 @@ async fn a_master_fails_over_and_waited_writes_go_on_once_it_has_a_replica() {
         let cluster = cluster.clone();
         blocking(move || cluster.wait_for_failover(master)).await
     };
-    // The write was acknowledged by the replica now in charge: it survived.
-    assert_eq!(store.version("r").await.unwrap(), Some(1));
+    // The write was acknowledged by the replica now in charge: it survived. (Read by a store
+    // that does not wait: this one will not vouch for a read no replica backs, and the new
+    // master has none yet.)
+    let plain = RedisStore::connect_with_prefix(&cluster.comma_urls(), "failover")
+        .await
+        .unwrap();
+    assert_eq!(plain.version("r").await.unwrap(), Some(1));
+    let unbacked = store
+        .version("r")
+        .await
+        .expect_err("no replica backs the read");
+    assert!(matches!(unbacked, Error::Unavailable(_)), "{unbacked:?}");
     // The new master has no replica yet: a transition is refused, not acknowledged.
     let refused = store
         .apply_transition("r", 1, with_task("running", 2, "coder", 6))

@@ -208,7 +208,7 @@ impl Connection {
                 let route = Route::with_key(key, SlotAddr::Master);
                 let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route));
                 let reply = cluster.connection().route_command(wait, routing).await?;
-                Ok(FromRedisValue::from_redis_value(reply)?)
+                Ok(FromRedisValue::from_redis_value(reply.extract_error()?)?)
             }
         }
     }

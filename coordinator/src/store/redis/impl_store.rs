@@ -283,10 +283,20 @@ impl Store for RedisStore {
         .await
     }
 
+    /// Under `--redis-wait-replicas` behind the same barrier as `load_run`: `GetRun` answers
+    /// from it, and a master that restarted empty and still claims its slots for a moment would
+    /// otherwise say that an acknowledged run does not exist.
     async fn version(&self, run_id: &str) -> Result<Option<u64>, Error> {
         self.read_retrying(|| async {
+            let keys = self.run_keys(run_id);
+            if self.wait.is_some() {
+                let mut read = ::redis::pipe();
+                read.cmd("HGET").arg(&keys.run).arg("version");
+                let (version,): (Option<u64>,) = self.read_replicated(run_id, &keys, read).await?;
+                return Ok(version);
+            }
             let mut con = self.con.clone();
-            con.hget(self.run_keys(run_id).run, "version")
+            con.hget(keys.run, "version")
                 .await
                 .map_err(|err| script_error(err, run_id, 0))
         })
@@ -728,6 +738,11 @@ impl RedisStore {
         let mut redirected = 0;
         loop {
             let replies: Vec<::redis::RedisResult<Value>> = pipe.query_async(&mut con).await?;
+            // An error reply may also come as a value (`Value::ServerError`), at any depth.
+            let replies: Vec<::redis::RedisResult<Value>> = replies
+                .into_iter()
+                .map(|reply| reply.and_then(Value::extract_error))
+                .collect();
             let first_error = replies.iter().find_map(|reply| reply.as_ref().err());
             match first_error {
                 Some(err)
@@ -757,7 +772,12 @@ impl RedisStore {
                         if acked >= wait.replicas {
                             break;
                         }
-                        acked = con.wait_on(key, wait.replicas, wait.timeout).await?;
+                        match con.wait_on(key, wait.replicas, wait.timeout).await {
+                            Ok(more) => acked = more,
+                            // The slot moved (its master failed over) since the write: what it
+                            // wrote cannot be confirmed any more, and the write is given up on.
+                            Err(_) => break,
+                        }
                     }
                     return Ok((replies, acked));
                 }
