@@ -191,6 +191,7 @@ impl RedisStore {
             writers: std::sync::Arc::new(writers),
             next_writer: Default::default(),
             next_repair: Default::default(),
+            empty_seen: Default::default(),
         };
         let mut con = store.con.clone();
         let probed: Result<i64, RedisError> = PROBE

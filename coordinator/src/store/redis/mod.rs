@@ -220,6 +220,9 @@ pub struct RedisStore {
     /// When this store is next to repair each agent's timer slot registry (a cluster's;
     /// `timers`).
     next_repair: Arc<Mutex<HashMap<String, Instant>>>,
+    /// (agent, slot) -> when a sweep of this store first found that registered slot empty
+    /// (`timers`: a slot leaves the registry only when found empty twice).
+    empty_seen: Arc<Mutex<HashMap<(String, u16), Instant>>>,
 }
 
 /// How often a cluster's `wait_output` polls the runs' streams.

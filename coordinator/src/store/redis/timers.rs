@@ -20,7 +20,8 @@
 //! - Raising: a sweep reads a slot's generation, then the slot, then sets the score to the slot's
 //!   earliest timer (or drops the slot when it has none) *only if the generation is unchanged*
 //!   (`raise_slots.lua`). A registration in between means the sweep may have missed a timer, and
-//!   the lower score stays.
+//!   the lower score stays. A slot found empty is dropped only when found empty again 2 s later
+//!   (a master restarted without its data answers for its old slots for a moment).
 //! - Repair: a coordinator that dies between a script and its registration leaves a timer
 //!   unregistered. Every store re-registers each agent's slots from the timer sets themselves
 //!   when it first sweeps that agent and every [`REPAIR_EVERY`] after: 16,384 reads per agent,
@@ -40,6 +41,10 @@ use crate::store::{DueTask, Error};
 
 /// How often a store re-registers an agent's slots from the timer sets (see the module docs).
 pub(super) const REPAIR_EVERY: Duration = Duration::from_secs(300);
+
+/// How long after a sweep first found a registered slot empty it looks again before the slot
+/// leaves the registry.
+const EMPTY_CONFIRM: Duration = Duration::from_secs(2);
 
 /// How soon after a failed registration or repair the next repair comes.
 const REPAIR_RETRY: Duration = Duration::from_secs(2);
@@ -193,6 +198,7 @@ impl RedisStore {
             for ((slot, _, generation), reply) in batch.iter().zip(replies) {
                 let reply = reply.map_err(unavailable)?;
                 let (earliest, due) = read_due(agent, reply)?;
+                let earliest = self.confirm_empty(agent, *slot, earliest, now_ms);
                 raises.push((*slot, generation.clone(), earliest));
                 found.extend(due);
             }
@@ -221,6 +227,38 @@ impl RedisStore {
                 })
             })
             .collect())
+    }
+
+    /// What to file for a slot a sweep read, given its `earliest` timer ('' for none): a slot
+    /// leaves the registry only when this store found it empty twice, [`EMPTY_CONFIRM`] apart;
+    /// the first time it is filed for a second look then. A master that restarted without its
+    /// data claims its slots for a moment before the cluster demotes it, and one read from it
+    /// would otherwise drop a slot whose timers are all still there.
+    fn confirm_empty(&self, agent: &str, slot: u16, earliest: String, now_ms: i64) -> String {
+        let mut seen = self
+            .empty_seen
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let key = (agent.to_owned(), slot);
+        if !earliest.is_empty() {
+            seen.remove(&key);
+            return earliest;
+        }
+        match seen.get(&key) {
+            Some(first) if first.elapsed() >= EMPTY_CONFIRM => {
+                seen.remove(&key);
+                earliest
+            }
+            Some(_) => now_ms
+                .saturating_add(EMPTY_CONFIRM.as_millis() as i64)
+                .to_string(),
+            None => {
+                seen.insert(key, Instant::now());
+                now_ms
+                    .saturating_add(EMPTY_CONFIRM.as_millis() as i64)
+                    .to_string()
+            }
+        }
     }
 
     /// Starts a repair of `agent`'s registry in the background if this store has not made one
