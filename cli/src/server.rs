@@ -29,9 +29,9 @@ pub struct CoordinatorArgs {
     /// --redis-wait-timeout-ms is not acted on (it is retried or redelivered). 0: do not wait.
     #[arg(long, env = "BATON_REDIS_WAIT_REPLICAS", default_value_t = 0)]
     redis_wait_replicas: u32,
-    /// How long one round of waiting for --redis-wait-replicas replicas lasts; a transition (or
-    /// a read of a run) gets three rounds before it is given up on.
-    #[arg(long, env = "BATON_REDIS_WAIT_TIMEOUT_MS", default_value_t = 1_000)]
+    /// How long a transition (or a read of a run) waits for --redis-wait-replicas replicas
+    /// before it is given up on.
+    #[arg(long, env = "BATON_REDIS_WAIT_TIMEOUT_MS", default_value_t = 2_000)]
     redis_wait_timeout_ms: u64,
     /// The CA certificate (PEM) that signed the Redis server's certificate, for a rediss:// URL;
     /// without it the system's roots are trusted.

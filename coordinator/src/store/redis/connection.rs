@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use ::redis::aio::{ConnectionLike, ConnectionManager};
 use ::redis::cluster::ClusterClient;
 use ::redis::cluster_async::ClusterConnection;
-use ::redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
+use ::redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
 use ::redis::{Cmd, FromRedisValue, Pipeline, RedisFuture, RedisResult, Value};
 
 /// How many commands of [`Connection::each`] are in flight at once on a cluster.
@@ -188,27 +188,6 @@ impl Connection {
                     .buffered(CLUSTER_FAN_OUT)
                     .try_collect()
                     .await
-            }
-        }
-    }
-
-    /// `WAIT replicas timeout` for what this connection wrote to the master of `key`'s slot.
-    /// (A cluster client would send a bare `WAIT` to every master.)
-    pub(super) async fn wait_on(
-        &mut self,
-        key: &str,
-        replicas: u32,
-        timeout: Duration,
-    ) -> RedisResult<u32> {
-        let mut wait = ::redis::cmd("WAIT");
-        wait.arg(replicas).arg(timeout.as_millis().max(1) as u64);
-        match self {
-            Connection::Single(con) => wait.query_async(con).await,
-            Connection::Cluster(cluster) => {
-                let route = Route::with_key(key, SlotAddr::Master);
-                let routing = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(route));
-                let reply = cluster.connection().route_command(wait, routing).await?;
-                Ok(FromRedisValue::from_redis_value(reply.extract_error()?)?)
             }
         }
     }

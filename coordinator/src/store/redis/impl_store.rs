@@ -35,7 +35,7 @@ impl Store for RedisStore {
             .arg(header.submitted_by.as_str());
         add_transition(&mut cmd, &first, &self.timer_prefix_of(run_id), run_id);
         let (_version, replicated): (u64, _) = self
-            .write(&keys.run, &CREATE_RUN, &cmd)
+            .write(&CREATE_RUN, &cmd)
             .await
             .map_err(|err| with_fence_attempt(script_error(err, run_id, 0), &first))?;
         self.register_timers(
@@ -79,10 +79,8 @@ impl Store for RedisStore {
         let mut cmd = evalsha(&APPLY_TRANSITION, &keys.names());
         cmd.arg(expected_version);
         add_transition(&mut cmd, &write, &self.timer_prefix_of(run_id), run_id);
-        let ((version, before), replicated): ((u64, String), _) = self
-            .write(&keys.run, &APPLY_TRANSITION, &cmd)
-            .await
-            .map_err(|err| {
+        let ((version, before), replicated): ((u64, String), _) =
+            self.write(&APPLY_TRANSITION, &cmd).await.map_err(|err| {
                 with_fence_attempt(script_error(err, run_id, expected_version), &write)
             })?;
         self.register_timers(
@@ -665,7 +663,6 @@ impl RedisStore {
     /// waiting, how many replicas acknowledged.
     async fn write<T: FromRedisValue>(
         &self,
-        key: &str,
         script: &Script,
         cmd: &Cmd,
     ) -> Result<(T, Option<u32>), RedisError> {
@@ -674,7 +671,7 @@ impl RedisStore {
         }
         let mut pipe = ::redis::pipe();
         pipe.add_command(cmd.clone());
-        let (mut replies, acked) = self.send_waiting(key, pipe, Some(script)).await?;
+        let (mut replies, acked) = self.send_waiting(pipe, Some(script)).await?;
         let reply = FromRedisValue::from_redis_value(replies.remove(0))?;
         Ok((reply, Some(acked)))
     }
@@ -703,7 +700,7 @@ impl RedisStore {
             .arg("PX")
             .arg(BARRIER_TTL_MS);
         let (mut replies, acked) = self
-            .send_waiting(&keys.run, pipe, None)
+            .send_waiting(pipe, None)
             .await
             .map_err(|err| script_error(err, run_id, 0))?;
         self.replicated(run_id, Some(acked))?;
@@ -721,7 +718,6 @@ impl RedisStore {
     /// writes and refuses `WAIT`; nothing was written there, and the pipeline is sent again.
     async fn send_waiting(
         &self,
-        key: &str,
         mut pipe: ::redis::Pipeline,
         script: Option<&Script>,
     ) -> Result<(Vec<Value>, u32), RedisError> {
@@ -763,22 +759,12 @@ impl RedisStore {
                 }
                 Some(err) => return Err(err.clone()),
                 None => {
+                    // Only a `WAIT` in the same pipeline as the write counts: one sent on its own
+                    // could reach a connection made since (a reconnect, a replaced cluster
+                    // client) that wrote nothing, and answer at once with the replicas connected.
                     let mut replies: Vec<Value> = replies.into_iter().flatten().collect();
-                    let mut acked: u32 =
+                    let acked: u32 =
                         FromRedisValue::from_redis_value(replies.pop().unwrap_or(Value::Nil))?;
-                    // Replicas that lag (a busy machine, a full sync) get more rounds before the
-                    // write is given up on; `WAIT` alone covers what this connection wrote.
-                    for _ in 1..WAIT_ROUNDS {
-                        if acked >= wait.replicas {
-                            break;
-                        }
-                        match con.wait_on(key, wait.replicas, wait.timeout).await {
-                            Ok(more) => acked = more,
-                            // The slot moved (its master failed over) since the write: what it
-                            // wrote cannot be confirmed any more, and the write is given up on.
-                            Err(_) => break,
-                        }
-                    }
                     return Ok((replies, acked));
                 }
             }
@@ -800,10 +786,6 @@ impl RedisStore {
         }
     }
 }
-
-/// How many rounds of `WAIT` (each `--redis-wait-timeout-ms`) a write or read gets before it is
-/// given up on.
-const WAIT_ROUNDS: usize = 3;
 
 /// How long a read's replication barrier (`P:run:{R}:barrier`) is kept: long enough for its
 /// `WAIT`, short enough that barriers of finished runs go by themselves.
