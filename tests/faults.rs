@@ -366,6 +366,22 @@ async fn finished(
     runs.iter().map(|r| done.remove(r).unwrap()).collect()
 }
 
+/// Waits until every run finished and every watcher saw its run end.
+async fn settle(
+    urls: &[String],
+    runs: &[String],
+    watchers: Vec<tokio::task::JoinHandle<Watched>>,
+    logs: impl Fn() -> String,
+) -> (Vec<RunRecord>, Vec<Watched>) {
+    let records = finished(urls, runs, logs).await;
+    let watched = futures::future::join_all(watchers)
+        .await
+        .into_iter()
+        .map(|watched| watched.expect("a watcher"))
+        .collect();
+    (records, watched)
+}
+
 /// What every fault test checks once its runs finished: each succeeded; its event log answers
 /// each step visit once; and each result a watcher was told is the one the run kept.
 async fn check(
@@ -509,9 +525,7 @@ async fn a_coordinator_cut_off_from_redis() {
         "c1 is not ready again after the cut healed"
     );
 
-    let records = finished(&urls, &runs, || site.logs()).await;
-    let watched = futures::future::join_all(watchers).await;
-    let watched = watched.into_iter().map(|w| w.unwrap()).collect();
+    let (records, watched) = settle(&urls, &runs, watchers, || site.logs()).await;
     check(
         &runs,
         &records,
@@ -557,9 +571,7 @@ async fn a_worker_cut_off_from_its_coordinator() {
     }
     site.net.heal();
 
-    let records = finished(&urls, &runs, || site.logs()).await;
-    let watched = futures::future::join_all(watchers).await;
-    let watched = watched.into_iter().map(|w| w.unwrap()).collect();
+    let (records, watched) = settle(&urls, &runs, watchers, || site.logs()).await;
     check(
         &runs,
         &records,
@@ -640,12 +652,10 @@ async fn a_redis_master_killed() {
             .unwrap();
     }
 
-    let finished = finished(&urls, &runs, || {
+    let (finished, watched) = settle(&urls, &runs, watchers, || {
         format!("{}\n{}", fleet.logs(), cluster.logs())
     })
     .await;
-    let watched = futures::future::join_all(watchers).await;
-    let watched = watched.into_iter().map(|w| w.unwrap()).collect();
     check(
         &runs,
         &finished,
@@ -725,12 +735,10 @@ async fn a_redis_master_cut_off_from_its_cluster() {
             .unwrap();
     }
 
-    let records = finished(&urls, &runs, || {
+    let (records, watched) = settle(&urls, &runs, watchers, || {
         format!("{}\n{}", site.logs(), cluster.logs())
     })
     .await;
-    let watched = futures::future::join_all(watchers).await;
-    let watched = watched.into_iter().map(|w| w.unwrap()).collect();
     let mut redis = RedisConnection::Cluster(
         redis::cluster::ClusterClient::new(cluster.urls())
             .unwrap()
@@ -825,12 +833,10 @@ async fn a_reshard_mid_run() {
         "every moved run finished during the reshard: none of them moved mid-run"
     );
 
-    let finished = finished(&urls, &runs, || {
+    let (finished, watched) = settle(&urls, &runs, watchers, || {
         format!("{}\n{}", fleet.logs(), cluster.logs())
     })
     .await;
-    let watched = futures::future::join_all(watchers).await;
-    let watched = watched.into_iter().map(|w| w.unwrap()).collect();
     check(
         &runs,
         &finished,

@@ -15,7 +15,7 @@ use super::scripts::{
     evalsha,
 };
 use super::slots::slot_of_tag;
-use super::timers::read_due;
+use super::timers::{due_tasks, read_due};
 use super::{BLOCKING_RESPONSE_TIMEOUT, CLUSTER_OUTPUT_POLL, RUNNING, RedisStore};
 use crate::store::{
     Claim, DueTask, Error, OUTPUT_MAX_BYTES, OutputOffset, OutputPiece, RunHeader, RunSummary,
@@ -256,17 +256,7 @@ impl Store for RedisStore {
                 .await
                 .map_err(unavailable)?;
             let (_, due) = read_due(agent, reply)?;
-            Ok(due
-                .into_iter()
-                .filter_map(|(_, member, task)| {
-                    let (run_id, task_key) = member.split_once('/')?;
-                    Some(DueTask {
-                        run_id: run_id.to_owned(),
-                        task_key: task_key.to_owned(),
-                        task,
-                    })
-                })
-                .collect())
+            Ok(due_tasks(due))
         })
         .await
     }

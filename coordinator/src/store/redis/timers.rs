@@ -216,17 +216,7 @@ impl RedisStore {
                 .await
                 .map_err(unavailable)?;
         }
-        Ok(found
-            .into_iter()
-            .filter_map(|(_, member, task)| {
-                let (run_id, task_key) = member.split_once('/')?;
-                Some(DueTask {
-                    run_id: run_id.to_owned(),
-                    task_key: task_key.to_owned(),
-                    task,
-                })
-            })
-            .collect())
+        Ok(due_tasks(found))
     }
 
     /// What to file for a slot a sweep read, given its `earliest` timer ('' for none): a slot
@@ -346,4 +336,19 @@ pub(super) fn read_due(
         due.push((score, member, task));
     }
     Ok((earliest, due))
+}
+
+/// Due timers as (score, member `<run id>/<task key>`, task) made [`DueTask`]s, in order; a
+/// member without a `/` (not the store's) is skipped.
+pub(super) fn due_tasks(due: Vec<(i64, String, Vec<u8>)>) -> Vec<DueTask> {
+    due.into_iter()
+        .filter_map(|(_, member, task)| {
+            let (run_id, task_key) = member.split_once('/')?;
+            Some(DueTask {
+                run_id: run_id.to_owned(),
+                task_key: task_key.to_owned(),
+                task,
+            })
+        })
+        .collect()
 }
