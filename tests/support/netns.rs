@@ -534,7 +534,7 @@ fn remove_subnet(n: u8, listing: &Listing) {
 /// Kills (SIGKILL) every process inside `namespaces`: a namespace is only freed when its last
 /// process exits, and a test's children must not outlive its Net.
 fn kill_inside(namespaces: &[&str]) -> Result<(), String> {
-    let mut pids = Vec::new();
+    let mut pids = entering(namespaces);
     for ns in namespaces {
         let out = run(Command::new("ip").args(["netns", "pids", ns]), None)?;
         pids.extend(first_words(&out));
@@ -545,6 +545,33 @@ fn kill_inside(namespaces: &[&str]) -> Result<(), String> {
     // A process may exit on its own meanwhile: then `kill` fails for it alone; fine.
     let _ = run(Command::new("kill").arg("-KILL").args(&pids), None);
     Ok(())
+}
+
+/// The pids of `ip netns exec <ns> ...` processes for any of `namespaces`: a child just spawned by
+/// [`Host::command`] runs `ip` until it has joined the namespace and exec'd its program, and
+/// `ip netns pids` does not list it yet. Its pid stays the program's, so killing it kills
+/// whichever it is by then (a `sleep 300` spawned just before a drop once outlived its Net).
+fn entering(namespaces: &[&str]) -> Vec<String> {
+    let Ok(proc) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    proc.filter_map(Result::ok)
+        .filter_map(|entry| {
+            let pid = entry.file_name().into_string().ok()?;
+            pid.bytes().all(|b| b.is_ascii_digit()).then_some(())?;
+            let cmdline = std::fs::read(entry.path().join("cmdline")).ok()?;
+            let mut args = cmdline.split(|&b| b == 0);
+            let program = args.next()?;
+            let is_ip = program == b"ip" || program.ends_with(b"/ip");
+            let prefix: Vec<&[u8]> = args.by_ref().take(3).collect();
+            let enters = is_ip
+                && prefix.len() == 3
+                && prefix[0] == b"netns"
+                && prefix[1] == b"exec"
+                && namespaces.iter().any(|ns| ns.as_bytes() == prefix[2]);
+            enters.then_some(pid)
+        })
+        .collect()
 }
 
 /// Claims a subnet for a new Net: the first one from a rotating start (so that subnets just
