@@ -124,7 +124,10 @@ async fn call(url: &str, token: Option<&str>, rpc: &str) -> Code {
         ),
         "ListRuns" => code(
             client
-                .list_runs(ListRunsRequest { limit: 1 })
+                .list_runs(ListRunsRequest {
+                    limit: 1,
+                    ..Default::default()
+                })
                 .await
                 .map(drop),
         ),

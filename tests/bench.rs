@@ -51,6 +51,13 @@ fn bench_prints_one_line_per_workload_with_every_field() {
         }
         assert!(line["min_s"].as_f64() <= line["median_s"].as_f64());
         assert!(line["median_s"].as_f64() <= line["max_s"].as_f64());
+        let spread = line["max_s"].as_f64().unwrap() / line["median_s"].as_f64().unwrap();
+        let printed = line["max_over_median"].as_f64().expect("max_over_median");
+        assert!(
+            // max_s and median_s are rounded to 0.1 ms: the ratio of the printed ones may differ.
+            (printed - spread).abs() <= 0.05 * spread && printed >= 1.0,
+            "max_over_median {printed} is max_s / median_s ({spread}): {line}"
+        );
         assert!(
             line["bytes_to_workers"].as_u64().unwrap() > 0,
             "agents received payloads: {line}"

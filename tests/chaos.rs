@@ -175,12 +175,23 @@ async fn chaos_on(mut fleet: Fleet, schedule: &[(Duration, Blow)]) {
     let mut done: BTreeMap<String, RunRecord> = BTreeMap::new();
     let mut approved: BTreeSet<String> = BTreeSet::new();
     while done.len() < RUNS {
-        assert!(
-            started.elapsed() < BUDGET,
-            "{} of {RUNS} runs finished within {BUDGET:?}\n{}",
-            done.len(),
-            fleet.logs()
-        );
+        if started.elapsed() >= BUDGET {
+            // What each unfinished run waits for: its task entries (state, owner, due time).
+            let mut redis = fleet.redis_connection().await;
+            let mut stuck = String::new();
+            for run_id in runs.iter().filter(|run_id| !done.contains_key(*run_id)) {
+                let tasks: Vec<(String, String)> = redis
+                    .hgetall(format!("baton:run:{{{run_id}}}:tasks"))
+                    .await
+                    .unwrap_or_default();
+                stuck.push_str(&format!("{run_id}: {tasks:?}\n"));
+            }
+            panic!(
+                "{} of {RUNS} runs finished within {BUDGET:?}; not:\n{stuck}{}",
+                done.len(),
+                fleet.logs()
+            );
+        }
         if let Some((at, blow)) = schedule.peek()
             && begun.elapsed() >= *at
         {

@@ -299,7 +299,10 @@ async fn submit_json_waits_and_prints_the_final_record() {
     let deadline = Instant::now() + DEADLINE;
     let run_id = loop {
         let runs = client
-            .list_runs(ListRunsRequest { limit: 0 })
+            .list_runs(ListRunsRequest {
+                limit: 0,
+                ..Default::default()
+            })
             .await
             .unwrap()
             .into_inner()
@@ -547,4 +550,79 @@ async fn logs_are_one_json_object_per_line_when_asked() {
     assert_eq!(connected["level"], "INFO");
     assert_eq!(connected["fields"]["worker_id"], "w1");
     assert!(connected["timestamp"].is_string());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runs_list_filters_by_status_and_workflow_and_pages_on() {
+    let cluster = Cluster::start().await;
+    let workflow = cluster.dir().join("translate.json");
+    std::fs::write(
+        &workflow,
+        r#"{"id": "translate", "steps": [
+            {"id": "translate", "type": "agent", "agent": "translator"}
+        ]}"#,
+    )
+    .unwrap();
+    let workflow = workflow.to_str().unwrap();
+    // No worker serves `translator`: every run stays running until cancelled.
+    let runs: Vec<String> = (0..3)
+        .map(|_| {
+            ok(&cluster, &["submit", workflow, "--input", "hello"])
+                .trim()
+                .to_owned()
+        })
+        .collect();
+    ok(&cluster, &["runs", "cancel", &runs[0]]);
+    let ids = |listed: &str| -> Vec<String> {
+        listed
+            .lines()
+            .map(|line| line.split_whitespace().next().unwrap().to_owned())
+            .collect()
+    };
+
+    let running = ids(&ok(&cluster, &["runs", "list", "--status", "running"]));
+    assert_eq!(
+        running,
+        vec![runs[2].clone(), runs[1].clone()],
+        "newest first"
+    );
+    let cancelled = ids(&ok(&cluster, &["runs", "list", "--status", "cancelled"]));
+    assert_eq!(cancelled, vec![runs[0].clone()]);
+    assert!(ok(&cluster, &["runs", "list", "--workflow", "another"]).is_empty());
+
+    // One a page: each page names the token of the next, and the pages cover every run once.
+    let mut seen = Vec::new();
+    let mut token: Option<String> = None;
+    loop {
+        let mut args = vec!["runs", "list", "--workflow", "translate", "--limit", "1"];
+        if let Some(token) = &token {
+            args.extend(["--page-token", token.as_str()]);
+        }
+        let out = output(&mut cli(&cluster, &args), None);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        seen.extend(ids(&text(&out.stdout)));
+        token = text(&out.stderr)
+            .lines()
+            .find_map(|line| line.strip_prefix("next page: --page-token "))
+            .map(|next| next.trim().to_owned());
+        if token.is_none() {
+            break;
+        }
+        assert!(seen.len() <= 3, "pages never end: {seen:?}");
+    }
+    assert_eq!(
+        seen,
+        vec![runs[2].clone(), runs[1].clone(), runs[0].clone()]
+    );
+
+    let refused = output(
+        &mut cli(&cluster, &["runs", "list", "--status", "sleeping"]),
+        None,
+    );
+    assert!(!refused.status.success());
+    assert!(
+        text(&refused.stderr).contains("sleeping"),
+        "{}",
+        text(&refused.stderr)
+    );
 }

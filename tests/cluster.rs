@@ -461,7 +461,10 @@ async fn bad_input_is_refused_with_a_clear_error_and_nothing_is_stored() {
     );
     // None of that stored anything.
     let runs = client
-        .list_runs(ListRunsRequest { limit: 0 })
+        .list_runs(ListRunsRequest {
+            limit: 0,
+            ..Default::default()
+        })
         .await
         .unwrap()
         .into_inner()

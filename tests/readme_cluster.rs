@@ -53,7 +53,7 @@ impl Drop for Background {
 fn fallback_port(log: &str) -> Option<u16> {
     let line = log
         .lines()
-        .find(|line| line.contains("the default metrics port is taken"))?;
+        .find(|line| line.contains("the default HTTP port is taken"))?;
     let at = line.find("address=")? + "address=".len();
     let address: String = line[at..]
         .chars()
@@ -296,9 +296,22 @@ fn the_readme_s_cluster_recipe_runs_as_printed_on_one_machine() {
             "{kind}: the second should have warned:\n{}",
             background.logs(dir.path())
         );
-        for port in ports {
-            assert_eq!(get(port, "/metrics"), Some(200), "{kind} on {port}");
-            assert_eq!(get(port, "/readyz"), Some(200), "{kind} on {port}");
+        for port in &ports {
+            assert_eq!(get(*port, "/metrics"), Some(200), "{kind} on {port}");
+            assert_eq!(get(*port, "/readyz"), Some(200), "{kind} on {port}");
+        }
+        // "The web UI": the first coordinator's at http://127.0.0.1:9464/, the other's where
+        // its log says; workers serve none.
+        let ui = if kind == "baton coordinator" {
+            Some(200)
+        } else {
+            Some(404)
+        };
+        for port in &ports {
+            assert_eq!(get(*port, "/"), ui, "{kind} on {port}");
+        }
+        if kind == "baton coordinator" {
+            assert!(ports.contains(&9464), "{ports:?}");
         }
     }
 }

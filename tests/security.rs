@@ -380,7 +380,13 @@ async fn reachable_with(url: &str, ca: &str) -> bool {
         return false;
     };
     let mut client = RunServiceClient::new(security.authorize(channel).unwrap());
-    client.list_runs(ListRunsRequest { limit: 1 }).await.is_ok()
+    client
+        .list_runs(ListRunsRequest {
+            limit: 1,
+            ..Default::default()
+        })
+        .await
+        .is_ok()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -4,8 +4,8 @@ use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use crate::record_json::record_to_json;
 use anyhow::Context as _;
+use baton_coordinator::web::record_json::record_to_json;
 use baton_proto::Json;
 use baton_proto::connection::{ClientSecurity, Connection, with_sources};
 use baton_proto::v1::run_service_client::RunServiceClient;
@@ -178,10 +178,22 @@ pub struct RunsArgs {
 
 #[derive(clap::Subcommand)]
 enum RunsCommand {
-    /// The newest runs.
+    /// The newest runs, a page at a time: when more follow, stderr says how to get the next page.
     List {
+        /// At most this many runs (the coordinator gives at most 1,000).
         #[arg(long, default_value_t = 50)]
         limit: u32,
+        /// Only runs with this status. A page over runs that mostly have another may come back
+        /// short: the next page goes on.
+        #[arg(long, value_parser = ["running", "succeeded", "failed", "cancelled"])]
+        status: Option<String>,
+        /// Only runs of this workflow id.
+        #[arg(long)]
+        workflow: Option<String>,
+        /// Start after the page that printed this token (`next page: --page-token <token>`);
+        /// give the same filters.
+        #[arg(long, allow_hyphen_values = true)]
+        page_token: Option<String>,
     },
     /// A run's record: status, steps, what it waits for.
     Get {
@@ -215,19 +227,32 @@ pub async fn runs(args: RunsArgs) -> anyhow::Result<ExitCode> {
     let mut client = connect(&args.target).await?;
     let mut stdout = std::io::stdout();
     match args.command {
-        RunsCommand::List { limit } => {
-            let runs = client
-                .list_runs(ListRunsRequest { limit })
+        RunsCommand::List {
+            limit,
+            status,
+            workflow,
+            page_token,
+        } => {
+            let page = client
+                .list_runs(ListRunsRequest {
+                    limit,
+                    status: status.unwrap_or_default(),
+                    workflow_id: workflow.unwrap_or_default(),
+                    page_token: page_token.unwrap_or_default(),
+                })
                 .await
                 .map_err(failed)?
-                .into_inner()
-                .runs;
-            for run in runs {
+                .into_inner();
+            for run in page.runs {
                 writeln!(
                     stdout,
                     "{}  {:<10} {}",
                     run.run_id, run.status, run.workflow_id
                 )?;
+            }
+            // On stderr, so that stdout stays one run per line for scripts.
+            if !page.next_page_token.is_empty() {
+                eprintln!("next page: --page-token {}", page.next_page_token);
             }
         }
         RunsCommand::Get { run_id, json } => {

@@ -9,9 +9,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
 
-use crate::record_json::record_to_json;
 use anyhow::Context as _;
 use baton_coordinator::store::memory::MemoryStore;
+use baton_coordinator::web::record_json::record_to_json;
 use baton_coordinator::{Config, Coordinator};
 use baton_proto::Json;
 use baton_proto::v1::{

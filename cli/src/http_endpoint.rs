@@ -1,6 +1,7 @@
 //! The HTTP port `baton coordinator` and `baton worker` serve beside gRPC: `/metrics` for
-//! Prometheus, `/healthz` and `/readyz` for kubelet and Docker probes. Plain HTTP on its own
-//! port, so probes work whether or not the gRPC port uses TLS, and carry no credentials.
+//! Prometheus, `/healthz` and `/readyz` for kubelet and Docker probes, and on a coordinator the
+//! web UI. Plain HTTP on its own port, so probes work whether or not the gRPC port uses TLS,
+//! and carry no credentials.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -15,14 +16,15 @@ pub type Readiness =
     Arc<dyn Fn() -> Pin<Box<dyn Future<Output = Result<(), String>> + Send>> + Send + Sync>;
 
 /// Serves `/metrics` (the text `render` produces), `/healthz` (200 while the process answers at
-/// all) and `/readyz` (200 or 503 with `ready`'s reason) on `listener`, until the task is
-/// dropped or aborted.
+/// all) and `/readyz` (200 or 503 with `ready`'s reason) on `listener`, with the routes of
+/// `more` (the coordinator's web UI), until the task is dropped or aborted.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     render: impl Fn() -> String + Clone + Send + Sync + 'static,
     ready: Readiness,
+    more: axum::Router,
 ) -> std::io::Result<()> {
-    let app = axum::Router::new()
+    let app = more
         .route(
             "/metrics",
             axum::routing::get(move || {
@@ -51,7 +53,12 @@ pub async fn serve(
                 }
             }),
         );
-    axum::serve(listener, app).await
+    // The web UI admits callers by their address in protected mode.
+    axum::serve(
+        listener,
+        app.into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .await
 }
 
 /// Where the HTTP port listens: the address given, else `default`.
@@ -75,9 +82,9 @@ pub async fn bind(
             tracing::warn!(
                 default = %default,
                 address = %listener.local_addr()?,
-                "the default metrics port is taken (another Baton process on this machine?); \
-                 serving /metrics, /healthz and /readyz on a free port instead; \
-                 give --metrics-listen to choose one"
+                "the default HTTP port is taken (another Baton process on this machine?); \
+                 serving /metrics, /healthz, /readyz (and a coordinator's web UI) on a free \
+                 port instead; give --metrics-listen to choose one"
             );
             return Ok(listener);
         }

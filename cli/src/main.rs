@@ -12,7 +12,6 @@
 //! - `probe`: `baton probe URL`, a health check for images with no shell.
 //! - `input`: `--input`, JSON or else a plain string.
 //! - `progress`: a run's events printed as they come.
-//! - `record_json`: a run record as `--json` prints it.
 //! - `telemetry`: OTLP export of spans and metrics.
 //! - `http_endpoint`: the HTTP port the coordinator and worker processes serve: `/metrics`,
 //!   `/healthz`, `/readyz`.
@@ -26,7 +25,6 @@ mod input;
 mod jq_budget;
 mod probe;
 mod progress;
-mod record_json;
 mod security;
 mod server;
 mod telemetry;

@@ -48,14 +48,18 @@ pub struct CoordinatorArgs {
     jq: crate::jq_budget::JqArgs,
     #[command(flatten)]
     security: crate::security::ServeArgs,
-    /// Where to serve HTTP: Prometheus metrics (`/metrics`), and `/healthz` and `/readyz` for
-    /// probes [default: 0.0.0.0:9464; when that is taken, a free port, named in the log]. Port 0
-    /// picks a free one.
+    /// Where to serve HTTP: the web UI (`/`), Prometheus metrics (`/metrics`), and `/healthz`
+    /// and `/readyz` for probes [default: 0.0.0.0:9464; when that is taken, a free port, named
+    /// in the log]. Port 0 picks a free one.
     #[arg(long, conflicts_with = "no_metrics")]
     metrics_listen: Option<SocketAddr>,
-    /// Serve no metrics and no probes.
+    /// Serve no metrics, no probes and no web UI.
     #[arg(long)]
     no_metrics: bool,
+    /// Where the web UI links a run's trace: a URL with `{trace_id}` in it, such as
+    /// 'https://jaeger.example/trace/{trace_id}'.
+    #[arg(long, env = "BATON_TRACE_URL")]
+    trace_url: Option<String>,
 }
 
 /// The coordinator's HTTP port unless `--metrics-listen` says otherwise.
@@ -176,7 +180,15 @@ async fn serve_coordinator(args: CoordinatorArgs, config: Config) -> anyhow::Res
         let coordinator = Coordinator::with_embedder(MemoryStore::new(), config, embedder);
         tracing::info!(%address, store = "memory", id = coordinator.id(), "coordinator listening");
         let metrics = metrics_listener(&args).await?;
-        serve(listener, coordinator, metrics, security, faults).await?;
+        serve(
+            listener,
+            coordinator,
+            metrics,
+            security,
+            faults,
+            args.trace_url,
+        )
+        .await?;
     } else {
         let (store, redis) = connect_redis(&args).await?;
         let coordinator = Coordinator::with_embedder(store, config, embedder);
@@ -184,7 +196,15 @@ async fn serve_coordinator(args: CoordinatorArgs, config: Config) -> anyhow::Res
         // leases run out, to whichever coordinator sweeps them first.
         tracing::info!(%address, %redis, id = coordinator.id(), "coordinator listening");
         let metrics = metrics_listener(&args).await?;
-        serve(listener, coordinator, metrics, security, faults).await?;
+        serve(
+            listener,
+            coordinator,
+            metrics,
+            security,
+            faults,
+            args.trace_url,
+        )
+        .await?;
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -226,6 +246,7 @@ async fn serve<S: baton_coordinator::store::Store>(
     metrics: Option<tokio::net::TcpListener>,
     security: baton_coordinator::grpc::Security,
     faults: Faults,
+    trace_url: Option<String>,
 ) -> anyhow::Result<()> {
     let source = coordinator.clone();
     let export = crate::telemetry::metrics::start(
@@ -241,10 +262,13 @@ async fn serve<S: baton_coordinator::store::Store>(
             let probed = probed.clone();
             Box::pin(async move { probed.readiness().await.map_err(|e| e.to_string()) })
         });
+        let web =
+            baton_coordinator::web::router(coordinator.clone(), security.gate.clone(), trace_url);
         let server = tokio::spawn(crate::http_endpoint::serve(
             listener,
             move || scraped.metrics_text(),
             ready,
+            web,
         ));
         AbortOnDrop(server.abort_handle())
     });
@@ -305,9 +329,13 @@ pub struct WorkerArgs {
     /// taken, a free port, named in the log]. Port 0 picks a free one.
     #[arg(long, conflicts_with = "no_metrics")]
     metrics_listen: Option<SocketAddr>,
-    /// Serve no metrics and no probes.
+    /// Serve no metrics, no probes and no web UI.
     #[arg(long)]
     no_metrics: bool,
+    /// Where the web UI links a run's trace: a URL with `{trace_id}` in it, such as
+    /// 'https://jaeger.example/trace/{trace_id}'.
+    #[arg(long, env = "BATON_TRACE_URL")]
+    trace_url: Option<String>,
 }
 
 pub async fn worker(args: WorkerArgs) -> anyhow::Result<ExitCode> {
@@ -361,6 +389,7 @@ async fn serve_worker(args: WorkerArgs, worker: Worker) -> anyhow::Result<ExitCo
             listener,
             move || metrics.render(),
             ready,
+            axum::Router::new(),
         ));
         Some(AbortOnDrop(server.abort_handle()))
     };

@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use baton_core::integrity::{ChainLink, genesis};
 use baton_core::workflow::{StepType, Workflow};
-use baton_core::{Limits, Run, StepRecord};
+use baton_core::{Action, Limits, Run, StepRecord};
 use serde_json::Value;
 
 use crate::model::LoggedEvent;
@@ -66,6 +66,17 @@ pub struct Unreadable(pub String);
 
 /// Replays `stored`, checking each settled visit against the stored chain.
 pub fn replay_checked(stored: &StoredRun, limits: &Limits) -> Result<Checked, Unreadable> {
+    replay_observed(stored, limits, |_, _| {})
+}
+
+/// [`replay_checked`], showing `observe` what each transition of the replay did (the run's
+/// start first) and when (ms since the epoch): the agent tasks it dispatched are rebuilt
+/// exactly as they were sent.
+pub fn replay_observed(
+    stored: &StoredRun,
+    limits: &Limits,
+    mut observe: impl FnMut(&[Action], i64),
+) -> Result<Checked, Unreadable> {
     let header = &stored.header;
     let workflow: Arc<Workflow> = Arc::new(
         baton_core::parse_workflow_with(&header.workflow, limits)
@@ -89,7 +100,9 @@ pub fn replay_checked(stored: &StoredRun, limits: &Limits) -> Result<Checked, Un
         results: &stored.results,
         repaired: Vec::new(),
     };
-    let mut run = Run::start(workflow, input).run;
+    let started = Run::start(workflow, input);
+    observe(&started.actions, header.created_ms);
+    let mut run = started.run;
     if let Some(mismatch) = check.settled(run.history().iter()) {
         return Ok(check.finish(run, Some(mismatch)));
     }
@@ -114,7 +127,7 @@ pub fn replay_checked(stored: &StoredRun, limits: &Limits) -> Result<Checked, Un
         };
         let before = run.history().len();
         let next = match run.apply_at(event, logged.at_ms) {
-            Ok(transition) => transition.run,
+            Ok(transition) => transition,
             Err(e) => {
                 let mismatch = check.mismatch(
                     event_step(&logged),
@@ -123,10 +136,12 @@ pub fn replay_checked(stored: &StoredRun, limits: &Limits) -> Result<Checked, Un
                 return Ok(check.finish(run, Some(mismatch)));
             }
         };
-        if let Some(mismatch) = check.settled(next.history_since(before).iter()) {
+        if let Some(mismatch) = check.settled(next.run.history_since(before).iter()) {
             return Ok(check.finish(run, Some(mismatch)));
         }
-        run = next;
+        // Shown only once its data held against the chain.
+        observe(&next.actions, logged.at_ms);
+        run = next.run;
     }
     let mismatch = if check.checked < links.len() {
         let extra = &links[check.checked];

@@ -21,8 +21,18 @@ pub enum Error {
         size: usize,
         limit: usize,
     },
+    /// A list filter that names no run status; `field` is the request's name for it.
+    #[error("{field}: {value:?} is not a run status; use running, succeeded, failed or cancelled")]
+    UnknownRunStatus { field: &'static str, value: String },
+    /// A page token no page handed out; `field` is the request's name for it.
+    #[error(
+        "{field}: {value:?} is not a page token; pass the next page token of the page before, or none for the first page"
+    )]
+    MalformedPageToken { field: &'static str, value: String },
     #[error("no run {0}")]
     RunNotFound(String),
+    #[error("run {run_id}: its workflow has no step \"{step_id}\"")]
+    StepNotFound { run_id: String, step_id: String },
     #[error("run {run_id}: step \"{step_id}\" is not waiting for an approval")]
     NotAwaitingApproval { run_id: String, step_id: String },
     #[error("run {run_id} has {status} and takes no more events")]

@@ -48,6 +48,7 @@ pub mod service;
 pub mod store;
 pub mod task_ref;
 pub mod traces;
+pub mod web;
 
 pub use error::Error;
 pub use service::{Config, Coordinator, NotReady};

@@ -211,6 +211,39 @@ pub struct AttemptUsage {
     pub usage: ModelUsage,
 }
 
+/// One delivery of a step visit to a worker, as it ended: who ran it, when, and how it failed
+/// if it did. What the web UI shows of a step's attempts.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct AttemptRecord {
+    pub visit: u32,
+    pub attempt: u32,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub worker_id: String,
+    /// When the worker was sent the attempt (ms since the epoch); 0 when unknown (a task given
+    /// up after it was lost too often).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub started_ms: i64,
+    pub finished_ms: i64,
+    /// Why the attempt failed; empty when it succeeded.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub error: String,
+}
+
+/// How many attempt records a step keeps (the latest): a step retried or looped over many
+/// times must not grow its state without bound.
+pub const ATTEMPT_RECORDS_KEPT: usize = 20;
+
+/// Appends `records` to `log`, keeping the latest [`ATTEMPT_RECORDS_KEPT`].
+pub fn keep_attempts(
+    log: &mut Vec<AttemptRecord>,
+    records: impl IntoIterator<Item = AttemptRecord>,
+) {
+    log.extend(records);
+    if log.len() > ATTEMPT_RECORDS_KEPT {
+        log.drain(..log.len() - ATTEMPT_RECORDS_KEPT);
+    }
+}
+
 impl AttemptUsage {
     pub fn of(visit: u32, attempt: u32, usage: &[ModelUsage]) -> Vec<AttemptUsage> {
         usage
@@ -245,6 +278,9 @@ pub struct StepState {
     /// step's items are summed per model in `items`, so that settling one stays O(1).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub usage: Vec<AttemptUsage>,
+    /// Its latest attempts (every visit), recorded as each one ends; map items are not listed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub attempt_log: Vec<AttemptRecord>,
     /// A map step's items, at its current (or last) visit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub items: Option<ItemCounts>,
@@ -338,6 +374,9 @@ pub struct TaskEntry {
     /// The tokens the failed attempts used, carried to the step when its visit settles.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub usage: Vec<AttemptUsage>,
+    /// The failed attempts of the visit, carried to the step when its visit settles.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub attempt_log: Vec<AttemptRecord>,
 }
 
 impl TaskEntry {

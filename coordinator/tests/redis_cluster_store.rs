@@ -1,8 +1,9 @@
 //! The Redis store on a real Redis Cluster (3 masters, 3 replicas; `support/redis_cluster.rs`),
 //! beyond the conformance suite it also passes there: runs spread over every master, the cluster
 //! found from one node's URL, a slot that moves mid-run, a master that fails over under
-//! `--redis-wait-replicas`, and the timer slot registry repaired after a coordinator died between
-//! a write and its registration.
+//! `--redis-wait-replicas`, the timer slot registry repaired after a coordinator died between
+//! a write and its registration, and the timers of a transition whose answer was lost (applied
+//! by a master that answered too late) registered all the same.
 
 #[path = "support/redis_cluster.rs"]
 #[allow(dead_code)] // shared harness: not every helper is used here
@@ -16,7 +17,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use baton_coordinator::store::redis::{ConnectOptions, RedisStore, WaitReplicas};
-use baton_coordinator::store::{Error, RunHeader, Store, TransitionWrite};
+use baton_coordinator::store::{Error, RunHeader, RunQuery, Store, TransitionWrite};
 use redis_cluster::RedisCluster;
 
 fn header(run_id: &str) -> RunHeader {
@@ -90,9 +91,10 @@ async fn runs_land_on_every_master_and_their_timers_with_them() {
         .collect();
     assert!(index_masters.len() >= 2, "{index_masters:?}");
     let listed: Vec<String> = store
-        .list_runs(100)
+        .list_runs(RunQuery::newest(100))
         .await
         .unwrap()
+        .runs
         .into_iter()
         .map(|run| run.run_id)
         .collect();
@@ -257,4 +259,102 @@ async fn a_timer_whose_registration_was_lost_is_found_after_a_repair() {
         1,
         "the repaired registry leads the sweep to the timer"
     );
+}
+
+/// Resumes a stopped Redis process when dropped, so that a failing test leaves no node stopped.
+struct Stopped(u32);
+
+impl Stopped {
+    fn stop(pid: u32) -> Stopped {
+        signal("-STOP", pid);
+        Stopped(pid)
+    }
+}
+
+impl Drop for Stopped {
+    fn drop(&mut self) {
+        signal("-CONT", self.0);
+    }
+}
+
+fn signal(signal: &str, pid: u32) {
+    let status = std::process::Command::new("kill")
+        .arg(signal)
+        .arg(pid.to_string())
+        .status()
+        .expect("run kill");
+    assert!(status.success(), "kill {signal} {pid}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_transition_whose_answer_was_lost_has_its_timers_found() {
+    // A cluster of its own, whose nodes take a stopped master for failed only after 30 s.
+    let cluster = Arc::new(blocking(|| RedisCluster::start_with(3, 1, 30_000)).await);
+    let store = RedisStore::connect_with_prefix(&cluster.comma_urls(), "lost")
+        .await
+        .unwrap();
+    store
+        .create_run(header("r"), TransitionWrite::default())
+        .await
+        .unwrap();
+    // A first transition loads the script on the master (a script sent by its digest alone
+    // would come too late and be refused as unknown).
+    store
+        .apply_transition("r", 1, TransitionWrite::default())
+        .await
+        .unwrap();
+    // This store's first sweep of the agent repairs its registry; the timer below must be found
+    // without another repair (the next is minutes away).
+    assert!(store.due_tasks("coder", 10, 10).await.unwrap().is_empty());
+    tokio::time::sleep(Duration::from_millis(500)).await;
+
+    // The run's master stops for 8 s: the transition reaches it, the store gives up waiting for
+    // the answer, and the master runs the script when it goes on, as when a master answers too
+    // late while it fails over.
+    let master = cluster.master_of_key("lost:run:{r}");
+    let info: String = redis::cmd("INFO")
+        .arg("server")
+        .query_async(
+            &mut redis::Client::open(format!("redis://127.0.0.1:{master}/"))
+                .unwrap()
+                .get_multiplexed_async_connection()
+                .await
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    let pid: u32 = info
+        .lines()
+        .find_map(|line| line.strip_prefix("process_id:"))
+        .and_then(|pid| pid.trim().parse().ok())
+        .expect("the master's process id");
+    let stopped = Stopped::stop(pid);
+    let lost = store
+        .apply_transition("r", 2, with_task("running", 2, "coder", 5))
+        .await;
+    assert!(
+        matches!(lost, Err(Error::Unavailable(_))),
+        "the answer is lost: {lost:?}"
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    drop(stopped);
+
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let due = store.due_tasks("coder", 10, 10).await.unwrap_or_default();
+        if let [due] = due.as_slice() {
+            assert_eq!(
+                (due.run_id.as_str(), due.task_key.as_str()),
+                ("r", "work#1")
+            );
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the timer of the transition whose answer was lost was never swept (the run is at \
+             version {:?})",
+            store.version("r").await
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use baton_coordinator::store::redis::{ConnectOptions, RedisStore, redacted};
 use baton_coordinator::store::{
-    Claim, Error, OutputPiece, RunHeader, Store, TaskSwap, TransitionWrite,
+    Claim, Error, OutputPiece, RunHeader, RunQuery, Store, TaskSwap, TransitionWrite,
 };
 use redis_server::{RedisServer, free_port};
 use secured_redis::{
@@ -124,7 +124,11 @@ async fn exercise(store: &RedisStore) {
         .expect("the run exists");
     assert_eq!(run.version, 2);
     assert_eq!(store.version(run_id).await.expect("version"), Some(2));
-    let listed = store.list_runs(10).await.expect("list_runs");
+    let listed = store
+        .list_runs(RunQuery::newest(10))
+        .await
+        .expect("list_runs")
+        .runs;
     assert_eq!(listed.len(), 1, "the run is indexed: {listed:?}");
     assert_eq!(
         store.active_runs().await.expect("active_runs"),

@@ -9,8 +9,8 @@ use std::sync::Arc;
 
 use baton_coordinator::grpc::worker_service;
 use baton_coordinator::record::WaitingFor;
-use baton_coordinator::store::Store;
 use baton_coordinator::store::memory::MemoryStore;
+use baton_coordinator::store::{RunQuery, Store};
 use baton_coordinator::{Config, Coordinator, Error};
 use baton_core::Decision;
 use baton_proto::Json;
@@ -216,7 +216,12 @@ async fn bad_input_is_refused_with_what_is_wrong_and_nothing_is_stored() {
     );
 
     assert!(
-        coordinator.list(10).await.unwrap().is_empty(),
+        coordinator
+            .list(RunQuery::newest(10))
+            .await
+            .unwrap()
+            .runs
+            .is_empty(),
         "nothing was stored"
     );
 }
@@ -540,15 +545,22 @@ impl Store for FlakyStore {
         self.inner.task(run_id, task_key).await
     }
 
+    async fn tasks(
+        &self,
+        run_id: &str,
+    ) -> Result<std::collections::BTreeMap<String, Vec<u8>>, baton_coordinator::store::Error> {
+        self.inner.tasks(run_id).await
+    }
+
     async fn version(&self, run_id: &str) -> Result<Option<u64>, baton_coordinator::store::Error> {
         self.inner.version(run_id).await
     }
 
     async fn list_runs(
         &self,
-        limit: usize,
-    ) -> Result<Vec<baton_coordinator::store::RunSummary>, baton_coordinator::store::Error> {
-        self.inner.list_runs(limit).await
+        query: baton_coordinator::store::RunQuery,
+    ) -> Result<baton_coordinator::store::RunPage, baton_coordinator::store::Error> {
+        self.inner.list_runs(query).await
     }
 
     async fn ping(&self) -> Result<(), baton_coordinator::store::Error> {
@@ -771,7 +783,16 @@ async fn the_same_idempotency_key_and_request_give_the_same_run() {
         .unwrap();
     assert_eq!(again.run_id, first.run_id);
     assert!(again.existing);
-    assert_eq!(coordinator.list(10).await.unwrap().len(), 1, "one run");
+    assert_eq!(
+        coordinator
+            .list(RunQuery::newest(10))
+            .await
+            .unwrap()
+            .runs
+            .len(),
+        1,
+        "one run"
+    );
     worker.next_task();
     assert!(
         worker.try_recv().is_err(),
@@ -783,7 +804,15 @@ async fn the_same_idempotency_key_and_request_give_the_same_run() {
         .await
         .unwrap();
     assert_ne!(other.run_id, first.run_id);
-    assert_eq!(coordinator.list(10).await.unwrap().len(), 2);
+    assert_eq!(
+        coordinator
+            .list(RunQuery::newest(10))
+            .await
+            .unwrap()
+            .runs
+            .len(),
+        2
+    );
 }
 
 #[tokio::test]
@@ -801,7 +830,12 @@ async fn an_idempotency_key_reused_for_another_request_is_refused_naming_its_run
         status.message()
     );
     assert_eq!(
-        coordinator.list(10).await.unwrap().len(),
+        coordinator
+            .list(RunQuery::newest(10))
+            .await
+            .unwrap()
+            .runs
+            .len(),
         1,
         "nothing started"
     );

@@ -19,9 +19,10 @@ use std::sync::Arc;
 use baton_coordinator::store::memory::MemoryStore;
 use baton_coordinator::store::redis::RedisStore;
 use baton_coordinator::store::{
-    Claim, DueTask, Error, OUTPUT_MAX_BYTES, OutputOffset, OutputPiece, RunHeader, RunSummary,
-    Store, StoredRun, TaskSwap, TransitionWrite,
+    Claim, DueTask, Error, MIN_SCAN_BUDGET, OUTPUT_MAX_BYTES, OutputOffset, OutputPiece, RunCursor,
+    RunHeader, RunQuery, RunSummary, Store, StoredRun, TaskSwap, TransitionWrite, scan_budget,
 };
+use baton_core::RunStatus;
 use redis_server::RedisServer;
 
 /// Runs each case against both stores. Attributes before a case (``) go on
@@ -100,6 +101,11 @@ conformance! {
 
     a_fenced_first_transition_creates_nothing,
     list_runs_newest_first_and_limited,
+    list_runs_pages_walk_every_run_once_in_order,
+    list_runs_pages_through_runs_crowded_in_one_index_shard,
+    list_runs_filter_by_status_and_workflow,
+    a_status_filter_over_many_other_runs_gives_a_short_page_that_goes_on,
+    an_unknown_cursor_or_workflow_gives_an_empty_page,
     active_runs_follow_status,
     concurrent_appliers_one_wins,
     chain_links_append_and_decisions_keep_their_first_write,
@@ -178,6 +184,96 @@ async fn load<S: Store>(store: &S, run_id: &str) -> StoredRun {
 async fn create<S: Store>(store: &S, run_id: &str, created_ms: i64, first: TransitionWrite) {
     store
         .create_run(header(run_id, created_ms), first)
+        .await
+        .unwrap_or_else(|err| panic!("create {run_id}: {err}"));
+}
+
+/// The newest `limit` runs, unfiltered: the first page of `list_runs`.
+async fn newest<S: Store>(store: &S, limit: usize) -> Vec<RunSummary> {
+    store
+        .list_runs(RunQuery::newest(limit))
+        .await
+        .expect("list_runs")
+        .runs
+}
+
+/// Every page of `query`, from its `after` on, following `next` until it is `None`; checks
+/// each page's length and that its `next` is not before its last run.
+async fn every_page<S: Store>(store: &S, mut query: RunQuery) -> Vec<RunSummary> {
+    let mut listed = Vec::new();
+    for _ in 0..10_000 {
+        let page = store.list_runs(query.clone()).await.expect("list_runs");
+        assert!(page.runs.len() <= query.limit, "{query:?}: {page:?}");
+        // Each run strictly after the one before it, the first after the cursor.
+        let mut before = query.after.clone();
+        for run in &page.runs {
+            let at = RunCursor::of(run);
+            assert!(
+                before.is_none_or(|before| at < before),
+                "{query:?}: {page:?}"
+            );
+            before = Some(at);
+        }
+        if let (Some(next), Some(last)) = (&page.next, page.runs.last()) {
+            assert!(*next <= RunCursor::of(last), "{query:?}: {page:?}");
+        }
+        listed.extend(page.runs);
+        match page.next {
+            Some(next) => query.after = Some(next),
+            None => return listed,
+        }
+    }
+    panic!("{query:?}: the pages do not end");
+}
+
+/// A run as a test expects to list it: id, workflow id, status, creation time.
+type Listed = (String, String, String, i64);
+
+fn listed(runs: &[RunSummary]) -> Vec<Listed> {
+    runs.iter()
+        .map(|run| {
+            (
+                run.run_id.clone(),
+                run.workflow_id.clone(),
+                run.status.clone(),
+                run.created_ms,
+            )
+        })
+        .collect()
+}
+
+/// `runs` that match `status` and `workflow_id`, newest first (ties by descending run id).
+fn expected(runs: &[Listed], status: Option<RunStatus>, workflow_id: Option<&str>) -> Vec<Listed> {
+    let mut matching: Vec<Listed> = runs
+        .iter()
+        .filter(|(_, workflow, run_status, _)| {
+            status.is_none_or(|status| run_status == status.as_str())
+                && workflow_id.is_none_or(|workflow_id| workflow == workflow_id)
+        })
+        .cloned()
+        .collect();
+    matching.sort_by(|a, b| (b.3, &b.0).cmp(&(a.3, &a.0)));
+    matching
+}
+
+/// Creates a run of `workflow_id` with `status` from its first transition on.
+async fn create_in<S: Store>(
+    store: &S,
+    run_id: &str,
+    created_ms: i64,
+    workflow_id: &str,
+    status: &str,
+) {
+    let header = RunHeader {
+        workflow_id: workflow_id.to_owned(),
+        ..header(run_id, created_ms)
+    };
+    let first = TransitionWrite {
+        status: status.to_owned(),
+        ..start(created_ms)
+    };
+    store
+        .create_run(header, first)
         .await
         .unwrap_or_else(|err| panic!("create {run_id}: {err}"));
 }
@@ -355,7 +451,7 @@ async fn create_twice_is_already_exists<S: Store>(store: Arc<S>) {
         other => panic!("expected AlreadyExists, got {other:?}"),
     }
     assert_eq!(load(&*store, "run-1").await, before);
-    let listed = store.list_runs(10).await.unwrap();
+    let listed = newest(&*store, 10).await;
     assert_eq!(listed.len(), 1);
     assert_eq!(listed[0].workflow_id, "wf-run-1");
     assert_eq!(listed[0].created_ms, 100);
@@ -472,7 +568,7 @@ async fn apply_at_the_right_version<S: Store>(store: Arc<S>) {
     assert_eq!(after.updated_ms, 400);
     assert_eq!(after.state_sha256, "d".repeat(64));
 
-    let listed = store.list_runs(1).await.unwrap();
+    let listed = newest(&*store, 1).await;
     assert_eq!(
         listed,
         vec![RunSummary {
@@ -519,7 +615,7 @@ async fn apply_at_a_stale_version_is_conflict<S: Store>(store: Arc<S>) {
         assert_eq!(load(&*store, "run-1").await, before);
     }
     assert_eq!(store.active_runs().await.unwrap(), strings(&["run-1"]));
-    assert_eq!(store.list_runs(10).await.unwrap()[0].status, "running");
+    assert_eq!(newest(&*store, 10).await[0].status, "running");
 }
 
 async fn apply_to_a_missing_run_is_not_found<S: Store>(store: Arc<S>) {
@@ -538,7 +634,7 @@ async fn apply_to_a_missing_run_is_not_found<S: Store>(store: Arc<S>) {
         }
     }
     assert!(store.load_run("ghost").await.unwrap().is_none());
-    assert!(store.list_runs(10).await.unwrap().is_empty());
+    assert!(newest(&*store, 10).await.is_empty());
     assert!(store.active_runs().await.unwrap().is_empty());
 }
 
@@ -690,7 +786,7 @@ async fn swap_tasks_only_replace_existing_tasks<S: Store>(store: Arc<S>) {
 }
 
 async fn list_runs_newest_first_and_limited<S: Store>(store: Arc<S>) {
-    assert!(store.list_runs(10).await.unwrap().is_empty());
+    assert!(newest(&*store, 10).await.is_empty());
     for (run_id, created_ms) in [
         ("run-a", 100),
         ("run-b", 300),
@@ -712,21 +808,21 @@ async fn list_runs_newest_first_and_limited<S: Store>(store: Arc<S>) {
             .collect::<Vec<_>>()
     };
     assert_eq!(
-        ids(store.list_runs(3).await.unwrap()),
+        ids(newest(&*store, 3).await),
         strings(&["run-e", "run-b", "run-c"])
     );
     assert_eq!(
-        ids(store.list_runs(100).await.unwrap()),
+        ids(newest(&*store, 100).await),
         strings(&["run-e", "run-b", "run-c", "run-a", "run-d"])
     );
     assert_eq!(
-        ids(store.list_runs(5).await.unwrap()),
+        ids(newest(&*store, 5).await),
         strings(&["run-e", "run-b", "run-c", "run-a", "run-d"])
     );
-    assert_eq!(store.list_runs(usize::MAX).await.unwrap().len(), 5);
-    assert!(store.list_runs(0).await.unwrap().is_empty());
+    assert_eq!(newest(&*store, usize::MAX).await.len(), 5);
+    assert!(newest(&*store, 0).await.is_empty());
 
-    let summaries = store.list_runs(3).await.unwrap();
+    let summaries = newest(&*store, 3).await;
     assert_eq!(
         summaries[2],
         RunSummary {
@@ -739,6 +835,298 @@ async fn list_runs_newest_first_and_limited<S: Store>(store: Arc<S>) {
     );
     assert_eq!(summaries[0].status, "running");
     assert_eq!(summaries[0].updated_ms, 400);
+}
+
+async fn list_runs_pages_walk_every_run_once_in_order<S: Store>(store: Arc<S>) {
+    // 23 runs, three to a millisecond, whose ids do not sort as they were created: ties are
+    // broken by run id, and on a cluster they sit in different shards of the index.
+    let mut runs: Vec<Listed> = Vec::new();
+    for n in 0..23i64 {
+        let run_id = format!("run-{:02}", (n * 7) % 23);
+        let created_ms = T + n / 3;
+        create(&*store, &run_id, created_ms, start(created_ms)).await;
+        runs.push((
+            run_id.clone(),
+            format!("wf-{run_id}"),
+            "running".into(),
+            created_ms,
+        ));
+    }
+    let all = expected(&runs, None, None);
+    for limit in [1, 2, 3, 5, 7, 23, 50] {
+        let mut query = RunQuery::newest(limit);
+        let mut walked = Vec::new();
+        loop {
+            let page = store.list_runs(query.clone()).await.unwrap();
+            let left = all.len() - walked.len();
+            // No filter: every page is full but the last, which ends the list.
+            assert_eq!(page.runs.len(), limit.min(left), "limit {limit}");
+            walked.extend(listed(&page.runs));
+            match page.next {
+                Some(next) => {
+                    assert!(
+                        walked.len() < all.len(),
+                        "limit {limit}: a next after the end"
+                    );
+                    assert_eq!(next, RunCursor::of(page.runs.last().unwrap()));
+                    query.after = Some(next);
+                }
+                None => break,
+            }
+        }
+        assert_eq!(walked, all, "limit {limit}");
+    }
+
+    // A cursor is a position: from a run in the middle of a tie, the rest of the tie follows.
+    let middle = &all[10];
+    let rest = every_page(
+        &*store,
+        RunQuery {
+            after: Some(RunCursor {
+                created_ms: middle.3,
+                run_id: middle.0.clone(),
+            }),
+            ..RunQuery::newest(4)
+        },
+    )
+    .await;
+    assert_eq!(listed(&rest), all[11..]);
+}
+
+async fn list_runs_pages_through_runs_crowded_in_one_index_shard<S: Store>(store: Arc<S>) {
+    // On a cluster an index is 256 shards, and a page reads a few entries of each at a time: 60
+    // runs in one shard (by their slot) among 20 elsewhere make a page read that shard again
+    // and again, with ties on the way. On one server or in memory it is just 80 runs.
+    let mut crowded = Vec::new();
+    for n in 0.. {
+        let run_id = format!("crowd-{n}");
+        if redis_cluster::slot_of(&format!("{{{run_id}}}")).is_multiple_of(256) {
+            crowded.push(run_id);
+            if crowded.len() == 60 {
+                break;
+            }
+        }
+    }
+    let spread = (0..20).map(|n| format!("spread-{n}"));
+    let mut runs: Vec<Listed> = Vec::new();
+    for (n, run_id) in crowded.into_iter().chain(spread).enumerate() {
+        let created_ms = T + (n as i64 * 7) % 30;
+        let status = ["failed", "succeeded"][n % 2];
+        create_in(&*store, &run_id, created_ms, "wf", status).await;
+        runs.push((run_id, "wf".into(), status.into(), created_ms));
+    }
+    for limit in [7, 25] {
+        for status in [None, Some(RunStatus::Failed)] {
+            let query = RunQuery {
+                status,
+                ..RunQuery::newest(limit)
+            };
+            let got = every_page(&*store, query).await;
+            assert_eq!(
+                listed(&got),
+                expected(&runs, status, None),
+                "{status:?} {limit}"
+            );
+        }
+    }
+}
+
+async fn list_runs_filter_by_status_and_workflow<S: Store>(store: Arc<S>) {
+    // 24 runs over two workflows and the four statuses (three of each pair), two of a
+    // workflow to a millisecond. Every run starts running and reaches its status by
+    // transitions; some running ones fail and are retried, so the status filter follows the
+    // status a run has now, not one it had.
+    let statuses = ["running", "succeeded", "failed", "cancelled"];
+    let mut runs: Vec<Listed> = Vec::new();
+    for n in 0..24i64 {
+        let run_id = format!("run-{:02}", (n * 5) % 24);
+        let workflow_id = ["wf-a", "wf-b"][(n % 2) as usize];
+        let status = statuses[((n / 2) % 4) as usize];
+        let created_ms = T + n / 4;
+        create_in(&*store, &run_id, created_ms, workflow_id, "running").await;
+        let mut version = 1;
+        let mut path = vec![status];
+        if status == "running" && n % 3 == 0 {
+            path = vec!["failed", "running"];
+        }
+        for (step, status) in path.into_iter().enumerate() {
+            if status == "running" && step == 0 {
+                continue;
+            }
+            version = store
+                .apply_transition(
+                    &run_id,
+                    version,
+                    status_write(status, status, created_ms + 10),
+                )
+                .await
+                .unwrap();
+        }
+        runs.push((run_id, workflow_id.into(), status.into(), created_ms));
+    }
+    let status_filters = [
+        None,
+        Some(RunStatus::Running),
+        Some(RunStatus::Succeeded),
+        Some(RunStatus::Failed),
+        Some(RunStatus::Cancelled),
+    ];
+    for status in status_filters {
+        for workflow_id in [None, Some("wf-a"), Some("wf-b"), Some("wf-none")] {
+            let want = expected(&runs, status, workflow_id);
+            if workflow_id != Some("wf-none") {
+                assert!(!want.is_empty(), "{status:?} {workflow_id:?}");
+            }
+            for limit in [2, 5] {
+                let query = RunQuery {
+                    limit,
+                    after: None,
+                    status,
+                    workflow_id: workflow_id.map(str::to_owned),
+                };
+                let got = every_page(&*store, query).await;
+                assert_eq!(
+                    listed(&got),
+                    want,
+                    "{status:?} {workflow_id:?} limit {limit}"
+                );
+            }
+        }
+    }
+}
+
+async fn a_status_filter_over_many_other_runs_gives_a_short_page_that_goes_on<S: Store>(
+    store: Arc<S>,
+) {
+    // A failed run, then more succeeded runs than a page looks at, then another failed run:
+    // the first page stops where its budget ends, with only the first, and the next goes on.
+    let limit = 5;
+    let budget = scan_budget(limit);
+    assert_eq!(budget, MIN_SCAN_BUDGET);
+    let between = budget + 100;
+    let count = between + 2;
+    let mut creating = tokio::task::JoinSet::new();
+    let mut runs: Vec<Listed> = Vec::new();
+    for n in 0..count {
+        let status = if n == 0 || n == count - 1 {
+            "failed"
+        } else {
+            "succeeded"
+        };
+        // Newest first: run n is created at T - n.
+        let created_ms = T - n as i64;
+        let run_id = format!("run-{n:05}");
+        runs.push((run_id.clone(), "bulk".into(), status.into(), created_ms));
+        let store = store.clone();
+        creating.spawn(async move {
+            create_in(&*store, &run_id, created_ms, "bulk", status).await;
+        });
+        if creating.len() >= 32 {
+            creating.join_next().await.unwrap().unwrap();
+        }
+    }
+    creating.join_all().await;
+    create_in(&*store, "other-failed", T - 5, "other", "failed").await;
+
+    for workflow_id in [None, Some("bulk")] {
+        let query = RunQuery {
+            limit,
+            status: Some(RunStatus::Failed),
+            workflow_id: workflow_id.map(str::to_owned),
+            after: None,
+        };
+        let first = store.list_runs(query.clone()).await.unwrap();
+        let mut failed_first = vec!["run-00000"];
+        if workflow_id.is_none() {
+            failed_first.push("other-failed");
+        }
+        assert_eq!(
+            first
+                .runs
+                .iter()
+                .map(|run| run.run_id.as_str())
+                .collect::<Vec<_>>(),
+            failed_first,
+            "{workflow_id:?}"
+        );
+        // It looked at `budget` runs, newest first (the other workflow's one among them when
+        // unfiltered), and goes on after the last of them.
+        let looked_at = if workflow_id.is_none() {
+            budget - 1
+        } else {
+            budget
+        };
+        let last_looked_at = &runs[looked_at - 1];
+        assert_eq!(
+            first.next,
+            Some(RunCursor {
+                created_ms: last_looked_at.3,
+                run_id: last_looked_at.0.clone(),
+            }),
+            "{workflow_id:?}"
+        );
+        let second = store
+            .list_runs(RunQuery {
+                after: first.next.clone(),
+                ..query.clone()
+            })
+            .await
+            .unwrap();
+        assert_eq!(
+            second
+                .runs
+                .iter()
+                .map(|run| run.run_id.as_str())
+                .collect::<Vec<_>>(),
+            [format!("run-{:05}", count - 1)],
+            "{workflow_id:?}"
+        );
+        assert_eq!(second.next, None, "{workflow_id:?}");
+    }
+}
+
+async fn an_unknown_cursor_or_workflow_gives_an_empty_page<S: Store>(store: Arc<S>) {
+    for (run_id, created_ms) in [("run-a", T), ("run-b", T + 10), ("run-c", T + 20)] {
+        create(&*store, run_id, created_ms, start(created_ms)).await;
+    }
+    let from = |created_ms: i64, run_id: &str| RunQuery {
+        after: Some(RunCursor {
+            created_ms,
+            run_id: run_id.to_owned(),
+        }),
+        ..RunQuery::newest(10)
+    };
+    let ids = |runs: Vec<RunSummary>| runs.into_iter().map(|run| run.run_id).collect::<Vec<_>>();
+
+    // A cursor older than every run, of a run that never was: an empty page that ends.
+    let page = store.list_runs(from(T - 1, "no-such-run")).await.unwrap();
+    assert!(page.runs.is_empty() && page.next.is_none(), "{page:?}");
+    // Between two runs, it is still a position.
+    let page = store.list_runs(from(T + 15, "no-such-run")).await.unwrap();
+    assert_eq!(ids(page.runs), ["run-b", "run-a"]);
+    assert_eq!(page.next, None);
+    // Newer than every run: all of them.
+    let page = store.list_runs(from(i64::MAX, "")).await.unwrap();
+    assert_eq!(ids(page.runs), ["run-c", "run-b", "run-a"]);
+
+    // A workflow no run has, with every status filter.
+    for status in [None, Some(RunStatus::Running), Some(RunStatus::Failed)] {
+        let page = store
+            .list_runs(RunQuery {
+                status,
+                workflow_id: Some("no-such-workflow".into()),
+                ..RunQuery::newest(10)
+            })
+            .await
+            .unwrap();
+        assert!(
+            page.runs.is_empty() && page.next.is_none(),
+            "{status:?}: {page:?}"
+        );
+    }
+    // A page of no runs.
+    let page = store.list_runs(RunQuery::newest(0)).await.unwrap();
+    assert!(page.runs.is_empty() && page.next.is_none(), "{page:?}");
 }
 
 async fn active_runs_follow_status<S: Store>(store: Arc<S>) {
@@ -962,6 +1350,8 @@ async fn swap_tasks_compares_exact_bytes_and_moves_timers<S: Store>(store: Arc<S
         store.task("run-1", "plan#1").await.unwrap(),
         Some(renewed.clone())
     );
+    // All of a run's tasks at once, a swap's change included, as `load_run` has them.
+    assert_eq!(store.tasks("run-1").await.unwrap(), expected.tasks);
     assert!(due_keys(&*store, "coder", T + 1_000).await.is_empty());
     assert_eq!(
         due_keys(&*store, "coder", T + 4_999).await,
@@ -1034,12 +1424,13 @@ async fn swap_tasks_compares_exact_bytes_and_moves_timers<S: Store>(store: Arc<S
     );
     assert!(store.load_run("ghost").await.unwrap().is_none());
     assert_eq!(store.task("ghost", "plan#1").await.unwrap(), None);
+    assert!(store.tasks("ghost").await.unwrap().is_empty());
     assert_eq!(store.task("run-1", "never#1").await.unwrap(), None);
     assert_eq!(
         due_keys(&*store, "coder", i64::MAX).await,
         strings(&["run-1/plan#1"])
     );
-    assert_eq!(store.list_runs(10).await.unwrap().len(), 1);
+    assert_eq!(newest(&*store, 10).await.len(), 1);
     assert_eq!(store.version("run-1").await.unwrap(), Some(1));
 }
 
@@ -1553,7 +1944,7 @@ async fn a_fenced_first_transition_creates_nothing<S: Store>(store: Arc<S>) {
     }
     assert!(store.load_run("run-1").await.unwrap().is_none());
     assert_eq!(store.version("run-1").await.unwrap(), None);
-    assert!(store.list_runs(10).await.unwrap().is_empty());
+    assert!(newest(&*store, 10).await.is_empty());
     assert!(store.active_runs().await.unwrap().is_empty());
     assert!(due_keys(&*store, "coder", i64::MAX).await.is_empty());
 }
@@ -1780,48 +2171,130 @@ mod redis_layout {
         assert!(keys(&mut con, "*").await.is_empty());
     }
 
+    /// The length of each key, asked with its command (`LLEN`, `HLEN`).
+    async fn lengths_of(
+        con: &mut ::redis::aio::MultiplexedConnection,
+        keys: &[(String, &str)],
+    ) -> Vec<usize> {
+        let mut lengths = Vec::new();
+        for (key, count) in keys {
+            let len: usize = ::redis::cmd(count).arg(key).query_async(con).await.unwrap();
+            lengths.push(len);
+        }
+        lengths
+    }
+
     #[tokio::test]
     async fn a_key_of_the_wrong_type_is_corrupt_and_nothing_is_written() {
-        let (server, store) = start().await;
-        create(&store, "run-1", 1, super::start(1)).await;
-        let mut con = raw(&server).await;
-        // The steps hash replaced by a string: the script must refuse before its first write.
-        let _: () = ::redis::cmd("SET")
-            .arg("baton:run:{run-1}:steps")
-            .arg("oops")
-            .query_async(&mut con)
-            .await
-            .unwrap();
-        let write = TransitionWrite {
-            results: vec![("plan#1".to_owned(), json("1"))],
-            steps: vec![("plan".to_owned(), json("{}"))],
-            ..status_write("failed", "e", 2)
-        };
-        match store.apply_transition("run-1", 1, write).await {
-            Err(Error::Corrupt(message)) => assert!(message.contains(":steps"), "{message}"),
-            other => panic!("expected Corrupt, got {other:?}"),
+        // Each key a transition writes, replaced by a string in turn: the script must refuse
+        // before its first write, naming the key (the header by Redis's own WRONGTYPE, on the
+        // read that comes before any write).
+        for (n, key) in [
+            "",
+            ":events",
+            ":results",
+            ":steps",
+            ":tasks",
+            ":chain",
+            ":decisions",
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let (server, store) = start().await;
+            let run_id = format!("run-{n}");
+            create(&store, &run_id, 1, super::start(1)).await;
+            let mut con = raw(&server).await;
+            let broken = format!("baton:run:{{{run_id}}}{key}");
+            let _: () = ::redis::cmd("DEL")
+                .arg(&broken)
+                .query_async(&mut con)
+                .await
+                .unwrap();
+            let _: () = ::redis::cmd("SET")
+                .arg(&broken)
+                .arg("oops")
+                .query_async(&mut con)
+                .await
+                .unwrap();
+            // How long every other key of the run is before the transition.
+            let others: Vec<(String, &str)> = [
+                (":events", "LLEN"),
+                (":results", "HLEN"),
+                (":steps", "HLEN"),
+                (":tasks", "HLEN"),
+                (":chain", "LLEN"),
+                (":decisions", "HLEN"),
+            ]
+            .into_iter()
+            .filter(|(other, _)| *other != key)
+            .map(|(other, count)| (format!("baton:run:{{{run_id}}}{other}"), count))
+            .collect();
+            let lengths = lengths_of(&mut con, &others).await;
+            let write = TransitionWrite {
+                results: vec![("plan#1".to_owned(), json("1"))],
+                steps: vec![("plan".to_owned(), json("{}"))],
+                tasks_set: vec![(
+                    "code#1".to_owned(),
+                    json(r#"{"agent":"coder","due_ms":5,"attempt":1}"#),
+                )],
+                links: vec![json(r#"{"link":1}"#)],
+                decisions: vec![("plan#1/0".to_owned(), json("{}"))],
+                ..status_write("running", "e", 2)
+            };
+            match store.apply_transition(&run_id, 1, write).await {
+                Err(Error::Corrupt(message)) if key.is_empty() => {
+                    assert!(message.contains("WRONGTYPE"), "{key}: {message}")
+                }
+                Err(Error::Corrupt(message)) => {
+                    assert!(message.contains(&broken), "{key}: {message}")
+                }
+                other => panic!("{key}: expected Corrupt, got {other:?}"),
+            }
+            let kind: String = ::redis::cmd("TYPE")
+                .arg(&broken)
+                .query_async(&mut con)
+                .await
+                .unwrap();
+            assert_eq!(kind, "string", "{key}: the broken key is left as it was");
+            for (((other, _), before), after) in others
+                .iter()
+                .zip(lengths)
+                .zip(lengths_of(&mut con, &others).await)
+            {
+                assert_eq!(after, before, "{key}: {other} was written");
+            }
+            if !key.is_empty() {
+                let version: String = ::redis::cmd("HGET")
+                    .arg(format!("baton:run:{{{run_id}}}"))
+                    .arg("version")
+                    .query_async(&mut con)
+                    .await
+                    .unwrap();
+                assert_eq!(version, "1", "{key}: the run moved on");
+                let due = store.due_tasks("coder", 10, 10).await.unwrap();
+                assert!(due.is_empty(), "{key}: a timer was set: {due:?}");
+            }
         }
-        let version: String = ::redis::cmd("HGET")
-            .arg("baton:run:{run-1}")
-            .arg("version")
-            .query_async(&mut con)
+    }
+
+    /// Index entries the runs do not back: `gone` (no such run) listed at `created_ms`, and
+    /// `gone` and the finished `run-b` in the active set.
+    async fn stale_index_entries(con: &mut ::redis::aio::MultiplexedConnection, created_ms: i64) {
+        let _: () = ::redis::cmd("ZADD")
+            .arg("baton:runs")
+            .arg(created_ms)
+            .arg("gone")
+            .query_async(con)
             .await
             .unwrap();
-        assert_eq!(version, "1");
-        let events: usize = ::redis::cmd("LLEN")
-            .arg("baton:run:{run-1}:events")
-            .query_async(&mut con)
+        let _: () = ::redis::cmd("SADD")
+            .arg("baton:runs:active")
+            .arg("gone")
+            .arg("run-b")
+            .query_async(con)
             .await
             .unwrap();
-        assert_eq!(events, 0);
-        let results: usize = ::redis::cmd("HLEN")
-            .arg("baton:run:{run-1}:results")
-            .query_async(&mut con)
-            .await
-            .unwrap();
-        assert_eq!(results, 0);
-        let loaded = store.load_run("run-1").await;
-        assert!(matches!(loaded, Err(Error::Corrupt(_))), "{loaded:?}");
     }
 
     #[tokio::test]
@@ -1834,7 +2307,7 @@ mod redis_layout {
             .apply_transition("run-b", 1, status_write("succeeded", "done", 5))
             .await
             .unwrap();
-        let listed = store.list_runs(10).await.unwrap();
+        let listed = newest(&store, 10).await;
         let active = sorted(store.active_runs().await.unwrap());
         assert_eq!(active, strings(&["run-a", "run-c"]));
 
@@ -1846,24 +2319,11 @@ mod redis_layout {
             .query_async(&mut con)
             .await
             .unwrap();
-        let _: () = ::redis::cmd("ZADD")
-            .arg("baton:runs")
-            .arg(7)
-            .arg("gone")
-            .query_async(&mut con)
-            .await
-            .unwrap();
-        let _: () = ::redis::cmd("SADD")
-            .arg("baton:runs:active")
-            .arg("gone")
-            .arg("run-b")
-            .query_async(&mut con)
-            .await
-            .unwrap();
-        assert!(store.list_runs(10).await.unwrap().len() < listed.len());
+        stale_index_entries(&mut con, 7).await;
+        assert!(newest(&store, 10).await.len() < listed.len());
 
         assert_eq!(store.rebuild_indexes().await.unwrap(), 3);
-        assert_eq!(store.list_runs(10).await.unwrap(), listed);
+        assert_eq!(newest(&store, 10).await, listed);
         assert_eq!(sorted(store.active_runs().await.unwrap()), active);
         let members: Vec<String> = ::redis::cmd("SMEMBERS")
             .arg("baton:runs:active")
@@ -1871,6 +2331,44 @@ mod redis_layout {
             .await
             .unwrap();
         assert_eq!(sorted(members), active);
+    }
+
+    /// The active-runs index may lag (an out-of-order update, a run gone): a page of running
+    /// runs checks each run's own status, and lists no run that does not run.
+    #[tokio::test]
+    async fn a_stale_active_index_lists_only_runs_that_run() {
+        let (server, store) = start().await;
+        for (run_id, created_ms) in [("run-a", 1), ("run-b", 2), ("run-c", 3)] {
+            create(&store, run_id, created_ms, super::start(created_ms)).await;
+        }
+        store
+            .apply_transition("run-b", 1, status_write("succeeded", "done", 5))
+            .await
+            .unwrap();
+        let mut con = raw(&server).await;
+        stale_index_entries(&mut con, 4).await;
+        for limit in [1, 10] {
+            let running = every_page(
+                &store,
+                RunQuery {
+                    status: Some(RunStatus::Running),
+                    ..RunQuery::newest(limit)
+                },
+            )
+            .await;
+            let ids: Vec<&str> = running.iter().map(|run| run.run_id.as_str()).collect();
+            assert_eq!(ids, ["run-c", "run-a"], "limit {limit}");
+        }
+        let succeeded = every_page(
+            &store,
+            RunQuery {
+                status: Some(RunStatus::Succeeded),
+                ..RunQuery::newest(10)
+            },
+        )
+        .await;
+        assert_eq!(succeeded.len(), 1);
+        assert_eq!(succeeded[0].run_id, "run-b");
     }
 
     #[tokio::test]
@@ -1884,7 +2382,7 @@ mod redis_layout {
             .unwrap();
         create(&one, "run-1", 1, super::start(1)).await;
         assert!(two.load_run("run-1").await.unwrap().is_none());
-        assert!(two.list_runs(10).await.unwrap().is_empty());
+        assert!(newest(&two, 10).await.is_empty());
         create(&two, "run-1", 2, super::start(2)).await;
         assert_eq!(load(&one, "run-1").await.header.created_ms, 1);
         let mut con = raw(&server).await;

@@ -536,7 +536,13 @@ async fn answers(url: &str) -> bool {
     let Ok(mut client) = RunServiceClient::connect(url.to_owned()).await else {
         return false;
     };
-    client.list_runs(ListRunsRequest { limit: 1 }).await.is_ok()
+    client
+        .list_runs(ListRunsRequest {
+            limit: 1,
+            ..Default::default()
+        })
+        .await
+        .is_ok()
 }
 
 /// Logs without terminal colour codes (in case a logger ignores `NO_COLOR`).

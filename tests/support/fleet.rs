@@ -171,6 +171,23 @@ impl Fleet {
         .await
     }
 
+    /// [`Fleet::start_with_env`], each coordinator also given `coordinator_args`.
+    pub async fn start_with_args(
+        coordinators: usize,
+        timing: Timing,
+        env: &[(&str, &str)],
+        coordinator_args: &[&str],
+    ) -> Fleet {
+        Self::start_on(
+            Backend::Single(RedisServer::start_durable()),
+            coordinators,
+            timing,
+            env,
+            coordinator_args,
+        )
+        .await
+    }
+
     /// `coordinators` coordinators on `cluster` (given every node's URL), each with
     /// `coordinator_args` too, each answering.
     pub async fn start_on_cluster(
@@ -253,6 +270,11 @@ impl Fleet {
 
     pub fn url(&self, n: usize) -> String {
         format!("http://127.0.0.1:{}", self.ports[n])
+    }
+
+    /// Coordinator `n`'s HTTP port: its web UI, `/metrics`, the probes.
+    pub fn http_url(&self, n: usize) -> String {
+        format!("http://127.0.0.1:{}", self.metrics_ports[n])
     }
 
     /// Coordinator `n`'s metrics endpoint.
@@ -412,15 +434,18 @@ impl Fleet {
     }
 
     /// Coordinator `n`'s counters, or `None` if it does not answer.
+    /// With `BATON_TOKEN` in the fleet's environment, it asks with that token (its principal
+    /// needs the `read` role).
     pub async fn stats(&self, n: usize) -> Option<Stats> {
         let mut client = RunServiceClient::connect(self.url(n)).await.ok()?;
-        Some(
-            client
-                .get_stats(GetStatsRequest {})
-                .await
-                .ok()?
-                .into_inner(),
-        )
+        let mut request = tonic::Request::new(GetStatsRequest {});
+        if let Some((_, token)) = self.env.iter().find(|(key, _)| key == "BATON_TOKEN") {
+            request.metadata_mut().insert(
+                "authorization",
+                format!("Bearer {token}").parse().expect("a header value"),
+            );
+        }
+        Some(client.get_stats(request).await.ok()?.into_inner())
     }
 
     /// Waits until the coordinators have `workers` workers connected between them.

@@ -272,7 +272,7 @@ pub async fn measure(
     // What each rep cost per step: the coordinators' and the workers' CPU, and Redis's work.
     let mut capacity = Capacity::default();
     let stats_before = cluster.stats().await?;
-    for _ in 0..reps {
+    for rep in 1..=reps {
         // Asked again each rep: an existing cluster's masters may have changed.
         let redis = Topology::discover(&cluster.redis_url).await?;
         if redis.cluster {
@@ -294,6 +294,7 @@ pub async fn measure(
         );
         let memory_after = redis_server::used_memory(&redis).await?;
         let bytes_after = cluster.stats().await?.bytes_to_workers;
+        eprintln!("{workload:?} repetition {rep}: {:.4} s", time.as_secs_f64());
         times.push(time.as_secs_f64());
         gaps.extend(run_gaps);
         memory_growth.push(memory_after.saturating_sub(memory_before) as f64 / 1e6);
@@ -322,6 +323,8 @@ pub async fn measure(
         "median_s": round(median, 4),
         "min_s": round(times[0], 4),
         "max_s": round(times[times.len() - 1], 4),
+        // The spread between repetitions: the slowest against the median (a stall shows here).
+        "max_over_median": round(times[times.len() - 1] / median, 3),
         "steps_per_s": round(steps as f64 / median, 1),
         "per_step_ms": round(median * 1e3 / steps as f64, 3),
         "p50_step_ms": round(percentile(0.50), 3),

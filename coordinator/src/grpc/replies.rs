@@ -7,7 +7,7 @@ use crate::hub::{TaskMessage, ToWorker};
 use crate::parts::Part;
 use crate::record::{ModelUsage, RunRecord, StepView, WaitingFor};
 use crate::service::{DecisionMatches, RunEvent, Stats, Submitted, Verification};
-use crate::store::RunSummary;
+use crate::store::{RunPage, RunSummary};
 
 impl From<&Part> for Json {
     fn from(part: &Part) -> Self {
@@ -111,6 +111,15 @@ impl From<WaitingFor> for v1::Waiting {
                 served: false,
                 message,
             },
+        }
+    }
+}
+
+impl From<RunPage> for v1::ListRunsResponse {
+    fn from(page: RunPage) -> Self {
+        v1::ListRunsResponse {
+            runs: page.runs.into_iter().map(Into::into).collect(),
+            next_page_token: page.next.map(|next| next.token()).unwrap_or_default(),
         }
     }
 }

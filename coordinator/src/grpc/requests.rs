@@ -15,6 +15,7 @@ use crate::model::ModelUsage;
 use crate::service::{
     Answer, Config, DecisionQuery, Outcome, Scope, Submission, WorkerHello, WorkerQuery,
 };
+use crate::store::{RunCursor, RunQuery, run_status};
 use crate::task_ref::TaskRef;
 
 /// How many matches a decision query returns when it names no `k`, and at most.
@@ -65,6 +66,38 @@ pub fn submission(
         traceparent,
         principal: None,
     })
+}
+
+/// A `ListRuns` request: its status filter and page token read, its limit left to the service
+/// (0 is its default).
+pub fn run_query(request: v1::ListRunsRequest) -> Result<RunQuery, Error> {
+    let status = match request.status.as_str() {
+        "" => None,
+        name => Some(run_status(name).ok_or_else(|| Error::UnknownRunStatus {
+            field: "status",
+            value: shown(name),
+        })?),
+    };
+    let after = match request.page_token.as_str() {
+        "" => None,
+        token => Some(
+            RunCursor::from_token(token).ok_or_else(|| Error::MalformedPageToken {
+                field: "page_token",
+                value: shown(token),
+            })?,
+        ),
+    };
+    Ok(RunQuery {
+        limit: request.limit as usize,
+        after,
+        status,
+        workflow_id: (!request.workflow_id.is_empty()).then_some(request.workflow_id),
+    })
+}
+
+/// A value a client sent, as an error shows it: its first 100 characters.
+fn shown(value: &str) -> String {
+    value.chars().take(100).collect()
 }
 
 /// A worker's hello, the first message of its stream.

@@ -111,11 +111,9 @@ impl<S: Store> RunService for Runs<S> {
         &self,
         request: Request<v1::ListRunsRequest>,
     ) -> Result<Response<v1::ListRunsResponse>, Status> {
-        let limit = request.into_inner().limit as usize;
-        let runs = self.coordinator.list(limit).await?;
-        Ok(Response::new(v1::ListRunsResponse {
-            runs: runs.into_iter().map(Into::into).collect(),
-        }))
+        let query = requests::run_query(request.into_inner())?;
+        let page = self.coordinator.list(query).await?;
+        Ok(Response::new(page.into()))
     }
 
     type WatchRunStream = EventStream;

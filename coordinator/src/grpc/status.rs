@@ -14,8 +14,10 @@ impl From<Error> for Status {
             | Error::TooLarge { .. }
             | Error::MalformedTaskId(_)
             | Error::Digest(_)
-            | Error::NoHello => Code::InvalidArgument,
-            Error::RunNotFound(_) => Code::NotFound,
+            | Error::NoHello
+            | Error::UnknownRunStatus { .. }
+            | Error::MalformedPageToken { .. } => Code::InvalidArgument,
+            Error::RunNotFound(_) | Error::StepNotFound { .. } => Code::NotFound,
             Error::NotAwaitingApproval { .. }
             | Error::RunFinished { .. }
             | Error::NotRetryable { .. }

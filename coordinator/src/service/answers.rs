@@ -100,6 +100,7 @@ impl<S: Store> Coordinator<S> {
             task: &task.task,
             attempt: task.attempt,
             usage: &answer.usage,
+            started_ms: sent.as_ref().map_or(0, |sent| self.sent_at_ms(sent)),
         };
         let (applied, refusal) = match answer.outcome {
             Outcome::Data { data, notes } => {

@@ -54,19 +54,34 @@ impl<S: Store> Coordinator<S> {
     ) -> Result<Option<RunRecord>, Error> {
         // A conflict means another coordinator moved the run on: reload it and try again.
         let mut conflicts = 0;
+        let mut stale_refusals = 0;
         loop {
-            let slot = self.slot(run_id).await?;
-            let mut guard = slot.lock().await;
-            let Some(loaded) = guard.as_mut() else {
-                continue; // cleared by a conflict in between; slot() reloads it
-            };
+            let (slot, mut guard) = self.locked(run_id).await?;
+            let loaded = guard.as_mut().expect("locked loads the run");
             let profile = &self.inner.counters.profile;
             let started = std::time::Instant::now();
             let now = self.now_ms();
-            let transition = loaded
-                .run
-                .apply_at(event.clone(), now)
-                .map_err(|error| refused(run_id, error, answering))?;
+            let transition = match loaded.run.apply_at(event.clone(), now) {
+                Ok(transition) => transition,
+                Err(error) => {
+                    // A refusal is only as good as the copy of the run it was made on: if the
+                    // store has moved on (another coordinator's transition, or a copy loaded
+                    // while this one's write was landing), the event may apply to the run as it
+                    // is now. An approval decided right after it was requested was refused as
+                    // "not waiting" by a copy from before the request.
+                    // A store that cannot say leaves the refusal as it is.
+                    let moved_on = matches!(
+                        self.inner.store.version(run_id).await,
+                        Ok(stored) if stored != Some(loaded.version)
+                    );
+                    if stale_refusals < 2 && moved_on {
+                        stale_refusals += 1;
+                        *guard = None;
+                        continue;
+                    }
+                    return Err(refused(run_id, error, answering));
+                }
+            };
             let started = add_elapsed(&profile.engine_us, started);
             let history_before = loaded.run.history().len();
             let logged = LoggedEvent {

@@ -20,6 +20,7 @@
 //! - `watch`: watch events, their stream, catching up on other coordinators' changes.
 //! - `output`: live output, from the worker holding a task to the store to every watcher.
 //! - `reads`: the run record and the list of runs.
+//! - `inspect`: one step of a run for the web UI: payloads rebuilt by a replay, attempts, memory.
 //! - `integrity`: `VerifyRun`, the state chain and the decision index from a fresh read.
 //! - `queries`: decisions found by meaning, for clients and for agents mid-step.
 //! - `stats`: counters, the profile of transitions, metrics.
@@ -32,6 +33,7 @@ mod approvals;
 mod change;
 mod config;
 mod health;
+mod inspect;
 mod integrity;
 mod leases;
 mod output;
@@ -51,6 +53,7 @@ use std::sync::Arc;
 pub use self::answers::{Answer, Outcome};
 pub use self::config::Config;
 pub use self::health::NotReady;
+pub use self::inspect::{ApprovalDetail, AttemptDetail, StepDetail, VisitDetail};
 pub use self::integrity::Verification;
 use self::leases::LeaseBook;
 use self::output::OutputFeed;
@@ -172,6 +175,11 @@ impl<S: Store> Coordinator<S> {
 
     fn now_ms(&self) -> i64 {
         self.inner.config.clock.now_ms()
+    }
+
+    /// When `sent` went to its worker, in ms since the epoch.
+    fn sent_at_ms(&self, sent: &crate::hub::Sent) -> i64 {
+        self.now_ms() - i64::try_from(sent.started.elapsed().as_millis()).unwrap_or(i64::MAX)
     }
 }
 

@@ -17,7 +17,8 @@ use super::runs::{Loaded, SettledTiming};
 use crate::decisions::{Embedded, StoredDecision};
 use crate::lease;
 use crate::model::{
-    AttemptUsage, ItemCounts, LoggedEvent, ModelUsage, StepState, StepStatus, TaskEntry,
+    AttemptRecord, AttemptUsage, ItemCounts, LoggedEvent, ModelUsage, StepState, StepStatus,
+    StoredEvent, TaskEntry, keep_attempts,
 };
 use crate::store::TransitionWrite;
 use crate::task_ref::{chain_step, record_key, task_key, visit_key};
@@ -42,6 +43,22 @@ pub(super) struct Answering<'a> {
     pub attempt: u32,
     /// The tokens the attempt used.
     pub usage: &'a [ModelUsage],
+    /// When the attempt was sent to its worker (ms since the epoch), 0 when unknown.
+    pub started_ms: i64,
+}
+
+impl Answering<'_> {
+    /// The attempt as it ended at `now_ms`, failed with `error` (empty when it succeeded).
+    pub fn record(&self, now_ms: i64, error: &str) -> AttemptRecord {
+        AttemptRecord {
+            visit: self.task.visit,
+            attempt: self.attempt,
+            worker_id: self.worker_id.to_owned(),
+            started_ms: self.started_ms,
+            finished_ms: now_ms,
+            error: error.to_owned(),
+        }
+    }
 }
 
 /// Who takes the tasks a transition dispatches: this coordinator, for a lease, if one of its
@@ -109,14 +126,28 @@ pub(super) fn plan(loaded: &Loaded, applied: &Applied<'_>, holder: &Holder<'_>) 
         }
         // The answer can overtake the bookkeeping of its own delivery.
         state.attempts = state.attempts.max(answering.attempt);
-        // What the visit's failed attempts used (carried by its task), then this one.
-        if let Some(entry) = loaded.tasks.get(&task_key(answering.task)) {
+        // What the visit's failed attempts used and how they ended (carried by its task), then
+        // this one.
+        let entry = loaded.tasks.get(&task_key(answering.task));
+        if let Some(entry) = entry {
             state.usage.extend(entry.usage.iter().cloned());
         }
         let visit = answering.task.visit;
         state
             .usage
             .extend(AttemptUsage::of(visit, answering.attempt, answering.usage));
+        let error = match applied.event.map(|logged| &logged.event) {
+            Some(StoredEvent::AgentFailed { error, .. }) => error.as_str(),
+            _ => "",
+        };
+        let earlier = entry.map(|entry| entry.attempt_log.iter().cloned());
+        keep_attempts(
+            &mut state.attempt_log,
+            earlier
+                .into_iter()
+                .flatten()
+                .chain([answering.record(now, error)]),
+        );
     }
     let mut settled = Vec::new();
     for record in &run.history_since(applied.history_before) {

@@ -134,11 +134,8 @@ impl<S: Store> Coordinator<S> {
     }
 
     async fn workflow_id_of(&self, run_id: &str) -> Result<String, Error> {
-        let slot = self.slot(run_id).await?;
-        let guard = slot.lock().await;
-        guard
-            .as_ref()
-            .map(|loaded| loaded.header.workflow_id.clone())
-            .ok_or_else(|| Error::RunNotFound(run_id.to_owned()))
+        let (_, guard) = self.locked(run_id).await?;
+        let loaded = guard.as_ref().expect("locked loads the run");
+        Ok(loaded.header.workflow_id.clone())
     }
 }

@@ -2,8 +2,10 @@
 
 use super::runs::Loaded;
 use super::{Coordinator, Error, json};
-use crate::record::{self, RunRecord};
-use crate::store::{RunSummary, Store};
+use crate::model::{StepStatus, TaskEntry, TaskState};
+use crate::record::{self, RunRecord, WaitingFor};
+use crate::store::{RunPage, RunQuery, Store};
+use crate::task_ref::parse_task_key;
 use crate::traces;
 
 /// How many runs a list returns when the client names no limit, and at most.
@@ -18,14 +20,106 @@ impl<S: Store> Coordinator<S> {
             .await
     }
 
-    /// The newest runs first; `limit` 0 means the default.
-    pub async fn list(&self, limit: usize) -> Result<Vec<RunSummary>, Error> {
-        let limit = if limit == 0 {
-            DEFAULT_LIST
-        } else {
-            limit.min(MAX_LIST)
+    /// [`Coordinator::record`], with where its steps in flight stand wherever they are held:
+    /// what the web UI shows, from any coordinator. It costs two more reads of the store for
+    /// a running run (its tasks, and the agents other coordinators serve when one seems
+    /// unserved), so `GetRun`, which clients poll, does without.
+    pub async fn record_live(&self, run_id: &str) -> Result<RunRecord, Error> {
+        let mut record = self.record(run_id).await?;
+        if record.status == "running" {
+            self.show_tasks_in_flight(&mut record).await;
+        }
+        Ok(record)
+    }
+
+    /// Where the run's steps in flight stand, wherever they are held. A coordinator knows
+    /// the tasks of its own workers as they move, but another's move by compare-and-swap
+    /// without a new version of the run (a worker took it, its attempt was given out again),
+    /// so its copy of the run does not show them; the store's tasks do. An agent is served if
+    /// a worker of any coordinator serves it (another's advertised its agents) or holds its
+    /// task.
+    async fn show_tasks_in_flight(&self, record: &mut RunRecord) {
+        let store = &self.inner.store;
+        let tasks = match store.tasks(&record.run_id).await {
+            Ok(tasks) => tasks,
+            Err(error) => {
+                tracing::debug!(run_id = %record.run_id, %error, "cannot read the run's tasks");
+                return;
+            }
         };
-        Ok(self.inner.store.list_runs(limit).await?)
+        for (key, bytes) in &tasks {
+            let (Some(task), Ok(entry)) = (
+                parse_task_key(key),
+                serde_json::from_slice::<TaskEntry>(bytes),
+            ) else {
+                continue;
+            };
+            if task.item.is_some() || entry.state == TaskState::Waiting {
+                continue;
+            }
+            let Some(step) = record
+                .steps
+                .iter_mut()
+                .find(|step| step.step_id == *task.step_id && step.visits == task.visit)
+            else {
+                continue;
+            };
+            let in_flight = matches!(
+                step.status,
+                StepStatus::Queued | StepStatus::Running | StepStatus::Retrying
+            );
+            // This coordinator's own copy may be ahead of the store for its workers' tasks
+            // (a task sent is written down at the next lease renewal): never back.
+            let behind = entry.attempt < step.attempts
+                || (entry.attempt == step.attempts
+                    && step.status == StepStatus::Running
+                    && entry.state == TaskState::Queued);
+            if in_flight && !behind {
+                step.status = entry.state.into();
+                step.attempts = entry.attempt;
+                if !entry.worker_id.is_empty() {
+                    step.worker_id = entry.worker_id.clone();
+                }
+            }
+        }
+        let unserved =
+            |waiting: &WaitingFor| matches!(waiting, WaitingFor::Agent { served: false, .. });
+        if !record.waiting.iter().any(unserved) {
+            return;
+        }
+        let me = &self.inner.config.coordinator_id;
+        let elsewhere = store
+            .slots_elsewhere(me, self.now_ms())
+            .await
+            .unwrap_or_default();
+        for waiting in &mut record.waiting {
+            if let WaitingFor::Agent {
+                step_id,
+                agent,
+                served,
+            } = waiting
+            {
+                let running = record
+                    .steps
+                    .iter()
+                    .any(|step| step.step_id == *step_id && step.status == StepStatus::Running);
+                *served = *served || running || elsewhere.contains_key(agent.as_str());
+            }
+        }
+    }
+
+    /// A page of runs, newest first, as the store's `list_runs` cuts it; a `limit` of 0 means
+    /// the default, and no page is longer than the most.
+    pub async fn list(&self, query: RunQuery) -> Result<RunPage, Error> {
+        let limit = match query.limit {
+            0 => DEFAULT_LIST,
+            limit => limit.min(MAX_LIST),
+        };
+        Ok(self
+            .inner
+            .store
+            .list_runs(RunQuery { limit, ..query })
+            .await?)
     }
 
     pub(super) fn record_of(&self, loaded: &Loaded) -> RunRecord {

@@ -17,6 +17,9 @@ use crate::store::{RunHeader, Store, StoredRun, TransitionWrite};
 /// conflict emptied it, to be loaded again).
 pub(super) type Slot = Arc<AsyncMutex<Option<Loaded>>>;
 
+/// A slot's lock, held.
+pub(super) type LoadedGuard = tokio::sync::OwnedMutexGuard<Option<Loaded>>;
+
 #[derive(Default)]
 pub(super) struct RunCache {
     slots: Mutex<HashMap<String, Slot>>,
@@ -51,6 +54,25 @@ impl RunCache {
     /// long-lived coordinator's memory follows its running runs, not every run it has seen.
     pub fn evict(&self, run_id: &str) {
         self.slots().remove(run_id);
+    }
+
+    /// Whether `slot` is the cache's for the run.
+    fn holds(&self, run_id: &str, slot: &Slot) -> bool {
+        self.slots()
+            .get(run_id)
+            .is_some_and(|held| Arc::ptr_eq(held, slot))
+    }
+
+    /// [`RunCache::evict`], only if the cache still holds `slot` for the run (not a newer one
+    /// that others may be using).
+    pub fn evict_slot(&self, run_id: &str, slot: &Slot) {
+        let mut slots = self.slots();
+        if slots
+            .get(run_id)
+            .is_some_and(|held| Arc::ptr_eq(held, slot))
+        {
+            slots.remove(run_id);
+        }
     }
 
     /// Whether this is the first time this coordinator sees `mismatch` in `run_id`.
@@ -109,50 +131,69 @@ impl Loaded {
 }
 
 impl<S: Store> Coordinator<S> {
-    /// The run's slot, loading it from the store the first time; a finished run is not kept in
-    /// memory. Loading a run sends nothing: its tasks have leases, and a task whose holder is
-    /// gone is delivered again when its timer comes due ([`super::leases`]).
-    pub(super) async fn slot(&self, run_id: &str) -> Result<Slot, Error> {
+    /// The run's slot, locked, with the run loaded from the store the first time; a finished
+    /// run is not kept in memory. Loading a run sends nothing: its tasks have leases, and a task
+    /// whose holder is gone is delivered again when its timer comes due ([`super::leases`]).
+    /// A slot is only ever loaded while it is the cache's: one evicted while this waited for
+    /// its lock is left, and the cache's taken instead, so that no change goes on in a copy
+    /// other callers no longer find (a task it dispatched would be answered to another copy,
+    /// from before that dispatch).
+    pub(super) async fn locked(&self, run_id: &str) -> Result<(Slot, LoadedGuard), Error> {
         let runs = &self.inner.runs;
-        let slot = runs.entry(run_id);
-        let mut guard = slot.lock().await;
-        if guard.is_some() {
-            return Ok(slot.clone());
-        }
-        let stored = match self.inner.store.load_run(run_id).await {
-            Ok(Some(stored)) => stored,
-            Ok(None) => {
-                drop(guard);
-                runs.evict(run_id);
-                return Err(Error::RunNotFound(run_id.to_owned()));
+        loop {
+            let slot = runs.entry(run_id);
+            let mut guard = slot.clone().lock_owned().await;
+            if guard.is_some() {
+                return Ok((slot, guard));
             }
-            Err(error) => return Err(error.into()),
-        };
-        let loaded = self.rebuild(stored).await?;
-        let finished = loaded.run.status().is_terminal();
-        *guard = Some(loaded);
-        drop(guard);
-        if finished {
-            runs.evict(run_id);
+            if !runs.holds(run_id, &slot) {
+                continue;
+            }
+            let stored = match self.inner.store.load_run(run_id).await {
+                Ok(Some(stored)) => stored,
+                Ok(None) => {
+                    runs.evict_slot(run_id, &slot);
+                    return Err(Error::RunNotFound(run_id.to_owned()));
+                }
+                Err(error) => return Err(error.into()),
+            };
+            let loaded = self.rebuild(stored).await?;
+            if loaded.run.status().is_terminal() {
+                runs.evict_slot(run_id, &slot);
+            }
+            *guard = Some(loaded);
+            return Ok((slot, guard));
         }
-        Ok(slot)
     }
 
-    /// The run's slot, reloaded if the store has moved on from this coordinator's copy.
-    pub(super) async fn fresh_slot(&self, run_id: &str) -> Result<Slot, Error> {
-        let slot = self.slot(run_id).await?;
-        let stored = self.inner.store.version(run_id).await?;
-        {
-            let mut guard = slot.lock().await;
+    /// The run locked, reloaded first if the store has moved on from this coordinator's copy
+    /// (another coordinator's transition). A copy ahead of the version read is fresh: a
+    /// transition of this coordinator's went through it after the read.
+    pub(super) async fn fresh(&self, run_id: &str) -> Result<LoadedGuard, Error> {
+        loop {
+            let (slot, mut guard) = self.locked(run_id).await?;
+            let loaded = guard.as_ref().expect("locked loads the run");
+            if loaded.finished_as.is_some() {
+                return Ok(guard);
+            }
+            let copy = loaded.version;
+            drop(guard);
+            let stored = self.inner.store.version(run_id).await?;
+            guard = slot.clone().lock_owned().await;
             match guard.as_ref() {
-                Some(loaded) if Some(loaded.version) == stored || loaded.finished_as.is_some() => {
-                    return Ok(slot.clone());
+                Some(loaded) if stored.is_some_and(|stored| loaded.version >= stored) => {
+                    return Ok(guard);
                 }
-                _ => *guard = None,
+                // Behind the store, and still the copy that was found behind: dropped (under
+                // the lock, and only if the cache still holds this slot), then loaded anew.
+                Some(loaded) if loaded.version == copy => {
+                    *guard = None;
+                    self.inner.runs.evict_slot(run_id, &slot);
+                }
+                // Changed or emptied meanwhile: look again.
+                _ => {}
             }
         }
-        self.inner.runs.evict(run_id);
-        self.slot(run_id).await
     }
 
     /// Reads the run as the store has it now (reloaded if another coordinator moved it on),
@@ -162,12 +203,8 @@ impl<S: Store> Coordinator<S> {
         run_id: &str,
         read: impl FnOnce(&Loaded) -> T,
     ) -> Result<T, Error> {
-        let slot = self.fresh_slot(run_id).await?;
-        let guard = slot.lock().await;
-        let loaded = guard
-            .as_ref()
-            .ok_or_else(|| Error::RunNotFound(run_id.to_owned()))?;
-        Ok(read(loaded))
+        let guard = self.fresh(run_id).await?;
+        Ok(read(guard.as_ref().expect("fresh loads the run")))
     }
 
     /// The run's workflow, loading the run if needed.
@@ -175,14 +212,9 @@ impl<S: Store> Coordinator<S> {
         &self,
         run_id: &str,
     ) -> Result<Arc<baton_core::Workflow>, Error> {
-        loop {
-            let slot = self.slot(run_id).await?;
-            let guard = slot.lock().await;
-            // Emptied by a version conflict in between: load it again.
-            if let Some(loaded) = guard.as_ref() {
-                return Ok(loaded.run.workflow().clone());
-            }
-        }
+        let (_, guard) = self.locked(run_id).await?;
+        let loaded = guard.as_ref().expect("locked loads the run");
+        Ok(loaded.run.workflow().clone())
     }
 
     /// Rebuilds a run read from the store. Stored data that does not match the state chain is

@@ -7,9 +7,11 @@ use std::time::Duration;
 use baton_core::RunStatus;
 use tokio::sync::Notify;
 
+use super::query::PageFill;
 use super::{
     Claim, DueTask, Error, OUTPUT_KEPT_AFTER_END, OUTPUT_MAX_BYTES, OutputOffset, OutputPiece,
-    RunHeader, RunSummary, Store, StoredRun, TaskSwap, TransitionWrite, sum_slots,
+    RunCursor, RunHeader, RunPage, RunQuery, RunSummary, Store, StoredRun, TaskSwap,
+    TransitionWrite, sum_slots,
 };
 
 /// Runs in a map behind one lock. Every call holds the lock for its whole write, which is what
@@ -133,6 +135,16 @@ fn integer(value: &serde_json::Value) -> Option<i64> {
 fn attempt_of(bytes: &[u8]) -> Option<String> {
     let task: serde_json::Value = serde_json::from_slice(bytes).ok()?;
     integer(task.get("attempt")?).map(|n| n.to_string())
+}
+
+fn summary(run: &StoredRun) -> RunSummary {
+    RunSummary {
+        run_id: run.header.run_id.clone(),
+        workflow_id: run.header.workflow_id.clone(),
+        status: run.status.clone(),
+        created_ms: run.header.created_ms,
+        updated_ms: run.updated_ms,
+    }
 }
 
 fn member(run_id: &str, task_key: &str) -> String {
@@ -345,27 +357,53 @@ impl Store for MemoryStore {
             .and_then(|entry| entry.run.tasks.get(task_key).cloned()))
     }
 
+    async fn tasks(&self, run_id: &str) -> Result<BTreeMap<String, Vec<u8>>, Error> {
+        let runs = self.runs.lock().expect("store lock");
+        Ok(runs
+            .get(run_id)
+            .map(|entry| entry.run.tasks.clone())
+            .unwrap_or_default())
+    }
+
     async fn version(&self, run_id: &str) -> Result<Option<u64>, Error> {
         let runs = self.runs.lock().expect("store lock");
         Ok(runs.get(run_id).map(|entry| entry.run.version))
     }
 
-    async fn list_runs(&self, limit: usize) -> Result<Vec<RunSummary>, Error> {
+    /// Walks the runs as the Redis store walks its indexes, so that both cut pages alike: the
+    /// runs of the workflow (or all), the running ones alone for `running` (the active index,
+    /// exact here), and with another status a walk bounded by the scan budget.
+    async fn list_runs(&self, query: RunQuery) -> Result<RunPage, Error> {
         let runs = self.runs.lock().expect("store lock");
-        let mut summaries: Vec<RunSummary> = runs
+        let running_only = query.status == Some(RunStatus::Running);
+        let mut index: Vec<(RunCursor, &StoredRun)> = runs
             .values()
             .map(|entry| &entry.run)
-            .map(|run| RunSummary {
-                run_id: run.header.run_id.clone(),
-                workflow_id: run.header.workflow_id.clone(),
-                status: run.status.clone(),
-                created_ms: run.header.created_ms,
-                updated_ms: run.updated_ms,
+            .filter(|run| {
+                query
+                    .workflow_id
+                    .as_ref()
+                    .is_none_or(|workflow_id| &run.header.workflow_id == workflow_id)
             })
+            .filter(|run| !running_only || run.status == RunStatus::Running.as_str())
+            .map(|run| {
+                let position = RunCursor {
+                    created_ms: run.header.created_ms,
+                    run_id: run.header.run_id.clone(),
+                };
+                (position, run)
+            })
+            .filter(|(position, _)| position.is_after(query.after.as_ref()))
             .collect();
-        summaries.sort_by(|a, b| (b.created_ms, &b.run_id).cmp(&(a.created_ms, &a.run_id)));
-        summaries.truncate(limit);
-        Ok(summaries)
+        index.sort_by(|(a, _), (b, _)| b.cmp(a));
+        let mut fill = PageFill::new(&query, !running_only);
+        let mut entries = index.into_iter().peekable();
+        while fill.wants_more()
+            && let Some((position, run)) = entries.next()
+        {
+            fill.offer(position, Some(summary(run)));
+        }
+        Ok(fill.finish(entries.peek().is_some()))
     }
 
     async fn ping(&self) -> Result<(), Error> {

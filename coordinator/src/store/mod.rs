@@ -4,6 +4,8 @@
 //! - [`redis`]: the production store; every key of a run carries the run's hash tag.
 //! - [`timed`]: any store, with the latency of every call observed (for `/metrics`).
 //! - `output`: a run's live output ([`OutputPiece`], [`OutputOffset`]).
+//! - `query`: what `list_runs` takes and gives ([`RunQuery`], [`RunCursor`], [`RunPage`]), and
+//!   the page walk both stores share.
 //!
 //! The store keeps bytes (JSON the coordinator encodes), so that both implementations hold
 //! exactly the same documents and the coordinator owns their meaning. Both pass the same
@@ -25,6 +27,7 @@
 
 pub mod memory;
 mod output;
+mod query;
 pub mod redis;
 pub mod timed;
 
@@ -33,6 +36,7 @@ use std::future::Future;
 use std::time::Duration;
 
 pub use output::{OUTPUT_KEPT_AFTER_END, OUTPUT_MAX_BYTES, OutputOffset, OutputPiece};
+pub use query::{MIN_SCAN_BUDGET, RunCursor, RunPage, RunQuery, run_status, scan_budget};
 
 /// Why a store call failed.
 #[derive(Debug, thiserror::Error)]
@@ -185,14 +189,36 @@ pub enum Claim {
 ///   the version (no engine state changes with it).
 /// - `due_tasks` returns up to `limit` tasks of `agent` whose timers are at or before `now_ms`,
 ///   earliest first, reading only those: its cost follows the due work, not the number of runs.
-/// - `task` reads one task; `version` a run's version (`None` for an unknown run).
+/// - `task` reads one task, `tasks` all of a run's; `version` a run's version (`None` for an
+///   unknown run).
 /// - `advertise_slots` replaces what `coordinator` said before about its workers' free slots per
 ///   agent, until `expires_ms`; `slots_elsewhere` sums, per agent, what the coordinators other
 ///   than `me` advertised that has not expired at `now_ms` (expired advertisements are ignored,
 ///   and may be removed).
 /// - `ping` makes one round trip to where the state lives and fails if it does not answer: a
 ///   coordinator is ready for work only while it passes.
-/// - `list_runs` is newest first; `active_runs` lists runs whose status is `running`.
+/// - `list_runs` returns one page of runs ([`RunQuery`] -> [`RunPage`]), newest first:
+///   descending `created_ms`, equal times in descending `run_id` (compared as bytes). The page
+///   holds up to `limit` runs that match every filter given (`status`, `workflow_id`), strictly
+///   after `after` in that order. `next` is where the next page starts: the position of the
+///   last entry the page looked at, given only while entries follow it; `None` when the list is
+///   over. Following `next` from the start lists every run that matches exactly once, in order,
+///   whatever the page size, as long as runs are not created meanwhile with times older than
+///   the position reached (the coordinator stamps runs with the time they are submitted).
+///   A position is a creation time and a run id, not a reference to a run: a cursor naming a
+///   run that does not exist (or no longer matches) is still a place in the order, and a
+///   workflow id no run has gives an empty page; neither is an error.
+/// - How far a page looks: with no status filter it costs what it returns; with `running` it
+///   looks at the runs that are running only (as many as the workers run at once, never the
+///   finished ones that pile up), and fills its page. With another status it walks the runs (of the workflow, with a
+///   `workflow_id`) and reads their statuses, and stops after [`scan_budget`]`(limit)` entries
+///   (ten per run asked for, at least [`MIN_SCAN_BUDGET`]) even with the page short, `next` at
+///   the last entry it looked at: a page may be short, or empty, with a `next` that goes on,
+///   but never slow. A run whose status changes while it is listed may be missed or listed on
+///   two pages. In a Redis store the `running` filter reads the active-runs index, which may
+///   lag a status change by one index update (`rebuild_indexes` repairs it); each run listed is
+///   checked against its own status and workflow, so a stale index entry is never listed.
+/// - `active_runs` lists runs whose status is `running`.
 /// - Chain links are appended, never rewritten; `load_run` returns them in order.
 /// - `claim_idempotency_key` atomically sets the key to `(run_id, request_sha256)` for `ttl_s`
 ///   seconds if it is free, and otherwise returns what it holds (never changing it).
@@ -258,6 +284,13 @@ pub trait Store: Send + Sync + 'static {
         task_key: &str,
     ) -> impl Future<Output = Result<Option<Vec<u8>>, Error>> + Send;
 
+    /// Every task of the run, by key, as stored now (empty for an unknown run): where each
+    /// step in flight stands, whoever holds it.
+    fn tasks(
+        &self,
+        run_id: &str,
+    ) -> impl Future<Output = Result<BTreeMap<String, Vec<u8>>, Error>> + Send;
+
     fn version(&self, run_id: &str) -> impl Future<Output = Result<Option<u64>, Error>> + Send;
 
     fn ping(&self) -> impl Future<Output = Result<(), Error>> + Send;
@@ -275,10 +308,7 @@ pub trait Store: Send + Sync + 'static {
         now_ms: i64,
     ) -> impl Future<Output = Result<BTreeMap<String, usize>, Error>> + Send;
 
-    fn list_runs(
-        &self,
-        limit: usize,
-    ) -> impl Future<Output = Result<Vec<RunSummary>, Error>> + Send;
+    fn list_runs(&self, query: RunQuery) -> impl Future<Output = Result<RunPage, Error>> + Send;
 
     fn active_runs(&self) -> impl Future<Output = Result<Vec<String>, Error>> + Send;
 
@@ -399,15 +429,19 @@ impl<S: Store> Store for std::sync::Arc<S> {
         S::task(self, run_id, task_key)
     }
 
+    fn tasks(
+        &self,
+        run_id: &str,
+    ) -> impl Future<Output = Result<BTreeMap<String, Vec<u8>>, Error>> + Send {
+        S::tasks(self, run_id)
+    }
+
     fn version(&self, run_id: &str) -> impl Future<Output = Result<Option<u64>, Error>> + Send {
         S::version(self, run_id)
     }
 
-    fn list_runs(
-        &self,
-        limit: usize,
-    ) -> impl Future<Output = Result<Vec<RunSummary>, Error>> + Send {
-        S::list_runs(self, limit)
+    fn list_runs(&self, query: RunQuery) -> impl Future<Output = Result<RunPage, Error>> + Send {
+        S::list_runs(self, query)
     }
 
     fn active_runs(&self) -> impl Future<Output = Result<Vec<String>, Error>> + Send {

@@ -7,8 +7,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::{
-    Claim, DueTask, Error, OutputOffset, OutputPiece, RunHeader, RunSummary, Store, StoredRun,
-    TaskSwap, TransitionWrite,
+    Claim, DueTask, Error, OutputOffset, OutputPiece, RunHeader, RunPage, RunQuery, Store,
+    StoredRun, TaskSwap, TransitionWrite,
 };
 
 /// Told the operation and how long it took, whether it succeeded or not.
@@ -91,12 +91,16 @@ impl<S: Store> Store for Timed<S> {
         self.time("task", self.inner.task(run_id, task_key)).await
     }
 
+    async fn tasks(&self, run_id: &str) -> Result<BTreeMap<String, Vec<u8>>, Error> {
+        self.time("tasks", self.inner.tasks(run_id)).await
+    }
+
     async fn version(&self, run_id: &str) -> Result<Option<u64>, Error> {
         self.time("version", self.inner.version(run_id)).await
     }
 
-    async fn list_runs(&self, limit: usize) -> Result<Vec<RunSummary>, Error> {
-        self.time("list_runs", self.inner.list_runs(limit)).await
+    async fn list_runs(&self, query: RunQuery) -> Result<RunPage, Error> {
+        self.time("list_runs", self.inner.list_runs(query)).await
     }
 
     async fn ping(&self) -> Result<(), Error> {

@@ -222,3 +222,62 @@ fn a_query_names_the_field_it_gets_wrong() {
     assert_eq!(read.scope, Scope::Workflow("w".into()));
     assert_eq!((read.k, read.agent), (5, None));
 }
+
+fn list_request(status: &str, workflow_id: &str, page_token: &str) -> v1::ListRunsRequest {
+    v1::ListRunsRequest {
+        limit: 7,
+        status: status.into(),
+        workflow_id: workflow_id.into(),
+        page_token: page_token.into(),
+    }
+}
+
+#[test]
+fn a_list_request_reads_its_filters_and_page_token() {
+    let query = run_query(list_request("", "", "")).unwrap();
+    assert_eq!(query, crate::store::RunQuery::newest(7));
+
+    let query = run_query(list_request("failed", "nightly", "1700000000000.run-9")).unwrap();
+    assert_eq!(query.status, Some(baton_core::RunStatus::Failed));
+    assert_eq!(query.workflow_id.as_deref(), Some("nightly"));
+    assert_eq!(
+        query.after,
+        Some(crate::store::RunCursor {
+            created_ms: 1_700_000_000_000,
+            run_id: "run-9".into(),
+        })
+    );
+}
+
+#[test]
+fn a_list_request_names_the_field_it_cannot_read() {
+    let error = run_query(list_request("done", "", "")).unwrap_err();
+    assert!(
+        matches!(&error, Error::UnknownRunStatus { field: "status", value } if value == "done"),
+        "{error}"
+    );
+    assert!(error.to_string().starts_with("status: \"done\""), "{error}");
+    assert_eq!(
+        tonic::Status::from(error).code(),
+        tonic::Code::InvalidArgument
+    );
+
+    for token in ["17000", "x.run", "1.", "+1.run"] {
+        let error = run_query(list_request("", "", token)).unwrap_err();
+        assert!(
+            matches!(
+                &error,
+                Error::MalformedPageToken {
+                    field: "page_token",
+                    ..
+                }
+            ),
+            "{token:?}: {error}"
+        );
+        assert!(error.to_string().starts_with("page_token: "), "{error}");
+        assert_eq!(
+            tonic::Status::from(error).code(),
+            tonic::Code::InvalidArgument
+        );
+    }
+}

@@ -25,17 +25,13 @@ pub(in crate::service) struct Advertised(
 );
 
 impl<S: Store> Coordinator<S> {
-    /// Advertises the free slots of this coordinator's workers when they changed, and again
-    /// every third of a lease while there are any (an advertisement lasts one lease, so a
-    /// coordinator that died stops being counted).
+    /// Advertises the free slots of this coordinator's workers, per agent they serve, when they
+    /// changed, and again every third of a lease while any worker is connected (an
+    /// advertisement lasts one lease, so a coordinator that died stops being counted).
     pub(in crate::service) async fn advertise_slots(&self) {
-        let free: BTreeMap<String, usize> = self
-            .inner
-            .hub
-            .free_slots()
-            .into_iter()
-            .filter(|(_, slots)| *slots > 0)
-            .collect();
+        // Agents with no free slot too: that they are served at all is what other
+        // coordinators tell their clients ([`Coordinator::record`]'s `served`).
+        let free: BTreeMap<String, usize> = self.inner.hub.free_slots().into_iter().collect();
         let refresh = Duration::from_millis((self.inner.config.lease_ms / 3).max(1));
         {
             let said = self
@@ -46,7 +42,7 @@ impl<S: Store> Coordinator<S> {
                 .lock()
                 .expect("advertised lock");
             let unchanged = match &*said {
-                // Nothing said yet: nothing to say while there is no room.
+                // Nothing said yet: nothing to say while no worker is connected.
                 None => free.is_empty(),
                 Some((said, at)) => *said == free && (free.is_empty() || at.elapsed() < refresh),
             };

@@ -5,7 +5,7 @@ use baton_core::Event;
 use baton_core::workflow::RetryPolicy;
 
 use crate::lease::{self, AfterFailure};
-use crate::model::{AttemptUsage, TaskEntry, TaskState};
+use crate::model::{AttemptUsage, TaskEntry, TaskState, keep_attempts};
 use crate::service::plan::Answering;
 use crate::service::spans::Answered;
 use crate::service::{Coordinator, Error};
@@ -80,6 +80,10 @@ impl<S: Store> Coordinator<S> {
                 let visit = failed.task.visit;
                 next.usage
                     .extend(AttemptUsage::of(visit, failed.attempt, failed.usage));
+                keep_attempts(
+                    &mut next.attempt_log,
+                    [failed.record(self.now_ms(), &error)],
+                );
                 let swapped = self.swap(run_id, &key, &entry, Some(&next)).await?;
                 drop(leases);
                 if !swapped {
@@ -128,6 +132,7 @@ impl<S: Store> Coordinator<S> {
                 task: &task.task,
                 attempt: task.attempt,
                 usage: &[],
+                started_ms: ready.sent().map_or(0, |sent| self.sent_at_ms(&sent)),
             };
             match self.fail_attempt(run_id, failed, error.clone(), true).await {
                 Ok(retry_after_ms) => {

@@ -180,6 +180,7 @@ impl<S: Store> Coordinator<S> {
                 task: &task,
                 attempt: next.attempt,
                 usage: &[],
+                started_ms: 0,
             };
             if let Err(error) = self.apply_patiently(run_id, event, failed, None).await {
                 tracing::warn!(run_id, task = key, %error, "cannot fail the step");
@@ -246,18 +247,11 @@ impl<S: Store> Coordinator<S> {
         task: &TaskId,
         attempt: u32,
     ) -> Result<Option<ReadyTask>, Error> {
-        let mut guard = loop {
-            let slot = match self.fresh_slot(run_id).await {
-                Err(Error::RunNotFound(_)) => return Ok(None),
-                other => other?,
-            };
-            let guard = slot.lock_owned().await;
-            // Emptied by a version conflict in between: load it again.
-            if guard.is_some() {
-                break guard;
-            }
+        let mut guard = match self.fresh(run_id).await {
+            Err(Error::RunNotFound(_)) => return Ok(None),
+            other => other?,
         };
-        let loaded = guard.as_mut().expect("just checked");
+        let loaded = guard.as_mut().expect("fresh loads the run");
         let Some(pending) = loaded.run.pending_task(task) else {
             return Ok(None);
         };

@@ -18,8 +18,8 @@ use super::slots::slot_of_tag;
 use super::timers::{due_tasks, read_due};
 use super::{BLOCKING_RESPONSE_TIMEOUT, CLUSTER_OUTPUT_POLL, RUNNING, RedisStore};
 use crate::store::{
-    Claim, DueTask, Error, OUTPUT_MAX_BYTES, OutputOffset, OutputPiece, RunHeader, RunSummary,
-    Store, StoredRun, TaskSwap, TransitionWrite,
+    Claim, DueTask, Error, OUTPUT_MAX_BYTES, OutputOffset, OutputPiece, RunHeader, RunPage,
+    RunQuery, Store, StoredRun, TaskSwap, TransitionWrite,
 };
 
 impl Store for RedisStore {
@@ -34,17 +34,20 @@ impl Store for RedisStore {
             .arg(header.traceparent.as_str())
             .arg(header.submitted_by.as_str());
         add_transition(&mut cmd, &first, &self.timer_prefix_of(run_id), run_id);
-        let (_version, replicated): (u64, _) = self
+        let written = self
             .write(&CREATE_RUN, &cmd)
             .await
-            .map_err(|err| with_fence_attempt(script_error(err, run_id, 0), &first))?;
-        self.register_timers(
-            first
-                .tasks_set
-                .iter()
-                .map(|(_, task)| (run_id, task.as_slice())),
-        )
-        .await;
+            .map_err(|err| with_fence_attempt(script_error(err, run_id, 0), &first));
+        if landed_or_may_have(&written) {
+            self.register_timers(
+                first
+                    .tasks_set
+                    .iter()
+                    .map(|(_, task)| (run_id, task.as_slice())),
+            )
+            .await;
+        }
+        let (_version, replicated): (u64, _) = written?;
         let mut con = self.con.clone();
 
         // The run exists now: a failure to index it must not turn into an error the caller would
@@ -79,17 +82,20 @@ impl Store for RedisStore {
         let mut cmd = evalsha(&APPLY_TRANSITION, &keys.names());
         cmd.arg(expected_version);
         add_transition(&mut cmd, &write, &self.timer_prefix_of(run_id), run_id);
-        let ((version, before), replicated): ((u64, String), _) =
-            self.write(&APPLY_TRANSITION, &cmd).await.map_err(|err| {
-                with_fence_attempt(script_error(err, run_id, expected_version), &write)
-            })?;
-        self.register_timers(
-            write
-                .tasks_set
-                .iter()
-                .map(|(_, task)| (run_id, task.as_slice())),
-        )
-        .await;
+        let written = self
+            .write(&APPLY_TRANSITION, &cmd)
+            .await
+            .map_err(|err| with_fence_attempt(script_error(err, run_id, expected_version), &write));
+        if landed_or_may_have(&written) {
+            self.register_timers(
+                write
+                    .tasks_set
+                    .iter()
+                    .map(|(_, task)| (run_id, task.as_slice())),
+            )
+            .await;
+        }
+        let ((version, before), replicated): ((u64, String), _) = written?;
 
         // Most transitions leave a running run running: its index entry is already there, and
         // skipping the update keeps a transition at one round trip.
@@ -220,17 +226,34 @@ impl Store for RedisStore {
         });
         let replies = futures::future::join_all(calls).await;
         let mut swapped = vec![false; swaps.len()];
+        // Swaps to register: those done, and those of a group whose answer was lost.
+        let mut timed = vec![false; swaps.len()];
+        let mut failure = None;
         for ((_, members), reply) in groups.iter().zip(replies) {
-            let reply = reply.map_err(|err| script_error(err, &swaps[members[0]].run_id, 0))?;
-            for (&i, done) in members.iter().zip(reply) {
-                swapped[i] = done == 1;
+            match reply.map_err(|err| script_error(err, &swaps[members[0]].run_id, 0)) {
+                Ok(reply) => {
+                    for (&i, done) in members.iter().zip(reply) {
+                        swapped[i] = done == 1;
+                        timed[i] = done == 1;
+                    }
+                }
+                Err(error) => {
+                    let unknown = matches!(error, Error::Unavailable(_));
+                    for &i in members {
+                        timed[i] = unknown;
+                    }
+                    failure.get_or_insert(error);
+                }
             }
         }
-        self.register_timers(swaps.iter().zip(&swapped).filter_map(|(swap, &done)| {
-            Some((swap.run_id.as_str(), swap.new.as_deref().filter(|_| done)?))
+        self.register_timers(swaps.iter().zip(&timed).filter_map(|(swap, &timed)| {
+            Some((swap.run_id.as_str(), swap.new.as_deref().filter(|_| timed)?))
         }))
         .await;
-        Ok(swapped)
+        match failure {
+            Some(error) => Err(error),
+            None => Ok(swapped),
+        }
     }
 
     async fn due_tasks(
@@ -271,6 +294,16 @@ impl Store for RedisStore {
         .await
     }
 
+    async fn tasks(&self, run_id: &str) -> Result<BTreeMap<String, Vec<u8>>, Error> {
+        self.read_retrying(|| async {
+            let mut con = self.con.clone();
+            con.hgetall(self.run_keys(run_id).tasks)
+                .await
+                .map_err(|err| script_error(err, run_id, 0))
+        })
+        .await
+    }
+
     /// Under `--redis-wait-replicas` behind the same barrier as `load_run`: `GetRun` answers
     /// from it, and a master that restarted empty and still claims its slots for a moment would
     /// otherwise say that an acknowledged run does not exist.
@@ -291,49 +324,8 @@ impl Store for RedisStore {
         .await
     }
 
-    async fn list_runs(&self, limit: usize) -> Result<Vec<RunSummary>, Error> {
-        self.read_retrying(|| async {
-            if limit == 0 {
-                return Ok(Vec::new());
-            }
-            // (created_ms, run_id) descending, the memory store's order.
-            let ids = self.newest(self.runs_keys(), limit).await?;
-            if ids.is_empty() {
-                return Ok(Vec::new());
-            }
-            let reads = ids
-                .iter()
-                .map(|run_id| {
-                    let mut cmd = ::redis::cmd("HMGET");
-                    cmd.arg(self.run_keys(run_id).run)
-                        .arg("workflow_id")
-                        .arg("status")
-                        .arg("created_ms")
-                        .arg("updated_ms");
-                    cmd
-                })
-                .collect();
-            type Fields = (Option<String>, Option<String>, Option<i64>, Option<i64>);
-            let rows: Vec<Fields> = self.con.each(reads).await.map_err(unavailable)?;
-            Ok(ids
-                .into_iter()
-                .zip(rows)
-                .filter_map(|(run_id, row)| match row {
-                    (Some(workflow_id), Some(status), Some(created_ms), Some(updated_ms)) => {
-                        Some(RunSummary {
-                            run_id,
-                            workflow_id,
-                            status,
-                            created_ms,
-                            updated_ms,
-                        })
-                    }
-                    // Indexed but gone: the index is behind the runs.
-                    _ => None,
-                })
-                .collect())
-        })
-        .await
+    async fn list_runs(&self, query: RunQuery) -> Result<RunPage, Error> {
+        self.read_retrying(|| self.list_page(&query)).await
     }
 
     async fn add_principal_run(&self, principal: &str, run_id: &str) -> Result<(), Error> {
@@ -794,4 +786,12 @@ fn not_run_here(err: &RedisError) -> bool {
         err.kind(),
         ::redis::ErrorKind::Server(Moved | Ask | TryAgain | ClusterDown | ReadOnly)
     )
+}
+
+/// Whether a script's timers may be in the store: it was applied, or its answer was lost on the
+/// way (the store was unavailable) and it may have been. Registering a slot that holds no timer
+/// costs a sweep one read; leaving a written timer unregistered leaves its task unswept until
+/// the next repair, minutes away if the writer dies meanwhile.
+fn landed_or_may_have<T>(written: &Result<T, Error>) -> bool {
+    matches!(written, Ok(_) | Err(Error::Unavailable(_)))
 }

@@ -16,6 +16,7 @@
 //!   that wait for replicas.
 //! - `replies`: replies read back: refusals and failures as [`Error`], hashes and lists as bytes.
 //! - `indexes`: the global indexes kept in line with the runs, and `rebuild_indexes`.
+//! - `listing`: `list_runs`, a page walked over the indexes from a cursor, filtered by status.
 //! - `output`: a run's live output read back from its stream.
 //! - `lua/`: the Lua source of the scripts ([Scripts](#scripts) says which file goes where).
 //!
@@ -109,12 +110,14 @@
 //!
 //! Global keys, not part of any run:
 //! - `P:runs`, a sorted set (score `created_ms`, member run id), for `list_runs`;
-//! - `P:runs:active`, a set of run ids whose status is `running`, for `active_runs`;
+//! - `P:runs:active`, a set of run ids whose status is `running`, for `active_runs` and
+//!   `list_runs` of running runs (intersected with `P:runs`, or a workflow's runs, for their
+//!   order: `listing.rs`);
 //! - `P:workflow:<workflow id>:runs`, a sorted set like `P:runs` per workflow id, for
-//!   `runs_of_workflow` (decision queries over all runs of a workflow) — on a cluster each of
-//!   these three is 256 shards (`P:runs:{i<n>}` and so on; a run's entry in shard
-//!   `slot(run) mod 256`) so that they spread over the masters, and readers merge the shards
-//!   (`indexes.rs`);
+//!   `runs_of_workflow` (decision queries over all runs of a workflow) and `list_runs` of one
+//!   workflow — on a cluster each of these three is 256 shards (`P:runs:{i<n>}` and so on; a
+//!   run's entry in shard `slot(run) mod 256`, the same shard number in each, so on the same
+//!   slot) so that they spread over the masters, and readers merge the shards (`indexes.rs`);
 //! - `P:idempotency:<key>`, a string `<run id> <request sha256>` that expires, for SubmitRun's
 //!   idempotency keys (`SET NX EX`: the first submitter claims it);
 //! - `P:principal:<name>:runs`, a set of the runs a principal with `max_running_runs` submitted
@@ -129,8 +132,9 @@
 //! the source of truth: the run headers are. A crash between a script and its index update leaves
 //! the index behind, never the run, and [`RedisStore::rebuild_indexes`] rebuilds `P:runs` and
 //! `P:runs:active` from the headers (scanning every master of a cluster) and adds what the
-//! workflow sets miss. Readers guard against a stale index too: `list_runs` skips ids whose header
-//! is gone and `active_runs` keeps only the ids whose header says `running`.
+//! workflow sets miss. Readers guard against a stale index too: `list_runs` checks each run it
+//! lists against its header (gone, or another status, and it is skipped) and `active_runs` keeps
+//! only the ids whose header says `running`.
 //!
 //! # Timers
 //!
@@ -184,6 +188,7 @@ mod connection;
 mod impl_store;
 mod indexes;
 mod keys;
+mod listing;
 mod output;
 mod replies;
 mod scripts;

@@ -16,7 +16,10 @@
 //!
 //! - Registering: after a script wrote timers of `A` in slot `s`, the store lowers `s`'s score to
 //!   the earliest of them and bumps its generation (`register_timers.lua`). The registry is on
-//!   another slot, so this is a second command after the script, as the run indexes are.
+//!   another slot, so this is a second command after the script, as the run indexes are. A
+//!   script whose answer was lost (a timeout while a master fails over) may have been applied:
+//!   its timers are registered all the same, since a slot registered for nothing costs a sweep
+//!   one read, and a timer left out waits for the next repair.
 //! - Raising: a sweep reads a slot's generation, then the slot, then sets the score to the slot's
 //!   earliest timer (or drops the slot when it has none) *only if the generation is unchanged*
 //!   (`raise_slots.lua`). A registration in between means the sweep may have missed a timer, and

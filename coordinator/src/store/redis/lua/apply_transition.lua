@@ -12,14 +12,10 @@ if version ~= ARGV[1] then
   return redis.error_reply('CONFLICT ' .. version)
 end
 
-local err = check_types(KEY_TYPES)
-if err then
-  return err
-end
 local t = read_transition(2)
-err = check_fences(t) or check_results(t) or check_timer_types(t)
+local err = check_types(t) or check_fences(t) or check_results(t) or check_timer_types(t)
 if err then
   return err
 end
 local before = redis.call('HGET', KEYS[1], 'status')
-return {write_transition(t), before}
+return {write_transition(t, before), before}

@@ -30,4 +30,4 @@ redis.call('HSET', KEYS[1],
   'traceparent', ARGV[5],
   'submitted_by', ARGV[6],
   'version', 0)
-return write_transition(t)
+return write_transition(t, false)

@@ -76,6 +76,30 @@ local function decode_task(bytes)
   return nil
 end
 
+-- What the script has read or written of the run's tasks hash and of key types, so that each is
+-- asked of Redis once per script (a task is fenced, checked and rewritten by one transition).
+local task_bytes = {}
+local key_types = {}
+
+-- The task stored under `key` (its bytes, or false).
+local function stored_task(key)
+  local bytes = task_bytes[key]
+  if bytes == nil then
+    bytes = redis.call('HGET', KEYS[5], key)
+    task_bytes[key] = bytes
+  end
+  return bytes
+end
+
+local function type_of(key)
+  local kind = key_types[key]
+  if kind == nil then
+    kind = redis.call('TYPE', key)['ok']
+    key_types[key] = kind
+  end
+  return kind
+end
+
 -- Removes the timer of a task as stored (`bytes`, or nothing).
 local function unset_timer(prefix, member, bytes)
   local task = decode_task(bytes)
@@ -97,7 +121,7 @@ end
 local function check_timer_key(prefix, bytes)
   local task = decode_task(bytes)
   if task and type(task.agent) == 'string' then
-    local kind = redis.call('TYPE', prefix .. task.agent)['ok']
+    local kind = type_of(prefix .. task.agent)
     if kind ~= 'none' and kind ~= 'zset' then
       return redis.error_reply('CORRUPT key ' .. prefix .. task.agent .. ' is a ' .. kind .. ', not a zset')
     end
@@ -107,13 +131,13 @@ end
 
 local function check_timer_types(t)
   for _, key in ipairs(t.tasks_removed) do
-    local err = check_timer_key(t.timer_prefix, redis.call('HGET', KEYS[5], key))
+    local err = check_timer_key(t.timer_prefix, stored_task(key))
     if err then
       return err
     end
   end
   for _, pair in ipairs(t.tasks_set) do
-    local err = check_timer_key(t.timer_prefix, redis.call('HGET', KEYS[5], pair[1]))
+    local err = check_timer_key(t.timer_prefix, stored_task(pair[1]))
       or check_timer_key(t.timer_prefix, pair[2])
     if err then
       return err
@@ -126,7 +150,7 @@ end
 -- is the task's current one.
 local function check_fences(t)
   for _, pair in ipairs(t.fences) do
-    local task = decode_task(redis.call('HGET', KEYS[5], pair[1]))
+    local task = decode_task(stored_task(pair[1]))
     local current = 'none'
     if task and type(task.attempt) == 'number' then
       current = string.format('%d', task.attempt)
@@ -138,18 +162,31 @@ local function check_fences(t)
   return nil
 end
 
+local KEY_TYPES = { 'hash', 'list', 'hash', 'hash', 'hash', 'list', 'hash', 'stream' }
+
 -- Keys of another type would make a write fail half-way: refuse them before writing anything.
-local function check_types(expected)
-  for k = 1, #expected do
-    local kind = redis.call('TYPE', KEYS[k])['ok']
-    if kind ~= 'none' and kind ~= expected[k] then
-      return redis.error_reply('CORRUPT key ' .. KEYS[k] .. ' is a ' .. kind .. ', not a ' .. expected[k])
+-- Only the keys this transition writes are asked about: the header was read already (a wrong
+-- type fails that read, before any write), and the live output stream is only given an expiry,
+-- which any type takes.
+local function check_types(t)
+  local written = {
+    [2] = t.has_event,
+    [3] = #t.results > 0,
+    [4] = #t.steps > 0,
+    [5] = #t.tasks_set + #t.tasks_removed > 0,
+    [6] = #t.links > 0,
+    [7] = #t.decisions > 0,
+  }
+  for k = 2, 7 do
+    if written[k] then
+      local kind = type_of(KEYS[k])
+      if kind ~= 'none' and kind ~= KEY_TYPES[k] then
+        return redis.error_reply('CORRUPT key ' .. KEYS[k] .. ' is a ' .. kind .. ', not a ' .. KEY_TYPES[k])
+      end
     end
   end
   return nil
 end
-
-local KEY_TYPES = { 'hash', 'list', 'hash', 'hash', 'hash', 'list', 'hash', 'stream' }
 
 -- Results are written once: an existing key with other bytes is corruption, with the same bytes
 -- a harmless retry.
@@ -163,9 +200,9 @@ local function check_results(t)
   return nil
 end
 
--- Writes a checked transition and returns the run's new version.
-local function write_transition(t)
-  local before_status = redis.call('HGET', KEYS[1], 'status')
+-- Writes a checked transition and returns the run's new version; `before_status` is the run's
+-- status before it (false for a new run).
+local function write_transition(t, before_status)
   if t.has_event then
     redis.call('RPUSH', KEYS[2], t.event)
   end
@@ -176,13 +213,15 @@ local function write_transition(t)
     redis.call('HSET', KEYS[4], pair[1], pair[2])
   end
   for _, key in ipairs(t.tasks_removed) do
-    unset_timer(t.timer_prefix, t.run_id .. '/' .. key, redis.call('HGET', KEYS[5], key))
+    unset_timer(t.timer_prefix, t.run_id .. '/' .. key, stored_task(key))
     redis.call('HDEL', KEYS[5], key)
+    task_bytes[key] = false
   end
   for _, pair in ipairs(t.tasks_set) do
     local member = t.run_id .. '/' .. pair[1]
-    unset_timer(t.timer_prefix, member, redis.call('HGET', KEYS[5], pair[1]))
+    unset_timer(t.timer_prefix, member, stored_task(pair[1]))
     redis.call('HSET', KEYS[5], pair[1], pair[2])
+    task_bytes[pair[1]] = pair[2]
     set_timer(t.timer_prefix, member, pair[2])
   end
   for _, link in ipairs(t.links) do

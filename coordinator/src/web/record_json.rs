@@ -1,5 +1,5 @@
-//! A run record as `--json` prints it: the record, with its JSON fields read and each wait
-//! explained.
+//! A run record as JSON: what `baton runs get --json` prints and what the web UI reads, from
+//! the wire record, with its JSON fields read and each wait explained.
 
 use baton_proto::v1;
 use serde_json::{Value, json};
@@ -40,6 +40,12 @@ pub fn record_to_json(record: &v1::RunRecord) -> Value {
                         "completion_tokens": usage.completion_tokens,
                     })
                 }).collect::<Vec<_>>()),
+                "items": s.items.as_ref().map(|items| json!({
+                    "count": items.count,
+                    "succeeded": items.succeeded,
+                    "failed": items.failed,
+                    "running": items.running,
+                })),
             })
         })
         .collect();
@@ -82,5 +88,60 @@ pub fn record_to_json(record: &v1::RunRecord) -> Value {
             "prompt_tokens": usage.prompt_tokens,
             "completion_tokens": usage.completion_tokens,
         })).collect::<Vec<_>>(),
+    })
+}
+
+/// A watch event as JSON: its kind (the SSE event name) and its fields.
+pub fn event_to_json(event: &v1::RunEvent) -> Option<(&'static str, Value)> {
+    use v1::run_event::Event;
+    let data = |json: &Option<baton_proto::Json>| {
+        json.as_ref()
+            .and_then(|json| serde_json::from_slice::<Value>(&json.json).ok())
+            .unwrap_or(Value::Null)
+    };
+    let text = |text: &str| (!text.is_empty()).then(|| text.to_owned());
+    Some(match event.event.as_ref()? {
+        Event::StepStarted(started) => (
+            "step_started",
+            json!({
+                "step_id": started.step_id, "visit": started.visit,
+                "agent": text(&started.agent), "worker_id": text(&started.worker_id),
+            }),
+        ),
+        Event::StepFinished(finished) => (
+            "step_finished",
+            json!({
+                "step_id": finished.step_id, "visit": finished.visit, "status": finished.status,
+                "data": data(&finished.data), "error": text(&finished.error),
+                "next": text(&finished.next), "parent": text(&finished.parent),
+            }),
+        ),
+        Event::ApprovalRequested(requested) => (
+            "approval_requested",
+            json!({
+                "step_id": requested.step_id, "visit": requested.visit,
+                "message": requested.message,
+            }),
+        ),
+        Event::RunFinished(finished) => (
+            "run_finished",
+            json!({ "record": finished.record.as_ref().map(record_to_json) }),
+        ),
+        Event::StepOutput(output) => (
+            "step_output",
+            json!({
+                "step_id": output.step_id, "visit": output.visit, "attempt": output.attempt,
+                "text": output.text, "restart": output.restart, "offset": output.offset,
+            }),
+        ),
+        Event::OutputMissed(missed) => ("output_missed", json!({ "pieces": missed.pieces })),
+        Event::MapProgress(progress) => (
+            "map_progress",
+            json!({
+                "step_id": progress.step_id, "visit": progress.visit, "count": progress.count,
+                "succeeded": progress.succeeded, "failed": progress.failed,
+                "running": progress.running,
+            }),
+        ),
     })
 }

@@ -1,0 +1,269 @@
+//! The JSON API the pages call. Each handler admits the caller as the RPC it stands for
+//! would ([`access`]), calls the coordinator, and answers in the JSON `baton ... --json` prints
+//! ([`record_json`]).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::{ConnectInfo, Path, Query, State};
+use axum::http::HeaderMap;
+use baton_proto::v1;
+use futures::StreamExt;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use super::access::{self, Rpc};
+use super::error::ApiError;
+use super::record_json::record_to_json;
+use super::{Web, graph};
+use crate::auth::{Access, Caller};
+use crate::grpc::requests;
+use crate::record::RunRecord;
+use crate::store::{RunCursor, RunQuery, Store, run_status};
+
+/// What the caller presented, as every handler reads it.
+pub struct Call {
+    pub peer: SocketAddr,
+    pub headers: HeaderMap,
+}
+
+impl<S: Store> Web<S> {
+    fn admit(&self, rpc: Rpc, call: &Call) -> Result<Caller, ApiError> {
+        access::admit(&self.gate, rpc, &call.headers, call.peer, None)
+    }
+
+    /// A change: admitted, and sent by this coordinator's own pages.
+    fn admit_change(&self, rpc: Rpc, call: &Call) -> Result<Caller, ApiError> {
+        access::same_origin_change(&call.headers)?;
+        self.admit(rpc, call)
+    }
+}
+
+fn record_json(record: RunRecord) -> Json<Value> {
+    Json(record_to_json(&v1::RunRecord::from(record)))
+}
+
+/// A JSON body, read with an error that says what is wrong with it.
+fn body<T: serde::de::DeserializeOwned + Default>(bytes: &Bytes) -> Result<T, ApiError> {
+    if bytes.iter().all(u8::is_ascii_whitespace) {
+        return Ok(T::default());
+    }
+    serde_json::from_slice(bytes)
+        .map_err(|error| ApiError::invalid(format!("the request body: {error}")))
+}
+
+pub async fn session<S: Store>(
+    State(web): State<Arc<Web<S>>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+) -> Result<Json<Value>, ApiError> {
+    let caller = web.admit(Rpc::Session, &Call { peer, headers })?;
+    let auth_required = matches!(web.gate.access(), Access::Principals(_) | Access::Certified);
+    Ok(Json(json!({
+        "auth_required": auth_required,
+        "principal": caller.name(),
+        "roles": access::roles(&caller),
+        "trace_url": web.trace_url,
+    })))
+}
+
+/// `?status=&workflow=&limit=&cursor=`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ListParams {
+    status: Option<String>,
+    workflow: Option<String>,
+    limit: Option<usize>,
+    cursor: Option<String>,
+}
+
+/// The most runs one page of the list shows.
+pub const MAX_PAGE: usize = 200;
+const DEFAULT_PAGE: usize = 50;
+/// How many running runs of a page have their waits read at once.
+const WAITS_AT_ONCE: usize = 8;
+
+pub async fn list_runs<S: Store>(
+    State(web): State<Arc<Web<S>>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    Query(params): Query<ListParams>,
+) -> Result<Json<Value>, ApiError> {
+    web.admit(Rpc::ListRuns, &Call { peer, headers })?;
+    let status = match params.status.as_deref().filter(|s| !s.is_empty()) {
+        None => None,
+        Some(name) => Some(run_status(name).ok_or_else(|| {
+            ApiError::invalid(format!(
+                "status: {name:?} is not a run status (running, succeeded, failed, cancelled)"
+            ))
+        })?),
+    };
+    let after = match params.cursor.as_deref().filter(|c| !c.is_empty()) {
+        None => None,
+        Some(cursor) => Some(RunCursor::from_token(cursor).ok_or_else(|| {
+            ApiError::invalid(format!(
+                "cursor: {cursor:?} is not a page cursor this coordinator gave"
+            ))
+        })?),
+    };
+    let query = RunQuery {
+        limit: params.limit.unwrap_or(DEFAULT_PAGE).clamp(1, MAX_PAGE),
+        after,
+        status,
+        workflow_id: params.workflow.filter(|w| !w.is_empty()),
+    };
+    let page = web.coordinator.list(query).await?;
+    // What each running run waits for: its record, read a few at a time.
+    let coordinator = &web.coordinator;
+    let rows: Vec<Value> = futures::stream::iter(page.runs)
+        .map(|run| async move {
+            let mut row = json!({
+                "run_id": run.run_id,
+                "workflow_id": run.workflow_id,
+                "status": run.status,
+                "created_ms": run.created_ms,
+                "updated_ms": run.updated_ms,
+            });
+            if run.status == "running"
+                && let Ok(record) = coordinator.record_live(&run.run_id).await
+            {
+                let waits = record_to_json(&v1::RunRecord::from(record))["waiting"].take();
+                row["waiting"] = waits;
+            }
+            row
+        })
+        .buffered(WAITS_AT_ONCE)
+        .collect()
+        .await;
+    Ok(Json(json!({
+        "runs": rows,
+        "next": page.next.map(|cursor| cursor.token()),
+    })))
+}
+
+pub async fn get_run<S: Store>(
+    State(web): State<Arc<Web<S>>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    Path(run_id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    web.admit(Rpc::GetRun, &Call { peer, headers })?;
+    Ok(record_json(web.coordinator.record_live(&run_id).await?))
+}
+
+pub async fn run_graph<S: Store>(
+    State(web): State<Arc<Web<S>>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    Path(run_id): Path<String>,
+) -> Result<Json<graph::Graph>, ApiError> {
+    web.admit(Rpc::GetRun, &Call { peer, headers })?;
+    let workflow = web.coordinator.workflow(&run_id).await?;
+    Ok(Json(graph::layout(&workflow)))
+}
+
+pub async fn step<S: Store>(
+    State(web): State<Arc<Web<S>>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    Path((run_id, step_id)): Path<(String, String)>,
+) -> Result<Json<crate::service::StepDetail>, ApiError> {
+    web.admit(Rpc::GetRun, &Call { peer, headers })?;
+    Ok(Json(web.coordinator.inspect_step(&run_id, &step_id).await?))
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DecisionBody {
+    approved: Option<bool>,
+    #[serde(default)]
+    comment: String,
+}
+
+pub async fn decide<S: Store>(
+    State(web): State<Arc<Web<S>>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    Path((run_id, step_id)): Path<(String, String)>,
+    bytes: Bytes,
+) -> Result<Json<Value>, ApiError> {
+    let caller = web.admit_change(Rpc::DecideApproval, &Call { peer, headers })?;
+    let decided: DecisionBody = body(&bytes)?;
+    let approved = decided.approved.ok_or_else(|| {
+        ApiError::invalid("the request body: `approved` (true or false) is missing")
+    })?;
+    let request = v1::DecideApprovalRequest {
+        run_id: run_id.clone(),
+        step_id: step_id.clone(),
+        approved,
+        comment: decided.comment,
+        approver: String::new(),
+    };
+    let decision = requests::decision(&request, caller.name());
+    Ok(record_json(
+        web.coordinator.decide(&run_id, &step_id, decision).await?,
+    ))
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CancelBody {
+    #[serde(default)]
+    reason: String,
+}
+
+pub async fn cancel<S: Store>(
+    State(web): State<Arc<Web<S>>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    Path(run_id): Path<String>,
+    bytes: Bytes,
+) -> Result<Json<Value>, ApiError> {
+    let caller = web.admit_change(Rpc::CancelRun, &Call { peer, headers })?;
+    let cancel: CancelBody = body(&bytes)?;
+    let reason = requests::cancel_reason(&cancel.reason, caller.name());
+    Ok(record_json(web.coordinator.cancel(&run_id, &reason).await?))
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Empty {}
+
+pub async fn retry<S: Store>(
+    State(web): State<Arc<Web<S>>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    Path(run_id): Path<String>,
+    bytes: Bytes,
+) -> Result<Json<Value>, ApiError> {
+    let caller = web.admit_change(Rpc::RetryRun, &Call { peer, headers })?;
+    let Empty {} = body(&bytes)?;
+    Ok(record_json(
+        web.coordinator
+            .retry(&run_id, caller.name().unwrap_or_default())
+            .await?,
+    ))
+}
+
+pub async fn verify<S: Store>(
+    State(web): State<Arc<Web<S>>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    Path(run_id): Path<String>,
+    bytes: Bytes,
+) -> Result<Json<Value>, ApiError> {
+    web.admit_change(Rpc::VerifyRun, &Call { peer, headers })?;
+    let Empty {} = body(&bytes)?;
+    let verified = web.coordinator.verify(&run_id).await?;
+    let text = |text: String| (!text.is_empty()).then_some(text);
+    Ok(Json(json!({
+        "ok": verified.ok,
+        "links": verified.links,
+        "state_sha256": verified.state_sha256,
+        "problem": text(verified.problem),
+        "visit": (!verified.step_id.is_empty()).then_some(verified.visit),
+        "step_id": text(verified.step_id),
+    })))
+}

@@ -1,0 +1,60 @@
+//! A run's watch as server-sent events: what makes the run page move without a reload. Any
+//! coordinator serves it, as any serves `WatchRun`: the watch catches up from the store.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::extract::{ConnectInfo, Path, Query, State};
+use axum::http::HeaderMap;
+use axum::response::sse::{Event, KeepAlive, Sse};
+use baton_proto::v1;
+use futures::{Stream, StreamExt};
+use serde::Deserialize;
+use serde_json::json;
+
+use super::Web;
+use super::access::{self, Rpc};
+use super::error::ApiError;
+use super::record_json::event_to_json;
+use crate::store::Store;
+
+/// `?access_token=`: an EventSource cannot send an `Authorization` header.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EventParams {
+    access_token: Option<String>,
+}
+
+pub async fn run_events<S: Store>(
+    State(web): State<Arc<Web<S>>>,
+    ConnectInfo(peer): ConnectInfo<SocketAddr>,
+    headers: HeaderMap,
+    Path(run_id): Path<String>,
+    Query(params): Query<EventParams>,
+) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
+    access::admit(
+        &web.gate,
+        Rpc::WatchRun,
+        &headers,
+        peer,
+        params.access_token.as_deref(),
+    )?;
+    let watch = web.coordinator.watch(&run_id).await?;
+    let events = watch.filter_map(|event| async move {
+        Some(Ok(match event {
+            Ok(event) => {
+                let (name, data) = event_to_json(&v1::RunEvent::from(event))?;
+                Event::default().event(name).data(data.to_string())
+            }
+            // The watch ends after an error; the page falls back to reading the run.
+            Err(error) => {
+                let error = ApiError::from(error);
+                Event::default()
+                    .event("error")
+                    .data(json!({ "error": error.message }).to_string())
+            }
+        }))
+    });
+    Ok(Sse::new(events).keep_alive(KeepAlive::default()))
+}
