@@ -35,7 +35,7 @@ fn header(run_id: &str) -> RunHeader {
 /// A transition that leaves one task of `agent` due at `due_ms`.
 fn with_task(status: &str, updated_ms: i64, agent: &str, due_ms: i64) -> TransitionWrite {
     TransitionWrite {
-        event: Some(br#"{"kind":"step"}"#.to_vec()),
+        events: vec![br#"{"kind":"step"}"#.to_vec()],
         tasks_set: vec![(
             "work#1".to_owned(),
             format!(r#"{{"agent":"{agent}","due_ms":{due_ms},"attempt":1}}"#).into_bytes(),

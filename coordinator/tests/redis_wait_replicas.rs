@@ -29,7 +29,7 @@ fn header(run_id: &str) -> RunHeader {
 
 fn write(status: &str, updated_ms: i64) -> TransitionWrite {
     TransitionWrite {
-        event: Some(br#"{"kind":"step"}"#.to_vec()),
+        events: vec![br#"{"kind":"step"}"#.to_vec()],
         status: status.to_owned(),
         state_sha256: format!("{updated_ms:064}"),
         updated_ms,

@@ -93,6 +93,7 @@ conformance! {
     due_tasks_are_earliest_first_limited_and_per_agent,
     transitions_move_timers_with_tasks,
     fenced_transitions_apply_only_at_the_current_attempt,
+    transitions_written_together_apply_in_order,
     task_and_version_read_one_task_and_the_version,
 
     due_tasks_take_any_limit,
@@ -147,7 +148,7 @@ fn header(run_id: &str, created_ms: i64) -> RunHeader {
 /// A first transition: one queued step and its task, running.
 fn start(created_ms: i64) -> TransitionWrite {
     TransitionWrite {
-        event: None,
+        events: vec![],
         results: Vec::new(),
         steps: vec![("plan".to_owned(), json(r#"{"state":"queued"}"#))],
         tasks_set: vec![("plan#1".to_owned(), json(r#"{"worker":null}"#))],
@@ -165,7 +166,7 @@ fn start(created_ms: i64) -> TransitionWrite {
 /// A transition that only changes status (and appends `event`).
 fn status_write(status: &str, event: &str, updated_ms: i64) -> TransitionWrite {
     TransitionWrite {
-        event: Some(json(event)),
+        events: vec![json(event)],
         status: status.to_owned(),
         state_sha256: format!("{updated_ms:064}"),
         updated_ms,
@@ -333,7 +334,7 @@ async fn create_then_load<S: Store>(store: Arc<S>) {
 
     // A start transition with no event and no error.
     let first = TransitionWrite {
-        event: None,
+        events: vec![],
         results: vec![("seed#1".to_owned(), binary())],
         steps: vec![
             ("plan".to_owned(), json(r#"{"state":"queued"}"#)),
@@ -388,7 +389,7 @@ async fn create_then_load<S: Store>(store: Arc<S>) {
         submitted_by: String::new(),
     };
     let first = TransitionWrite {
-        event: Some(binary()),
+        events: vec![binary()],
         results: vec![("empty#1".to_owned(), Vec::new())],
         steps: vec![("plan".to_owned(), Vec::new())],
         tasks_set: Vec::new(),
@@ -440,7 +441,7 @@ async fn create_twice_is_already_exists<S: Store>(store: Arc<S>) {
         ..header("run-1", 999)
     };
     let other_first = TransitionWrite {
-        event: Some(json(r#"{"type":"started"}"#)),
+        events: vec![json(r#"{"type":"started"}"#)],
         results: vec![("x#1".to_owned(), json("1"))],
         status: "failed".to_owned(),
         error: Some("no".to_owned()),
@@ -471,7 +472,7 @@ async fn apply_at_the_right_version<S: Store>(store: Arc<S>) {
 
     // Finish `plan`, queue `review`.
     let write = TransitionWrite {
-        event: Some(json(r#"{"type":"step_done","step":"plan"}"#)),
+        events: vec![json(r#"{"type":"step_done","step":"plan"}"#)],
         results: vec![("plan#1".to_owned(), binary())],
         steps: vec![
             ("plan".to_owned(), json(r#"{"state":"done"}"#)),
@@ -513,7 +514,7 @@ async fn apply_at_the_right_version<S: Store>(store: Arc<S>) {
 
     // `review` fails the run: results merge, the error is set, the last tasks go.
     let write = TransitionWrite {
-        event: Some(json(r#"{"type":"step_failed","step":"review"}"#)),
+        events: vec![json(r#"{"type":"step_failed","step":"review"}"#)],
         results: vec![("review#1".to_owned(), json(r#"{"ok":false}"#))],
         steps: vec![("review".to_owned(), json(r#"{"state":"failed"}"#))],
         tasks_set: Vec::new(),
@@ -552,7 +553,7 @@ async fn apply_at_the_right_version<S: Store>(store: Arc<S>) {
 
     // A transition without an event appends none; `None` clears the error.
     let write = TransitionWrite {
-        event: None,
+        events: vec![],
         status: "failed".to_owned(),
         state_sha256: "d".repeat(64),
         updated_ms: 400,
@@ -652,7 +653,7 @@ async fn rewriting_a_result<S: Store>(store: Arc<S>) {
 
     // A different result for plan#1, next to a new one and other changes: all refused.
     let rewrite = TransitionWrite {
-        event: Some(json("rewrite")),
+        events: vec![json("rewrite")],
         results: vec![
             ("review#1".to_owned(), json(r#"{"ok":true}"#)),
             ("plan#1".to_owned(), json(r#"{"answer":2}"#)),
@@ -1805,6 +1806,84 @@ async fn fenced_transitions_apply_only_at_the_current_attempt<S: Store>(store: A
         other => panic!("expected Fenced, got {other:?}"),
     }
     assert_eq!(load(&*store, "run-1").await, run);
+}
+
+/// Two transitions joined with `TransitionWrite::then` (answers settled together) are one
+/// write: one version, their events and links in order, the later write of a step winning, a
+/// task the first sets and the second removes gone with its timer, and every fence checked, so
+/// that one late answer refuses the whole write and nothing is written.
+async fn transitions_written_together_apply_in_order<S: Store>(store: Arc<S>) {
+    let a = timed("coder", 1, T + 100);
+    let b = timed("coder", 1, T + 200);
+    let first = TransitionWrite {
+        tasks_set: vec![("a#1".to_owned(), a.clone()), ("b#1".to_owned(), b.clone())],
+        ..start(1)
+    };
+    create(&*store, "run-1", 1, first).await;
+    let answer = |branch: &str, n: i64| TransitionWrite {
+        results: vec![(
+            format!("{branch}#1"),
+            json(&format!(r#"{{"branch":"{branch}"}}"#)),
+        )],
+        steps: vec![
+            (branch.to_owned(), json(r#"{"state":"done"}"#)),
+            ("fan".to_owned(), json(&format!(r#"{{"settled":{n}}}"#))),
+        ],
+        tasks_removed: vec![format!("{branch}#1")],
+        links: vec![json(&format!(r#"{{"n":{n}}}"#))],
+        fences: vec![(format!("{branch}#1"), 1)],
+        ..status_write("running", &format!("{branch} answered"), 10 + n)
+    };
+    // The first answer also sets a task (a retry's timer, say) that the second removes.
+    let mut together = TransitionWrite {
+        tasks_set: vec![("audit#1".to_owned(), timed("auditor", 1, T))],
+        ..answer("a", 1)
+    };
+    together.then(TransitionWrite {
+        tasks_removed: vec!["b#1".to_owned(), "audit#1".to_owned()],
+        ..answer("b", 2)
+    });
+
+    // A late answer among them refuses the write: nothing changes.
+    let retried = timed("coder", 2, T + 900);
+    let swapped = store
+        .swap_tasks(vec![swap("run-1", "b#1", b.clone(), Some(retried.clone()))])
+        .await
+        .unwrap();
+    assert_eq!(swapped, vec![true]);
+    let before = load(&*store, "run-1").await;
+    assert!(matches!(
+        store.apply_transition("run-1", 1, together.clone()).await,
+        Err(Error::Fenced { task_key, attempt: 1, .. }) if task_key == "b#1"
+    ));
+    assert_eq!(load(&*store, "run-1").await, before);
+    assert!(due_keys(&*store, "auditor", i64::MAX).await.is_empty());
+
+    // At the current attempts it applies as one transition.
+    let swapped = store
+        .swap_tasks(vec![swap("run-1", "b#1", retried, Some(b))])
+        .await
+        .unwrap();
+    assert_eq!(swapped, vec![true]);
+    assert_eq!(
+        store.apply_transition("run-1", 1, together).await.unwrap(),
+        2
+    );
+    let after = load(&*store, "run-1").await;
+    assert_eq!(after.version, 2);
+    assert_eq!(after.events, vec![json("a answered"), json("b answered")]);
+    assert_eq!(after.links, vec![json(r#"{"n":1}"#), json(r#"{"n":2}"#)]);
+    assert_eq!(after.results.len(), 2);
+    assert_eq!(after.steps["fan"], json(r#"{"settled":2}"#));
+    assert_eq!(after.steps["a"], json(r#"{"state":"done"}"#));
+    assert!(after.tasks.is_empty(), "{:?}", after.tasks.keys());
+    assert_eq!(after.updated_ms, 12);
+    for agent in ["coder", "auditor"] {
+        assert!(
+            due_keys(&*store, agent, i64::MAX).await.is_empty(),
+            "{agent}"
+        );
+    }
 }
 
 async fn task_and_version_read_one_task_and_the_version<S: Store>(store: Arc<S>) {

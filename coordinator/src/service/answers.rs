@@ -111,7 +111,7 @@ impl<S: Store> Coordinator<S> {
                     notes,
                 };
                 let applied = self
-                    .apply_patiently(run_id, event, answering, embedded.as_ref())
+                    .apply_patiently(run_id, event, answering, embedded)
                     .await
                     .map(|()| (None, None));
                 (applied, None)

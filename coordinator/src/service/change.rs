@@ -12,18 +12,27 @@ use super::runs::Loaded;
 use super::stats::add_elapsed;
 use super::watch::RunEvent;
 use super::{Coordinator, Error};
-use crate::clock::Instant;
 use crate::decisions::Embedded;
 use crate::hub::Assignment;
 use crate::model::{LoggedEvent, StoredEvent};
 use crate::record::RunRecord;
-use crate::store::{self, Store};
+use crate::store::{self, Store, TransitionWrite};
 use crate::task_ref::TaskRef;
 use crate::traces;
 
 /// How long an answer waits for an unreachable store (Redis restarting) before its task is put
 /// back in the queue.
 pub(super) const STORE_PATIENCE: Duration = Duration::from_secs(30);
+
+/// One event for [`Coordinator::apply_changes`], logged as `stored`, and the answer it records
+/// (with the vectors of the decisions it reports).
+#[derive(Clone, Copy)]
+pub(super) struct Change<'a> {
+    pub event: &'a Event,
+    pub stored: &'a StoredEvent,
+    pub answering: Option<Answering<'a>>,
+    pub embedded: Option<&'a Embedded>,
+}
 
 impl<S: Store> Coordinator<S> {
     /// Applies one event to a run: engine, store, then effects. Returns the run record when
@@ -52,64 +61,109 @@ impl<S: Store> Coordinator<S> {
         want_record: bool,
         embedded: Option<&Embedded>,
     ) -> Result<Option<RunRecord>, Error> {
+        let change = Change {
+            event: &event,
+            stored: &stored,
+            answering,
+            embedded,
+        };
+        let (mut outcomes, record) = self.apply_changes(run_id, &[change], want_record).await?;
+        outcomes.pop().expect("one outcome per change")?;
+        Ok(record)
+    }
+
+    /// Applies changes to a run in order, in one transition: one store write for all of them
+    /// (answers that arrived together, [`super::group_commit`]). Each change's outcome is the
+    /// engine's refusal of its event, if it refused it; the others are written. An error is
+    /// the write's, for every change: nothing was written (or, `Unavailable`, perhaps all).
+    pub(super) async fn apply_changes(
+        &self,
+        run_id: &str,
+        changes: &[Change<'_>],
+        want_record: bool,
+    ) -> Result<(Vec<Result<(), Error>>, Option<RunRecord>), Error> {
         // A conflict means another coordinator moved the run on: reload it and try again.
         let mut conflicts = 0;
         let mut stale_refusals = 0;
-        loop {
+        'attempt: loop {
             let (slot, mut guard) = self.locked(run_id).await?;
             let loaded = guard.as_mut().expect("locked loads the run");
             let profile = &self.inner.counters.profile;
-            let started = std::time::Instant::now();
             let now = self.now_ms();
-            let transition = match loaded.run.apply_at(event.clone(), now) {
-                Ok(transition) => transition,
-                Err(error) => {
-                    // A refusal is only as good as the copy of the run it was made on: if the
-                    // store has moved on (another coordinator's transition, or a copy loaded
-                    // while this one's write was landing), the event may apply to the run as it
-                    // is now. An approval decided right after it was requested was refused as
-                    // "not waiting" by a copy from before the request.
-                    // A store that cannot say leaves the refusal as it is.
-                    let moved_on = matches!(
-                        self.inner.store.version(run_id).await,
-                        Ok(stored) if stored != Some(loaded.version)
-                    );
-                    if stale_refusals < 2 && moved_on {
-                        stale_refusals += 1;
-                        *guard = None;
+            let version = loaded.version;
+            let history_before = loaded.run.history().len();
+            let mut outcomes = Vec::with_capacity(changes.len());
+            let mut write: Option<TransitionWrite> = None;
+            let mut actions = Vec::new();
+            let mut held = Vec::new();
+            let mut started = std::time::Instant::now();
+            for change in changes {
+                let transition = match loaded.run.apply_at(change.event.clone(), now) {
+                    Ok(transition) => transition,
+                    Err(error) => {
+                        // A refusal is only as good as the copy of the run it was made on: if
+                        // the store has moved on (another coordinator's transition, or a copy
+                        // loaded while this one's write was landing), the event may apply to
+                        // the run as it is now. An approval decided right after it was
+                        // requested was refused as "not waiting" by a copy from before the
+                        // request. A store that cannot say leaves the refusal as it is.
+                        let moved_on = matches!(
+                            self.inner.store.version(run_id).await,
+                            Ok(stored) if stored != Some(version)
+                        );
+                        if stale_refusals < 2 && moved_on {
+                            stale_refusals += 1;
+                            *guard = None;
+                            continue 'attempt;
+                        }
+                        outcomes.push(Err(refused(run_id, error, change.answering)));
                         continue;
                     }
-                    return Err(refused(run_id, error, answering));
+                };
+                started = add_elapsed(&profile.engine_us, started);
+                let logged = LoggedEvent {
+                    at_ms: now,
+                    event: change.stored.clone(),
+                };
+                let applied = Applied {
+                    event: Some(&logged),
+                    answering: change.answering,
+                    transition: &transition,
+                    history_before: loaded.run.history().len(),
+                    now_ms: now,
+                    embedded: change.embedded,
+                };
+                let planned = plan(loaded, &applied, &self.holder());
+                held.push(self.held_change(&planned));
+                // Taken on before the write, so that the next change is planned on it; a write
+                // that fails drops this copy of the run (below).
+                let Transition {
+                    run,
+                    actions: transition_actions,
+                } = transition;
+                let next = loaded.take_on(run, planned);
+                match &mut write {
+                    Some(write) => write.then(next),
+                    None => write = Some(next),
                 }
+                actions.extend(transition_actions);
+                outcomes.push(Ok(()));
+                started = add_elapsed(&profile.plan_us, started);
+            }
+            let Some(write) = write else {
+                // Every event was refused: nothing to write.
+                return Ok((outcomes, None));
             };
-            let started = add_elapsed(&profile.engine_us, started);
-            let history_before = loaded.run.history().len();
-            let logged = LoggedEvent {
-                at_ms: now,
-                event: stored.clone(),
-            };
-            let applied = Applied {
-                event: Some(&logged),
-                answering,
-                transition: &transition,
-                history_before,
-                now_ms: now,
-                embedded,
-            };
-            let planned = plan(loaded, &applied, &self.holder());
-            let started = add_elapsed(&profile.plan_us, started);
             let written = self
                 .inner
                 .store
-                .apply_transition(run_id, loaded.version, planned.write.clone())
+                .apply_transition(run_id, version, write)
                 .await;
             let started = add_elapsed(&profile.store_us, started);
-            let held = match written {
+            match written {
                 Ok(version) => {
                     self.inner.counters.transition_written();
-                    let held = self.held_change(&planned);
-                    loaded.adopt(transition.run.clone(), version, planned);
-                    held
+                    loaded.version = version;
                 }
                 Err(store::Error::Conflict { .. }) if conflicts < 3 => {
                     conflicts += 1;
@@ -117,83 +171,43 @@ impl<S: Store> Coordinator<S> {
                     continue;
                 }
                 // Whatever else failed, the cached run may be behind the store now (a write that
-                // timed out, or one short of its replicas, may have landed): the next call
-                // reloads it rather than acting on a guess.
+                // timed out, or one short of its replicas, may have landed), and this copy has
+                // taken on the changes: the next call reloads it rather than acting on a guess.
                 Err(other) => {
                     *guard = None;
                     return Err(other.into());
                 }
-            };
-            let assignments = self.act(run_id, loaded, &transition, history_before);
-            self.note_held(run_id, held);
+            }
+            let assignments = self.act(run_id, loaded, &actions, history_before);
+            for held in held {
+                self.note_held(run_id, held);
+            }
             add_elapsed(&profile.act_us, started);
             let record = want_record.then(|| self.record_of(loaded));
             let finished = loaded.run.status().is_terminal();
             drop(guard);
             if finished {
                 self.inner.runs.evict(run_id);
-            } else if matches!(event, Event::Redrive) {
+            } else if changes
+                .iter()
+                .any(|change| matches!(change.event, Event::Redrive))
+            {
                 // A finished run is not kept in memory; a retried one runs again here.
                 self.inner.runs.insert(run_id, slot.clone());
             }
             self.assigned(assignments).await;
-            return Ok(record);
+            return Ok((outcomes, record));
         }
     }
 
-    /// [`Coordinator::apply`] for a worker's answer: a store that is briefly unreachable (Redis
-    /// restarting) is waited out for a while rather than losing the answer, which is safe since
-    /// the write is fenced by the run's version and the task's attempt. A superseded attempt is
-    /// counted and refused.
-    pub(super) async fn apply_patiently(
-        &self,
-        run_id: &str,
-        event: Event,
-        answering: Answering<'_>,
-        embedded: Option<&Embedded>,
-    ) -> Result<(), Error> {
-        let mut wait = Duration::from_millis(50);
-        let give_up = Instant::now() + STORE_PATIENCE;
-        loop {
-            let applied = self
-                .apply(run_id, event.clone(), Some(answering), false, embedded)
-                .await;
-            match applied {
-                Err(Error::Store(store::Error::Unavailable(reason)))
-                    if Instant::now() < give_up =>
-                {
-                    tracing::warn!(run_id, %reason, "store unavailable; the answer waits");
-                    tokio::time::sleep(wait).await;
-                    wait = (wait * 2).min(Duration::from_secs(1));
-                }
-                Err(Error::Store(store::Error::Fenced {
-                    task_key,
-                    attempt,
-                    current,
-                    ..
-                })) => {
-                    self.inner.metrics.fenced.inc();
-                    self.forget_held(run_id, &task_key);
-                    // The fence is the answered task's.
-                    let task = TaskRef::new(run_id, answering.task, attempt);
-                    return Err(Error::Superseded {
-                        task_id: task.to_string(),
-                        attempt,
-                        current,
-                    });
-                }
-                other => return other.map(|_| ()),
-            }
-        }
-    }
-
-    /// Carries out a stored transition: tasks to the hub, events to watchers, spans of the
+    /// Carries out stored transitions (their actions, in order, and the steps they settled since
+    /// `history_before`): tasks to the hub, events to watchers, spans of the
     /// steps that settled without an agent.
     pub(super) fn act(
         &self,
         run_id: &str,
         loaded: &mut Loaded,
-        transition: &Transition,
+        actions: &[Action],
         history_before: usize,
     ) -> Vec<Assignment> {
         let settled = std::mem::take(&mut loaded.settled);
@@ -219,15 +233,14 @@ impl<S: Store> Coordinator<S> {
             }
         }
         if items_moved
-            || transition
-                .actions
+            || actions
                 .iter()
                 .any(|action| matches!(action, Action::Dispatch(task) if task.task.item.is_some()))
         {
             self.tell_map_progress(run_id, &loaded.run);
         }
         let mut assignments = Vec::new();
-        for action in &transition.actions {
+        for action in actions {
             match action {
                 Action::Dispatch(task) => assignments.extend(self.hand_out(loaded, task)),
                 Action::AwaitApproval {

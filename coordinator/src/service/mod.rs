@@ -11,6 +11,7 @@
 //! - `config`: sizes, ceilings, lease timings, the clock.
 //! - `runs`: the cache of runs this coordinator has loaded, rebuilt and checked from the store.
 //! - `change`: the one path of a change; `plan`: a transition as a store write, pure.
+//! - `group_commit`: answers to one run that arrive together, settled in one transition.
 //! - `tasks`: the coordinator's half of dispatch: tasks built from `Dispatch` actions, handed to
 //!   the hub, their workers noted.
 //! - `spans`: the spans of attempts and settled steps.
@@ -32,6 +33,7 @@ mod answers;
 mod approvals;
 mod change;
 mod config;
+mod group_commit;
 mod health;
 mod inspect;
 mod integrity;
@@ -52,6 +54,7 @@ use std::sync::Arc;
 
 pub use self::answers::{Answer, Outcome};
 pub use self::config::Config;
+use self::group_commit::AnswerQueues;
 pub use self::health::NotReady;
 pub use self::inspect::{ApprovalDetail, AttemptDetail, StepDetail, VisitDetail};
 pub use self::integrity::Verification;
@@ -95,6 +98,8 @@ struct Inner<S> {
     embedder: Arc<dyn Embedder>,
     /// Runs this coordinator has loaded. The store is the truth; this saves replaying it.
     runs: RunCache,
+    /// Answers waiting to be settled together, per run.
+    answers: AnswerQueues,
     /// Who watches which run.
     watchers: Watchers,
     /// Live output on its way to the store, and to the watchers here.
@@ -134,6 +139,7 @@ impl<S: Store> Coordinator<S> {
                 config,
                 embedder,
                 runs: RunCache::default(),
+                answers: AnswerQueues::default(),
                 watchers: Watchers::default(),
                 output: OutputFeed::default(),
                 leases: LeaseBook::default(),

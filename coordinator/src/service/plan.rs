@@ -90,7 +90,7 @@ pub(super) fn plan(loaded: &Loaded, applied: &Applied<'_>, holder: &Holder<'_>) 
     // (a 500-branch parallel step settles 500 times).
     let mut steps: BTreeMap<String, StepState> = BTreeMap::new();
     let mut write = TransitionWrite {
-        event: applied.event.map(json),
+        events: applied.event.map(json).into_iter().collect(),
         ..TransitionWrite::default()
     };
     let mut tasks_set = Vec::new();
@@ -339,16 +339,26 @@ pub(super) fn plan(loaded: &Loaded, applied: &Applied<'_>, holder: &Holder<'_>) 
 impl Loaded {
     /// Takes on a transition the store acknowledged at `version`.
     pub(super) fn adopt(&mut self, run: Run, version: u64, planned: Planned) {
-        self.run = run;
+        self.take_on(run, planned);
         self.version = version;
+    }
+
+    /// Takes on a transition before its write, keeping the version (the next transition of a
+    /// batch is planned on this one), and returns the write. The caller sets the version once
+    /// the store acknowledges the write, or drops this copy of the run if it does not.
+    pub(super) fn take_on(&mut self, run: Run, planned: Planned) -> TransitionWrite {
+        self.run = run;
         self.steps.extend(planned.steps);
         for key in &planned.write.tasks_removed {
             self.tasks.remove(key);
         }
         self.tasks.extend(planned.tasks_set);
         self.updated_ms = planned.write.updated_ms;
-        self.state_sha256 = planned.write.state_sha256;
-        self.settled = planned.settled;
+        self.state_sha256.clone_from(&planned.write.state_sha256);
+        // Spans of the settled steps are written when the transitions are acted on, all of a
+        // batch at once.
+        self.settled.extend(planned.settled);
+        planned.write
     }
 }
 

@@ -199,7 +199,7 @@ impl<S: Store> Coordinator<S> {
         let slot = Arc::new(AsyncMutex::new(None));
         let mut guard = slot.lock().await;
         self.inner.runs.insert(&run_id, slot.clone());
-        let assignments = self.act(&run_id, &mut loaded, &transition, 0);
+        let assignments = self.act(&run_id, &mut loaded, &transition.actions, 0);
         self.note_held(&run_id, held);
         self.inner.metrics.run_started();
         let finished = loaded.run.status().is_terminal();

@@ -185,9 +185,7 @@ fn apply(entry: &mut Entry, timers: &mut Timers, write: TransitionWrite) {
     let run = &mut entry.run;
     run.version += 1;
     run.links.extend(write.links);
-    if let Some(event) = write.event {
-        run.events.push(event);
-    }
+    run.events.extend(write.events);
     run.results.extend(write.results);
     run.steps.extend(write.steps);
     for key in &write.tasks_removed {

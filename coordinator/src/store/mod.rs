@@ -87,8 +87,10 @@ pub struct RunHeader {
 /// One transition, written all or nothing.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct TransitionWrite {
-    /// The event that caused it, JSON; `None` for the transition that starts the run.
-    pub event: Option<Vec<u8>>,
+    /// The events that caused it, JSON, in the order they were applied: none for the
+    /// transition that starts the run, several for answers settled together
+    /// ([`TransitionWrite::then`]).
+    pub events: Vec<Vec<u8>>,
     /// New results, `"<step>#<visit>"` -> JSON. Each key is written once.
     pub results: Vec<(String, Vec<u8>)>,
     /// Step states to set, step id -> JSON.
@@ -108,6 +110,32 @@ pub struct TransitionWrite {
     /// Tasks that must be at these attempts for the write to apply, task key -> attempt: the
     /// answer of one attempt is recorded only while that attempt is current.
     pub fences: Vec<(String, u32)>,
+}
+
+impl TransitionWrite {
+    /// Makes this write also do `next`, as if `next` were written right after it: one write
+    /// for several transitions of a run (answers that arrived together). Lists are appended in
+    /// order, and a later write of a key wins (a store writes them in order); the one exception
+    /// is a task `next` removes, which leaves `tasks_set` here, since a store removes tasks
+    /// before it sets them. Fences add up: each is checked against the run as stored before.
+    pub fn then(&mut self, next: TransitionWrite) {
+        self.events.extend(next.events);
+        self.results.extend(next.results);
+        self.steps
+            .retain(|(id, _)| !next.steps.iter().any(|(later, _)| later == id));
+        self.steps.extend(next.steps);
+        self.tasks_set
+            .retain(|(key, _)| !next.tasks_removed.contains(key));
+        self.tasks_removed.extend(next.tasks_removed);
+        self.tasks_set.extend(next.tasks_set);
+        self.links.extend(next.links);
+        self.decisions.extend(next.decisions);
+        self.fences.extend(next.fences);
+        self.status = next.status;
+        self.error = next.error;
+        self.state_sha256 = next.state_sha256;
+        self.updated_ms = next.updated_ms;
+    }
 }
 
 /// A compare-and-swap of one task ([`Store::swap_tasks`]).

@@ -117,7 +117,10 @@ fn a_dispatched_task_is_leased_to_this_coordinator_when_it_serves_the_agent() {
     let (loaded, start) = started();
     let planned = plan(&loaded, &first(&start), &holder(&["planner"]));
     let write = &planned.write;
-    assert_eq!(write.event, None, "the first transition applies no event");
+    assert!(
+        write.events.is_empty(),
+        "the first transition applies no event"
+    );
     assert_eq!(write.status, "running");
     assert_eq!(write.updated_ms, NOW);
     assert_eq!(planned.tasks_set.len(), 1);
@@ -153,7 +156,8 @@ fn an_answer_is_fenced_stored_once_and_linked_to_the_chain() {
         write.results,
         [("plan#1".to_string(), br#"{"files":["a.ts"]}"#.to_vec())]
     );
-    let logged: LoggedEvent = serde_json::from_slice(write.event.as_ref().unwrap()).unwrap();
+    assert_eq!(write.events.len(), 1);
+    let logged: LoggedEvent = serde_json::from_slice(&write.events[0]).unwrap();
     assert_eq!(logged.at_ms, NOW + 5);
     assert!(
         matches!(&logged.event, StoredEvent::AgentSucceeded { result, worker_id, .. } if result == "plan#1" && worker_id == "w1"),
@@ -267,7 +271,7 @@ fn write_bytes(write: &TransitionWrite) -> usize {
             .map(|(key, value)| key.len() + value.len())
             .sum()
     };
-    write.event.as_ref().map_or(0, Vec::len)
+    write.events.iter().map(Vec::len).sum::<usize>()
         + pairs(&write.results)
         + pairs(&write.steps)
         + pairs(&write.tasks_set)

@@ -92,10 +92,10 @@ pub(super) fn add_transition(
     timer_prefix: &str,
     run_id: &str,
 ) {
-    match &write.event {
-        Some(event) => invocation.arg("1").arg(event.as_slice()),
-        None => invocation.arg("0").arg(""),
-    };
+    invocation.arg(write.events.len());
+    for event in &write.events {
+        invocation.arg(event.as_slice());
+    }
     for list in [&write.results, &write.steps, &write.tasks_set] {
         invocation.arg(list.len());
         for (key, bytes) in list {

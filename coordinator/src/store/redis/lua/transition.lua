@@ -6,7 +6,7 @@
 -- run's hash tag.
 --
 -- A transition is encoded in ARGV from position `i` on (every value is a binary-safe string):
---   has_event ("1" or "0"), event (empty when has_event is "0"),
+--   n_events, then n_events events (applied in that order),
 --   n_results, then n_results pairs of (key, bytes),
 --   n_steps, then n_steps pairs of (step id, bytes),
 --   n_tasks_set, then n_tasks_set pairs of (task key, bytes),
@@ -36,9 +36,12 @@ end
 
 local function read_transition(i)
   local t = {}
-  t.has_event = ARGV[i] == '1'
-  t.event = ARGV[i + 1]
-  t.results, i = read_pairs(i + 2)
+  local n_events = tonumber(ARGV[i])
+  t.events = {}
+  for j = 1, n_events do
+    t.events[j] = ARGV[i + j]
+  end
+  t.results, i = read_pairs(i + 1 + n_events)
   t.steps, i = read_pairs(i)
   t.tasks_set, i = read_pairs(i)
   local n_removed = tonumber(ARGV[i])
@@ -170,7 +173,7 @@ local KEY_TYPES = { 'hash', 'list', 'hash', 'hash', 'hash', 'list', 'hash', 'str
 -- which any type takes.
 local function check_types(t)
   local written = {
-    [2] = t.has_event,
+    [2] = #t.events > 0,
     [3] = #t.results > 0,
     [4] = #t.steps > 0,
     [5] = #t.tasks_set + #t.tasks_removed > 0,
@@ -203,8 +206,8 @@ end
 -- Writes a checked transition and returns the run's new version; `before_status` is the run's
 -- status before it (false for a new run).
 local function write_transition(t, before_status)
-  if t.has_event then
-    redis.call('RPUSH', KEYS[2], t.event)
+  for _, event in ipairs(t.events) do
+    redis.call('RPUSH', KEYS[2], event)
   end
   for _, pair in ipairs(t.results) do
     redis.call('HSET', KEYS[3], pair[1], pair[2])
