@@ -430,17 +430,40 @@ fn a_dropped_net_leaves_nothing_behind_and_kills_what_ran_inside() {
             "{found:?}"
         );
     }
-    // A process the test forgot to stop: it would keep the namespace alive.
-    let mut forgotten = a
-        .command("sleep")
-        .arg("300")
-        .stdin(Stdio::null())
-        .spawn()
-        .unwrap();
+    // Processes the test forgot to stop: they would keep the namespace alive. Spawned just
+    // before the drop, so that some are still entering the namespace (one once outlived it).
+    let mut forgotten: Vec<_> = (0..20)
+        .map(|_| {
+            a.command("sleep")
+                .arg("300")
+                .stdin(Stdio::null())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
     drop(net);
     assert_eq!(leftovers(&bridge), Vec::<String>::new());
-    let status = forgotten.wait().unwrap();
-    assert!(!status.success(), "{status}");
+    // Killed by the drop, so each has ended (or ends in a moment) with a signal.
+    let until = Instant::now() + Duration::from_secs(5);
+    let mut survivors = Vec::new();
+    for child in &mut forgotten {
+        let status = loop {
+            match child.try_wait().unwrap() {
+                Some(status) => break Some(status),
+                None if Instant::now() > until => break None,
+                None => std::thread::sleep(Duration::from_millis(10)),
+            }
+        };
+        match status {
+            Some(status) => assert!(!status.success(), "{status}"),
+            None => {
+                survivors.push(child.id());
+                let _ = child.kill();
+                let _ = child.wait();
+            }
+        }
+    }
+    assert!(survivors.is_empty(), "outlived their Net: {survivors:?}");
 }
 
 /// Run by `a_crashed_runs_leftovers_are_removed_by_the_next_net` as a child process that it kills

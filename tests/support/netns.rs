@@ -533,24 +533,40 @@ fn remove_subnet(n: u8, listing: &Listing) {
 
 /// Kills (SIGKILL) every process inside `namespaces`: a namespace is only freed when its last
 /// process exits, and a test's children must not outlive its Net.
+///
+/// A child spawned just before is found however far it got: still `ip netns exec` (by its
+/// command line, [`entering`]), or inside. But while it execs, its command line may read empty
+/// and it is not inside yet (a `sleep 300` spawned just before a drop outlived its Net, about
+/// once in a hundred tries under load), so the search is repeated until it has found nothing new
+/// twice, 50 ms apart. The command lines are read before the namespaces: a process that has left
+/// `ip` by the second look was inside by then.
 fn kill_inside(namespaces: &[&str]) -> Result<(), String> {
-    let mut pids = entering(namespaces);
-    for ns in namespaces {
-        let out = run(Command::new("ip").args(["netns", "pids", ns]), None)?;
-        pids.extend(first_words(&out));
+    let mut killed = BTreeSet::new();
+    let mut quiet = 0;
+    while quiet < 2 {
+        let mut pids = entering(namespaces);
+        for ns in namespaces {
+            let out = run(Command::new("ip").args(["netns", "pids", ns]), None)?;
+            pids.extend(first_words(&out));
+        }
+        pids.retain(|pid| !killed.contains(pid));
+        if pids.is_empty() {
+            quiet += 1;
+            std::thread::sleep(Duration::from_millis(50));
+            continue;
+        }
+        quiet = 0;
+        // A process may exit on its own meanwhile: then `kill` fails for it alone; fine.
+        let _ = run(Command::new("kill").arg("-KILL").args(&pids), None);
+        killed.extend(pids);
     }
-    if pids.is_empty() {
-        return Ok(());
-    }
-    // A process may exit on its own meanwhile: then `kill` fails for it alone; fine.
-    let _ = run(Command::new("kill").arg("-KILL").args(&pids), None);
     Ok(())
 }
 
 /// The pids of `ip netns exec <ns> ...` processes for any of `namespaces`: a child just spawned by
 /// [`Host::command`] runs `ip` until it has joined the namespace and exec'd its program, and
 /// `ip netns pids` does not list it yet. Its pid stays the program's, so killing it kills
-/// whichever it is by then (a `sleep 300` spawned just before a drop once outlived its Net).
+/// whichever it is by then.
 fn entering(namespaces: &[&str]) -> Vec<String> {
     let Ok(proc) = std::fs::read_dir("/proc") else {
         return Vec::new();
