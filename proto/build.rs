@@ -7,6 +7,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         Some(protoc) => config.protoc_executable(protoc),
         None => config.protoc_executable(protoc_bin_vendored::protoc_bin_path()?),
     };
+    // JSON bytes (payload parts, results, manifests) are shared, not copied: a part goes to
+    // every worker that needs it, and a received part is a slice of the frame it came in.
+    config.bytes([".baton.v1.Json.json"]);
     let descriptor =
         std::path::PathBuf::from(std::env::var("OUT_DIR")?).join("baton_descriptor.bin");
     tonic_prost_build::configure()

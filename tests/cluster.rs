@@ -438,7 +438,7 @@ async fn bad_input_is_refused_with_a_clear_error_and_nothing_is_stored() {
     );
     // An input whose SHA-256 does not match its bytes.
     let mut tampered = Json::new(br#""Add dark mode toggle""#.to_vec());
-    tampered.json[1] = b'a';
+    tampered.flip(1, tampered.json[1] ^ b'a');
     assert_refused(
         client
             .submit_run(submit(valid.clone(), Some(tampered.clone())))

@@ -10,18 +10,21 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use baton_core::{AgentPayload, Manifest};
+use bytes::Bytes;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-/// One part of a payload: JSON bytes, named by their SHA-256 (lowercase hex).
+/// One part of a payload: JSON bytes, named by their SHA-256 (lowercase hex). The bytes are
+/// shared: with the store write that recorded a result, and with every worker sent the part.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Part {
-    pub json: Vec<u8>,
+    pub json: Bytes,
     pub sha256: String,
 }
 
 impl Part {
-    pub fn new(json: Vec<u8>) -> Self {
+    pub fn new(json: impl Into<Bytes>) -> Self {
+        let json = json.into();
         let sha256 = hex::encode(Sha256::digest(&json));
         Self { json, sha256 }
     }
@@ -60,7 +63,8 @@ impl PartEncoder {
         }
     }
 
-    fn part(&mut self, value: &Arc<Value>) -> Arc<Part> {
+    /// The part of a shared value, encoded and hashed the first time it is asked for.
+    pub fn part(&mut self, value: &Arc<Value>) -> Arc<Part> {
         let key = Arc::as_ptr(value) as usize;
         self.encoded
             .entry(key)
@@ -70,6 +74,21 @@ impl PartEncoder {
             })
             .1
             .clone()
+    }
+
+    /// The part of a value already encoded, if it was.
+    pub fn cached(&self, value: &Arc<Value>) -> Option<Arc<Part>> {
+        let key = Arc::as_ptr(value) as usize;
+        self.encoded.get(&key).map(|(_, part)| part.clone())
+    }
+
+    /// Takes `json`, the encoding of `value` made for the store (a new result), as its part:
+    /// the tasks that name the result then send those bytes rather than encoding it again.
+    pub fn encoded(&mut self, value: &Arc<Value>, json: Bytes) {
+        let key = Arc::as_ptr(value) as usize;
+        self.encoded
+            .entry(key)
+            .or_insert_with(|| (value.clone(), Arc::new(Part::new(json))));
     }
 }
 
@@ -111,7 +130,7 @@ mod tests {
         let by_digest: HashMap<&str, &[u8]> = first
             .parts
             .iter()
-            .map(|part| (part.sha256.as_str(), part.json.as_slice()))
+            .map(|part| (part.sha256.as_str(), &part.json[..]))
             .collect();
         let assembled =
             baton_core::payload::assemble(&manifest, |d| by_digest.get(d).copied()).unwrap();

@@ -879,7 +879,7 @@ async fn notes_that_do_not_match_their_digest_are_refused() {
     let run_id = submit(&coordinator, THEME_FEATURE).await;
     let plan = worker.next_task();
     let mut notes = json_bytes(&theme_decisions());
-    notes.json[5] ^= 1;
+    notes.flip(5, 1);
     let error = worker_service::answer(
         &coordinator,
         "w1",

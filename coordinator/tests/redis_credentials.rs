@@ -104,7 +104,7 @@ async fn exercise(store: &RedisStore) {
     store.create_run(header, first).await.expect("create_run");
     let second = TransitionWrite {
         events: vec![br#"{"event":"answer"}"#.to_vec()],
-        results: vec![("plan#1".to_owned(), br#"{"ok":true}"#.to_vec())],
+        results: vec![("plan#1".to_owned(), br#"{"ok":true}"#.to_vec().into())],
         status: "running".to_owned(),
         state_sha256: "1".repeat(64),
         updated_ms: 2_000,

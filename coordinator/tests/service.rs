@@ -206,7 +206,7 @@ async fn bad_input_is_refused_with_what_is_wrong_and_nothing_is_stored() {
     );
 
     let mut tampered = input(json!("toggle"));
-    tampered.json[1] = b'T';
+    tampered.flip(1, tampered.json[1] ^ b'T');
     let digest = client::submit(&coordinator, FEATURE.as_bytes(), &tampered)
         .await
         .unwrap_err();
@@ -285,7 +285,7 @@ async fn a_corrupted_result_fails_its_step_instead_of_stalling_the_run() {
     let mut worker = FakeWorker::connect(&coordinator, "w1", &["planner"]).await;
     let plan = worker.next_task();
     let mut corrupted = input(json!({"files": []}));
-    corrupted.json[2] = b'F';
+    corrupted.flip(2, corrupted.json[2] ^ b'F');
     let refused = worker_service::answer(
         &coordinator,
         &worker.id,

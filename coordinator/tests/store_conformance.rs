@@ -133,6 +133,14 @@ fn json(text: &str) -> Vec<u8> {
     text.as_bytes().to_vec()
 }
 
+/// A transition's results, as the store takes them (shared bytes).
+fn result_bytes(pairs: Vec<(String, Vec<u8>)>) -> Vec<(String, bytes::Bytes)> {
+    pairs
+        .into_iter()
+        .map(|(key, value)| (key, value.into()))
+        .collect()
+}
+
 fn header(run_id: &str, created_ms: i64) -> RunHeader {
     RunHeader {
         run_id: run_id.to_owned(),
@@ -335,7 +343,7 @@ async fn create_then_load<S: Store>(store: Arc<S>) {
     // A start transition with no event and no error.
     let first = TransitionWrite {
         events: vec![],
-        results: vec![("seed#1".to_owned(), binary())],
+        results: result_bytes(vec![("seed#1".to_owned(), binary())]),
         steps: vec![
             ("plan".to_owned(), json(r#"{"state":"queued"}"#)),
             ("review".to_owned(), json(r#"{"state":"waiting"}"#)),
@@ -390,7 +398,7 @@ async fn create_then_load<S: Store>(store: Arc<S>) {
     };
     let first = TransitionWrite {
         events: vec![binary()],
-        results: vec![("empty#1".to_owned(), Vec::new())],
+        results: result_bytes(vec![("empty#1".to_owned(), Vec::new())]),
         steps: vec![("plan".to_owned(), Vec::new())],
         tasks_set: Vec::new(),
         tasks_removed: Vec::new(),
@@ -442,7 +450,7 @@ async fn create_twice_is_already_exists<S: Store>(store: Arc<S>) {
     };
     let other_first = TransitionWrite {
         events: vec![json(r#"{"type":"started"}"#)],
-        results: vec![("x#1".to_owned(), json("1"))],
+        results: result_bytes(vec![("x#1".to_owned(), json("1"))]),
         status: "failed".to_owned(),
         error: Some("no".to_owned()),
         ..start(999)
@@ -473,7 +481,7 @@ async fn apply_at_the_right_version<S: Store>(store: Arc<S>) {
     // Finish `plan`, queue `review`.
     let write = TransitionWrite {
         events: vec![json(r#"{"type":"step_done","step":"plan"}"#)],
-        results: vec![("plan#1".to_owned(), binary())],
+        results: result_bytes(vec![("plan#1".to_owned(), binary())]),
         steps: vec![
             ("plan".to_owned(), json(r#"{"state":"done"}"#)),
             ("review".to_owned(), json(r#"{"state":"queued"}"#)),
@@ -515,7 +523,7 @@ async fn apply_at_the_right_version<S: Store>(store: Arc<S>) {
     // `review` fails the run: results merge, the error is set, the last tasks go.
     let write = TransitionWrite {
         events: vec![json(r#"{"type":"step_failed","step":"review"}"#)],
-        results: vec![("review#1".to_owned(), json(r#"{"ok":false}"#))],
+        results: result_bytes(vec![("review#1".to_owned(), json(r#"{"ok":false}"#))]),
         steps: vec![("review".to_owned(), json(r#"{"state":"failed"}"#))],
         tasks_set: Vec::new(),
         tasks_removed: vec!["review#1".to_owned(), "audit#1".to_owned()],
@@ -592,7 +600,7 @@ async fn apply_at_a_stale_version_is_conflict<S: Store>(store: Arc<S>) {
 
     for expected in [1, 0, 3, 7] {
         let write = TransitionWrite {
-            results: vec![("late#1".to_owned(), json("1"))],
+            results: result_bytes(vec![("late#1".to_owned(), json("1"))]),
             steps: vec![("late".to_owned(), json("{}"))],
             tasks_set: vec![("late#1".to_owned(), json("{}"))],
             tasks_removed: vec!["plan#1".to_owned()],
@@ -621,7 +629,7 @@ async fn apply_at_a_stale_version_is_conflict<S: Store>(store: Arc<S>) {
 
 async fn apply_to_a_missing_run_is_not_found<S: Store>(store: Arc<S>) {
     let write = TransitionWrite {
-        results: vec![("plan#1".to_owned(), json("1"))],
+        results: result_bytes(vec![("plan#1".to_owned(), json("1"))]),
         tasks_set: vec![("plan#1".to_owned(), json("{}"))],
         ..status_write("running", "e", 1)
     };
@@ -642,7 +650,7 @@ async fn apply_to_a_missing_run_is_not_found<S: Store>(store: Arc<S>) {
 async fn rewriting_a_result<S: Store>(store: Arc<S>) {
     create(&*store, "run-1", 100, start(100)).await;
     let plan_done = TransitionWrite {
-        results: vec![("plan#1".to_owned(), json(r#"{"answer":1}"#))],
+        results: result_bytes(vec![("plan#1".to_owned(), json(r#"{"answer":1}"#))]),
         ..status_write("running", "plan done", 200)
     };
     assert_eq!(
@@ -654,10 +662,10 @@ async fn rewriting_a_result<S: Store>(store: Arc<S>) {
     // A different result for plan#1, next to a new one and other changes: all refused.
     let rewrite = TransitionWrite {
         events: vec![json("rewrite")],
-        results: vec![
+        results: result_bytes(vec![
             ("review#1".to_owned(), json(r#"{"ok":true}"#)),
             ("plan#1".to_owned(), json(r#"{"answer":2}"#)),
-        ],
+        ]),
         steps: vec![("review".to_owned(), json(r#"{"state":"done"}"#))],
         tasks_set: vec![("review#1".to_owned(), json("{}"))],
         tasks_removed: vec!["plan#1".to_owned()],
@@ -678,10 +686,10 @@ async fn rewriting_a_result<S: Store>(store: Arc<S>) {
 
     // The same bytes again (a retried write) are accepted, with the new result.
     let retry = TransitionWrite {
-        results: vec![
+        results: result_bytes(vec![
             ("plan#1".to_owned(), json(r#"{"answer":1}"#)),
             ("review#1".to_owned(), json(r#"{"ok":true}"#)),
-        ],
+        ]),
         ..status_write("succeeded", "review done", 300)
     };
     assert_eq!(store.apply_transition("run-1", 2, retry).await.unwrap(), 3);
@@ -1237,7 +1245,7 @@ async fn concurrent_appliers_one_wins<S: Store>(store: Arc<S>) {
             let barrier = Arc::clone(&barrier);
             tokio::spawn(async move {
                 let write = TransitionWrite {
-                    results: vec![(format!("step{i}#1"), json(&format!("{i}")))],
+                    results: result_bytes(vec![(format!("step{i}#1"), json(&format!("{i}")))]),
                     ..status_write(
                         "running",
                         &format!("event from applier {i}"),
@@ -1710,7 +1718,7 @@ async fn fenced_transitions_apply_only_at_the_current_attempt<S: Store>(store: A
     );
     let before = load(&*store, "run-1").await;
     let late_answer = |fences: Vec<(String, u32)>| TransitionWrite {
-        results: vec![("plan#1".to_owned(), json(r#"{"answer":"late"}"#))],
+        results: result_bytes(vec![("plan#1".to_owned(), json(r#"{"answer":"late"}"#))]),
         steps: vec![("plan".to_owned(), json(r#"{"state":"done"}"#))],
         tasks_set: vec![("review#1".to_owned(), timed("reviewer", 1, T))],
         tasks_removed: vec!["plan#1".to_owned()],
@@ -1821,10 +1829,10 @@ async fn transitions_written_together_apply_in_order<S: Store>(store: Arc<S>) {
     };
     create(&*store, "run-1", 1, first).await;
     let answer = |branch: &str, n: i64| TransitionWrite {
-        results: vec![(
+        results: result_bytes(vec![(
             format!("{branch}#1"),
             json(&format!(r#"{{"branch":"{branch}"}}"#)),
-        )],
+        )]),
         steps: vec![
             (branch.to_owned(), json(r#"{"state":"done"}"#)),
             ("fan".to_owned(), json(&format!(r#"{{"settled":{n}}}"#))),
@@ -2068,12 +2076,12 @@ mod redis_layout {
         let run_ids = ["run-a", "0190b6d4-5d2e-7c3a-9f1e-2b8a4c6d8e0f"];
         for (n, run_id) in run_ids.iter().enumerate() {
             let first = TransitionWrite {
-                results: vec![("seed#1".to_owned(), json("1"))],
+                results: result_bytes(vec![("seed#1".to_owned(), json("1"))]),
                 ..super::start(n as i64)
             };
             create(&store, run_id, n as i64, first).await;
             let write = TransitionWrite {
-                results: vec![("plan#1".to_owned(), binary())],
+                results: result_bytes(vec![("plan#1".to_owned(), binary())]),
                 steps: vec![("plan".to_owned(), json("{}"))],
                 tasks_set: vec![("review#1".to_owned(), timed("coder", 1, 1_000))],
                 links: vec![json("{}")],
@@ -2188,22 +2196,22 @@ mod redis_layout {
     async fn a_result_is_stored_once() {
         let (server, store) = start().await;
         let first = TransitionWrite {
-            results: vec![("seed#1".to_owned(), json("0"))],
+            results: result_bytes(vec![("seed#1".to_owned(), json("0"))]),
             ..super::start(1)
         };
         create(&store, "run-1", 1, first).await;
         let write = TransitionWrite {
-            results: vec![
+            results: result_bytes(vec![
                 ("seed#1".to_owned(), json("0")),
                 ("plan#1".to_owned(), binary()),
                 ("plan#1".to_owned(), binary()),
                 ("review#1".to_owned(), json("2")),
-            ],
+            ]),
             ..status_write("running", "e", 2)
         };
         store.apply_transition("run-1", 1, write).await.unwrap();
         let retry = TransitionWrite {
-            results: vec![("review#1".to_owned(), json("2"))],
+            results: result_bytes(vec![("review#1".to_owned(), json("2"))]),
             ..status_write("running", "e", 3)
         };
         store.apply_transition("run-1", 2, retry).await.unwrap();
@@ -2311,7 +2319,7 @@ mod redis_layout {
             .collect();
             let lengths = lengths_of(&mut con, &others).await;
             let write = TransitionWrite {
-                results: vec![("plan#1".to_owned(), json("1"))],
+                results: result_bytes(vec![("plan#1".to_owned(), json("1"))]),
                 steps: vec![("plan".to_owned(), json("{}"))],
                 tasks_set: vec![(
                     "code#1".to_owned(),

@@ -52,9 +52,18 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 
 impl Json {
     /// Wraps JSON bytes with their digest.
-    pub fn new(json: Vec<u8>) -> Self {
+    pub fn new(json: impl Into<bytes::Bytes>) -> Self {
+        let json = json.into();
         let sha256 = sha256_hex(&json);
         Self { json, sha256 }
+    }
+
+    /// Flips the bits of `mask` in byte `at`, keeping the digest: corrupted bytes, for fault
+    /// injection and tests. The bytes may be shared, so they are copied first.
+    pub fn flip(&mut self, at: usize, mask: u8) {
+        let mut bytes = self.json.to_vec();
+        bytes[at] ^= mask;
+        self.json = bytes.into();
     }
 
     /// The bytes, if they match their digest.
@@ -98,7 +107,7 @@ mod tests {
     fn a_changed_byte_is_caught() {
         let mut json = Json::new(br#"{"plan":1}"#.to_vec());
         assert_eq!(json.verified(), Ok(&br#"{"plan":1}"#[..]));
-        json.json[9] = b'2';
+        json.flip(9, b'1' ^ b'2');
         assert!(json.verified().is_err());
     }
 }

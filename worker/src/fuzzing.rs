@@ -262,15 +262,15 @@ fn part_cache_stream(u: &mut Unstructured) -> arbitrary::Result<()> {
                 match u.choose(&candidates) {
                     Ok(&i) => {
                         let at = u.choose_index(sent[i].json.len())?;
-                        sent[i].json[at] ^= 1 << u.choose_index(8)?;
+                        sent[i].flip(at, 1 << u.choose_index(8)?);
                     }
                     Err(_) => harmless = true,
                 }
             }
             Fault::ManifestFlipped => {
-                let json = &mut manifest_json.as_mut().expect("made above").json;
-                let at = u.choose_index(json.len())?;
-                json[at] ^= 1 << u.choose_index(8)?;
+                let json = manifest_json.as_mut().expect("made above");
+                let at = u.choose_index(json.json.len())?;
+                json.flip(at, 1 << u.choose_index(8)?);
             }
             Fault::ManifestReplaced => {
                 let mut bytes = serde_json::to_vec(&manifest).expect("a manifest serialises");

@@ -148,7 +148,7 @@ impl PartCache {
         let mut sent = HashMap::with_capacity(parts.len());
         for part in parts {
             part.verified().map_err(PayloadError::CorruptPart)?;
-            sent.insert(part.sha256, Bytes::from(part.json));
+            sent.insert(part.sha256, part.json);
         }
         let mut resolved = HashMap::new();
         for (key, digest) in manifest.parts() {
@@ -253,7 +253,7 @@ mod tests {
         let mut cache = PartCache::new(1 << 20);
         let input = part(json!("x"));
         let mut plan = part(json!({"files": 1}));
-        plan.json[3] ^= 1;
+        plan.flip(3, 1);
         let error = cache
             .receive(
                 Some(manifest(&input, &[("plan", &plan)])),

@@ -36,7 +36,7 @@ fn task(n: usize, pool: &[Arc<Part>], picks: &[usize]) -> (ReadyTask, Vec<u8>) {
     parts.push(parts[0].clone());
     let all: HashMap<&str, &[u8]> = parts
         .iter()
-        .map(|part| (part.sha256.as_str(), part.json.as_slice()))
+        .map(|part| (part.sha256.as_str(), &part.json[..]))
         .collect();
     let expected = assemble(&manifest, |d| all.get(d).copied()).unwrap();
     let step = TaskId::new(format!("t{n}"), 1);

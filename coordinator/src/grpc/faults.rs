@@ -33,13 +33,14 @@ impl Faults {
             return message;
         }
         if let Some(coordinator_message::Message::Task(task)) = &mut message.message
-            && let Some(byte) = task.parts.first_mut().and_then(|part| part.json.last_mut())
+            && let Some(part) = task.parts.first_mut().filter(|part| !part.json.is_empty())
             && self
                 .corrupt_parts
                 .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1))
                 .is_ok()
         {
-            *byte ^= 0x01;
+            let last = part.json.len() - 1;
+            part.flip(last, 0x01);
         }
         message
     }

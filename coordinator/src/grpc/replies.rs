@@ -11,6 +11,7 @@ use crate::store::{RunPage, RunSummary};
 
 impl From<&Part> for Json {
     fn from(part: &Part) -> Self {
+        // The bytes are shared, not copied: one part goes to every worker that needs it.
         Json {
             json: part.json.clone(),
             sha256: part.sha256.clone(),
@@ -156,6 +157,7 @@ impl From<RunEvent> for v1::RunEvent {
                 visit,
                 status,
                 data,
+                encoded,
                 error,
                 next,
                 parent,
@@ -164,9 +166,13 @@ impl From<RunEvent> for v1::RunEvent {
                 step_id,
                 visit,
                 status: status.as_str().into(),
-                data: data.map(|data| {
-                    Json::new(serde_json::to_vec(data.as_ref()).expect("data is JSON"))
-                }),
+                data: match (encoded, data) {
+                    (Some(part), _) => Some(part.as_ref().into()),
+                    (None, Some(data)) => Some(Json::new(
+                        serde_json::to_vec(data.as_ref()).expect("data is JSON"),
+                    )),
+                    (None, None) => None,
+                },
                 error,
                 next,
                 parent,

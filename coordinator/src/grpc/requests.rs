@@ -60,7 +60,7 @@ pub fn submission(
     check_depth("the input", &input_value, config)?;
     Ok(Submission {
         workflow: request.workflow,
-        input: input.json,
+        input: input.json.to_vec(),
         input_value,
         idempotency_key: key,
         traceparent,

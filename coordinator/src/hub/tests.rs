@@ -288,7 +288,7 @@ fn sent_parts(rx: &mut mpsc::UnboundedReceiver<ToWorker>) -> Vec<String> {
         ToWorker::Task(task) => task
             .parts
             .iter()
-            .map(|part| String::from_utf8(part.json.clone()).unwrap())
+            .map(|part| String::from_utf8(part.json.to_vec()).unwrap())
             .collect(),
         other => panic!("expected a task, got {other:?}"),
     }

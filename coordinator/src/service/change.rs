@@ -221,7 +221,7 @@ impl<S: Store> Coordinator<S> {
                 items_moved = true;
             } else {
                 self.notify(run_id, || {
-                    RunEvent::step_finished(record, history_before + n)
+                    RunEvent::step_finished(record, history_before + n, &loaded.parts)
                 });
             }
             // An agent step's spans are its attempts', written as their answers come.

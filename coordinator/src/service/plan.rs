@@ -6,11 +6,14 @@
 //! state chain, the decisions reported (with their embeddings), and the run's status.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use baton_core::handoff::DecisionRecord;
 use baton_core::integrity::ChainLink;
 use baton_core::workflow::StepType;
 use baton_core::{Action, Run, RunStatus, StepRecord, TaskId, Transition, Workflow};
+use bytes::Bytes;
+use serde_json::Value;
 
 use super::json;
 use super::runs::{Loaded, SettledTiming};
@@ -27,6 +30,8 @@ use crate::task_ref::{chain_step, record_key, task_key, visit_key};
 #[derive(Clone)]
 pub(super) struct Planned {
     pub write: TransitionWrite,
+    /// Each new result with the bytes the write stores it as, which its payload part shares.
+    pub encoded: Vec<(Arc<Value>, Bytes)>,
     pub steps: Vec<(String, StepState)>,
     pub tasks_set: Vec<(String, TaskEntry)>,
     /// One per step visit settled, in history order.
@@ -150,6 +155,7 @@ pub(super) fn plan(loaded: &Loaded, applied: &Applied<'_>, holder: &Holder<'_>) 
         );
     }
     let mut settled = Vec::new();
+    let mut encoded = Vec::new();
     for record in &run.history_since(applied.history_before) {
         settled.push(settled_timing(loaded, run, record));
         let key = record_key(record);
@@ -158,7 +164,9 @@ pub(super) fn plan(loaded: &Loaded, applied: &Applied<'_>, holder: &Holder<'_>) 
         if matches!(record.step_type, StepType::Agent | StepType::Transform)
             && let Some(data) = &record.data
         {
-            write.results.push((key.clone(), json(data.as_ref())));
+            let bytes = Bytes::from(json(data.as_ref()));
+            write.results.push((key.clone(), bytes.clone()));
+            encoded.push((data.clone(), bytes));
         }
         let link = ChainLink::after(
             &head,
@@ -330,6 +338,7 @@ pub(super) fn plan(loaded: &Loaded, applied: &Applied<'_>, holder: &Holder<'_>) 
     write.updated_ms = now;
     Planned {
         write,
+        encoded,
         steps: steps.into_iter().collect(),
         tasks_set,
         settled,
@@ -353,6 +362,9 @@ impl Loaded {
             self.tasks.remove(key);
         }
         self.tasks.extend(planned.tasks_set);
+        for (value, json) in planned.encoded {
+            self.parts.encoded(&value, json);
+        }
         self.updated_ms = planned.write.updated_ms;
         self.state_sha256.clone_from(&planned.write.state_sha256);
         // Spans of the settled steps are written when the transitions are acted on, all of a

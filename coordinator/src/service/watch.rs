@@ -16,6 +16,7 @@ use super::runs::Loaded;
 use super::{Coordinator, Error};
 use crate::clock::Instant;
 use crate::model::{TaskEntry, TaskState};
+use crate::parts::{Part, PartEncoder};
 use crate::record::RunRecord;
 use crate::store::{OutputOffset, OutputPiece, Store};
 use crate::task_ref::parse_task_key;
@@ -36,6 +37,9 @@ pub enum RunEvent {
         visit: u32,
         status: baton_core::StepStatus,
         data: Option<Arc<Value>>,
+        /// `data` as its payload part, when the run's encoder holds it (a new result always):
+        /// every watcher is sent those bytes, encoded and hashed once.
+        encoded: Option<Arc<Part>>,
         error: String,
         /// Where routing went next, empty for none (a branch, or the end).
         next: String,
@@ -71,13 +75,14 @@ pub enum RunEvent {
 }
 
 impl RunEvent {
-    pub(super) fn step_finished(record: &StepRecord, position: usize) -> Self {
+    pub(super) fn step_finished(record: &StepRecord, position: usize, parts: &PartEncoder) -> Self {
         RunEvent::StepFinished {
             position,
             step_id: record.step_id.to_string(),
             visit: record.visit,
             status: record.status,
             data: record.data.clone(),
+            encoded: record.data.as_ref().and_then(|data| parts.cached(data)),
             error: record.error.as_deref().unwrap_or_default().to_owned(),
             next: record.next.as_deref().unwrap_or_default().to_owned(),
             parent: record.parent.as_deref().unwrap_or_default().to_owned(),
@@ -256,7 +261,7 @@ impl<S: Store> Coordinator<S> {
             .iter()
             .enumerate()
             .filter(|(_, record)| record.item.is_none())
-            .map(|(n, record)| RunEvent::step_finished(record, settled + n))
+            .map(|(n, record)| RunEvent::step_finished(record, settled + n, &loaded.parts))
             .collect();
         if running {
             for (key, entry) in &loaded.tasks {

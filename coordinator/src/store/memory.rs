@@ -166,7 +166,7 @@ fn check(run: &StoredRun, write: &TransitionWrite) -> Result<(), Error> {
     }
     for (key, bytes) in &write.results {
         if let Some(existing) = run.results.get(key)
-            && existing != bytes
+            && existing[..] != bytes[..]
         {
             return Err(Error::Corrupt(format!(
                 "run {} already has a different result for {key}",
@@ -186,7 +186,12 @@ fn apply(entry: &mut Entry, timers: &mut Timers, write: TransitionWrite) {
     run.version += 1;
     run.links.extend(write.links);
     run.events.extend(write.events);
-    run.results.extend(write.results);
+    run.results.extend(
+        write
+            .results
+            .into_iter()
+            .map(|(key, bytes)| (key, bytes.to_vec())),
+    );
     run.steps.extend(write.steps);
     for key in &write.tasks_removed {
         run.tasks.remove(key);

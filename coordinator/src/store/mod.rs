@@ -35,6 +35,8 @@ use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::time::Duration;
 
+use bytes::Bytes;
+
 pub use output::{OUTPUT_KEPT_AFTER_END, OUTPUT_MAX_BYTES, OutputOffset, OutputPiece};
 pub use query::{MIN_SCAN_BUDGET, RunCursor, RunPage, RunQuery, run_status, scan_budget};
 
@@ -91,8 +93,9 @@ pub struct TransitionWrite {
     /// transition that starts the run, several for answers settled together
     /// ([`TransitionWrite::then`]).
     pub events: Vec<Vec<u8>>,
-    /// New results, `"<step>#<visit>"` -> JSON. Each key is written once.
-    pub results: Vec<(String, Vec<u8>)>,
+    /// New results, `"<step>#<visit>"` -> JSON. Each key is written once. The bytes are the
+    /// ones the coordinator's part cache and watch events share (encoded once).
+    pub results: Vec<(String, Bytes)>,
     /// Step states to set, step id -> JSON.
     pub steps: Vec<(String, Vec<u8>)>,
     /// Tasks to set, task key -> JSON.

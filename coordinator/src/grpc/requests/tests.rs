@@ -44,7 +44,7 @@ fn a_result_that_cannot_be_data_is_carried_as_a_refusal_naming_why() {
         ..Config::default()
     };
     let mut tampered = Json::new(br#"{"a":1}"#.to_vec());
-    tampered.json[5] = b'2';
+    tampered.flip(5, tampered.json[5] ^ b'2');
     let tampered = v1::task_result::Outcome::Data(tampered);
     assert!(refusal(answer(result("r/s#1@1", tampered), &config).unwrap()).contains("SHA-256"));
     let big = data(&json!("x".repeat(100)));
@@ -186,7 +186,7 @@ fn a_submission_is_checked_in_order_key_sizes_digest_json_depth() {
     assert!(refused(request(&[b' '; 11], ""), input(b"1")).contains("the workflow is 11 bytes"));
     assert!(refused(request(b"{}", ""), input(b"[1,2,3,4]")).contains("the input is 9 bytes"));
     let mut tampered = input(b"1");
-    tampered.json[0] = b'2';
+    tampered.flip(0, tampered.json[0] ^ b'2');
     assert!(refused(request(b"{}", ""), tampered).contains("SHA-256"));
     assert!(refused(request(b"{}", ""), input(b"{oops")).contains("not valid JSON"));
     let ok = submission(request(b"{}", "k"), input(b"[1]"), "tp".into(), &config).unwrap();

@@ -139,6 +139,22 @@ fn a_dispatched_task_is_leased_to_this_coordinator_when_it_serves_the_agent() {
 }
 
 #[test]
+fn a_new_result_is_encoded_once_for_its_write_and_its_payload_part() {
+    let (mut loaded, planned) = planner_answered(json!({"files": ["a.ts"]}));
+    let stored = &planned.write.results[0].1;
+    let data = loaded.run.history()[0].data.clone().unwrap();
+    let part = loaded
+        .parts
+        .cached(&data)
+        .expect("the new result is a part already");
+    // The very bytes the write stores, not a copy or a second encoding.
+    assert_eq!(part.json.as_ptr(), stored.as_ptr());
+    assert_eq!(part.json, *stored);
+    // The tasks that name it send that part.
+    assert!(std::sync::Arc::ptr_eq(&loaded.parts.part(&data), &part));
+}
+
+#[test]
 fn a_task_no_worker_here_serves_is_left_unowned_and_due_now() {
     let (loaded, start) = started();
     let planned = plan(&loaded, &first(&start), &holder(&["coder"]));
@@ -154,7 +170,7 @@ fn an_answer_is_fenced_stored_once_and_linked_to_the_chain() {
     assert!(write.tasks_removed.contains(&"plan#1".to_string()));
     assert_eq!(
         write.results,
-        [("plan#1".to_string(), br#"{"files":["a.ts"]}"#.to_vec())]
+        [("plan#1".to_string(), br#"{"files":["a.ts"]}"#[..].into())]
     );
     assert_eq!(write.events.len(), 1);
     let logged: LoggedEvent = serde_json::from_slice(&write.events[0]).unwrap();
@@ -272,7 +288,11 @@ fn write_bytes(write: &TransitionWrite) -> usize {
             .sum()
     };
     write.events.iter().map(Vec::len).sum::<usize>()
-        + pairs(&write.results)
+        + write
+            .results
+            .iter()
+            .map(|(key, value)| key.len() + value.len())
+            .sum::<usize>()
         + pairs(&write.steps)
         + pairs(&write.tasks_set)
         + write.tasks_removed.iter().map(String::len).sum::<usize>()

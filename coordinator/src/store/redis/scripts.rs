@@ -96,7 +96,11 @@ pub(super) fn add_transition(
     for event in &write.events {
         invocation.arg(event.as_slice());
     }
-    for list in [&write.results, &write.steps, &write.tasks_set] {
+    invocation.arg(write.results.len());
+    for (key, bytes) in &write.results {
+        invocation.arg(key.as_str()).arg(&bytes[..]);
+    }
+    for list in [&write.steps, &write.tasks_set] {
         invocation.arg(list.len());
         for (key, bytes) in list {
             invocation.arg(key.as_str()).arg(bytes.as_slice());
