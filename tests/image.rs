@@ -51,6 +51,18 @@ fn the_image_carries_its_oci_labels_user_ports_and_entrypoint() {
 
     assert_eq!(config["User"], "65532:65532", "{config:#}");
     assert_eq!(config["Entrypoint"], serde_json::json!(["baton"]));
+    // glibc malloc's thresholds, as `baton bench` runs its processes (cli/src/bench/cluster.rs).
+    for setting in [
+        "MALLOC_MMAP_THRESHOLD_=33554432",
+        "MALLOC_TRIM_THRESHOLD_=67108864",
+    ] {
+        assert!(
+            config["Env"]
+                .as_array()
+                .is_some_and(|env| env.iter().any(|e| e == setting)),
+            "{setting} is not set: {config:#}"
+        );
+    }
     for port in ["50051/tcp", "9464/tcp", "9465/tcp"] {
         assert!(
             config["ExposedPorts"].get(port).is_some(),

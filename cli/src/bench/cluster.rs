@@ -151,6 +151,7 @@ impl Cluster {
                         "--no-metrics",
                     ])
                     .env("RUST_LOG", "warn")
+                    .envs(malloc_env())
                     .envs(secure.iter().flat_map(Secure::worker_env))
                     .kill_on_drop(true)
                     .spawn()?,
@@ -226,6 +227,7 @@ async fn start_coordinator(
         // From the environment, so that a password in the URL stays out of `ps`.
         .env("BATON_REDIS_URL", redis.url)
         .env("RUST_LOG", "warn")
+        .envs(malloc_env())
         .kill_on_drop(true)
         .spawn()?;
     let probe = url.clone();
@@ -296,4 +298,19 @@ pub fn cpu_time(pid: Option<u32>) -> Option<Duration> {
     let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
     // Linux reports in USER_HZ, 100 per second on every architecture Baton runs on.
     Some(Duration::from_millis(ticks * 10))
+}
+
+/// glibc malloc's thresholds as the image sets them (`deploy/docker/Dockerfile`), for the
+/// coordinators and workers the bench starts, unless the bench's own environment sets them: the
+/// bench measures Baton as it is deployed. Without them a process's first burst of large values
+/// pays an mmap and munmap per block (W4's first repetition took 2.5x its median).
+pub const MALLOC_ENV: [(&str, &str); 2] = [
+    ("MALLOC_MMAP_THRESHOLD_", "33554432"),
+    ("MALLOC_TRIM_THRESHOLD_", "67108864"),
+];
+
+fn malloc_env() -> impl Iterator<Item = (&'static str, &'static str)> {
+    MALLOC_ENV
+        .into_iter()
+        .filter(|(name, _)| std::env::var_os(name).is_none())
 }
