@@ -14,7 +14,8 @@
 //! Starts its own `redis-server` on a free loopback port (with `--redis-wait-replicas` replicas),
 //! or with `--redis-cluster` its own Redis Cluster (3 masters, one replica each), unless
 //! `--redis` names one (which is flushed: every master of a cluster), then `--coordinators`
-//! `baton coordinator` and `--workers` `baton worker` processes of this same binary, runs an
+//! `baton coordinator` and `--workers` `baton worker` processes of this same binary (with glibc
+//! malloc's thresholds as the image sets them, unless the environment sets them), runs an
 //! untimed warm-up, then each workload `--reps` times, and prints one JSON line per workload.
 //! Each line says what it ran on (`redis`: `single` or `cluster`, `redis_masters`,
 //! `redis_replicas`, `redis_wait_replicas`, `coordinators`, `workers`) and what a step cost:
