@@ -9,6 +9,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use baton_core::payload::{INLINE_MAX_BYTES, inline_reference};
 use baton_core::{AgentPayload, Manifest};
 use bytes::Bytes;
 use serde_json::Value;
@@ -45,13 +46,23 @@ pub struct PartEncoder {
 pub struct TaskPayload {
     pub manifest: Arc<Part>,
     pub parts: Vec<Arc<Part>>,
+    /// Whether the manifest carries parts inline (a worker before
+    /// [`baton_proto::INLINE_PARTS_PROTOCOL`] needs them named).
+    pub inline: bool,
 }
 
 impl PartEncoder {
+    /// The payload's manifest and parts: values of up to [`INLINE_MAX_BYTES`] of JSON inline in
+    /// the manifest, the others named by digest.
     pub fn payload(&mut self, payload: &AgentPayload) -> TaskPayload {
         let mut parts = Vec::new();
+        let mut inline = false;
         let manifest = Manifest::of(payload, |value| {
             let part = self.part(value);
+            if part.json.len() <= INLINE_MAX_BYTES {
+                inline = true;
+                return inline_reference(&part.json);
+            }
             let digest = part.sha256.clone();
             parts.push(part);
             digest
@@ -60,6 +71,7 @@ impl PartEncoder {
         TaskPayload {
             manifest: Arc::new(manifest),
             parts,
+            inline,
         }
     }
 
@@ -101,7 +113,9 @@ mod tests {
 
     #[test]
     fn each_shared_value_is_encoded_once_and_the_parts_rebuild_the_payload() {
-        let plan = Arc::new(json!({"files": ["a.ts"]}));
+        // Over 64 bytes of JSON, so named by digest rather than carried inline.
+        let plan = Arc::new(json!({"files": ["a.ts", "b.ts", "c.ts"], "why": "x".repeat(40)}));
+        let plan_json = serde_json::to_vec(plan.as_ref()).unwrap();
         let context = Context::new(json!("dark mode"))
             .with_result("plan".into(), StepResult::success("plan".into(), 1, plan));
         let payload = AgentPayload {
@@ -120,9 +134,16 @@ mod tests {
             3,
             "input, plan and the message history, once each"
         );
-        assert!(Arc::ptr_eq(&first.parts[1], &again.parts[1]));
+        // The input and the (empty) message history are small: inline in the manifest.
+        assert!(first.inline);
+        assert_eq!(
+            first.parts.len(),
+            2,
+            "plan, as the reference and in the context"
+        );
+        assert!(Arc::ptr_eq(&first.parts[0], &again.parts[0]));
         assert!(
-            Arc::ptr_eq(&first.parts[1], &first.parts[2]),
+            Arc::ptr_eq(&first.parts[0], &first.parts[1]),
             "reference is plan"
         );
 
@@ -135,11 +156,9 @@ mod tests {
         let assembled =
             baton_core::payload::assemble(&manifest, |d| by_digest.get(d).copied()).unwrap();
         assert_eq!(assembled, payload.to_json());
-        assert_eq!(
-            manifest.context[0].1,
-            // sha256 of {"files":["a.ts"]}, as any tool computes it
-            Part::new(br#"{"files":["a.ts"]}"#.to_vec()).sha256
-        );
+        assert_eq!(manifest.input, r#"="dark mode""#);
+        assert_eq!(manifest.messages, "=[]");
+        assert_eq!(manifest.context[0].1, Part::new(plan_json).sha256);
         assert_eq!(
             Part::new(b"abc".to_vec()).sha256,
             "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"

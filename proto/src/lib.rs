@@ -21,8 +21,13 @@ pub use v1::Json;
 /// the message history and carries the handoff record; results may carry notes. 4: attempts
 /// (fencing tokens) in task ids, `Hello.held`, `Goodbye`, non-retryable errors. 5: live output
 /// (`TaskOutput`) and the tokens a result used (`TaskResult.usage`). 6: a map item's manifest
-/// carries the item (`map`); item tasks go only to workers of protocol 6 or later.
-pub const WORKER_PROTOCOL: u32 = 6;
+/// carries the item (`map`); item tasks go only to workers of protocol 6 or later. 7: the
+/// manifest carries small parts inline (`baton_core::payload::INLINE_MARK`); a worker of
+/// protocol 6 gets every part named instead.
+pub const WORKER_PROTOCOL: u32 = 7;
+
+/// The oldest worker protocol that reads parts carried inline in the manifest.
+pub const INLINE_PARTS_PROTOCOL: u32 = 7;
 
 /// The oldest worker protocol that can run a map item: an older worker would ignore the
 /// manifest's `map` and run the item without it.

@@ -86,10 +86,11 @@ impl Session {
     /// mirror as the worker will touch its cache on arrival. Returns the payload bytes sent,
     /// or `None` if the stream is closed (the worker is gone or going).
     pub fn send_task(&mut self, task: &ReadyTask) -> Option<u64> {
-        let message = self.message_for(task);
+        let (manifest, parts) = task.payload_for(self.protocol);
+        let message = self.message_for(task, manifest, parts);
         let bytes = message.payload_bytes();
         self.stream.send(ToWorker::Task(message)).ok()?;
-        for part in &task.parts {
+        for part in parts {
             self.cache.touch(&part.sha256, part.json.len() as u64);
         }
         Some(bytes)
@@ -108,15 +109,19 @@ impl Session {
         let _ = self.stream.send(message);
     }
 
-    fn message_for(&self, task: &ReadyTask) -> TaskMessage {
+    fn message_for(
+        &self,
+        task: &ReadyTask,
+        manifest: &Arc<Part>,
+        parts: &[Arc<Part>],
+    ) -> TaskMessage {
         let mut sent = HashSet::new();
-        let parts: Vec<Arc<Part>> = task
-            .parts
+        let parts: Vec<Arc<Part>> = parts
             .iter()
             .filter(|part| !self.cache.contains(&part.sha256) && sent.insert(&part.sha256))
             .cloned()
             .collect();
-        task.message(parts)
+        task.message(manifest, parts)
     }
 }
 

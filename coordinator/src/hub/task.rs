@@ -1,8 +1,10 @@
 //! What goes through the hub: tasks ready for a worker, the messages sent down a worker's
 //! stream, and what the hub tells the coordinator back.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
+
+use baton_core::Manifest;
 
 use crate::clock::Instant;
 use crate::parts::Part;
@@ -21,6 +23,11 @@ pub struct ReadyTask {
     /// Every part the manifest names, in [`baton_core::Manifest::parts`] order; a worker is
     /// sent only those it does not hold.
     pub parts: Vec<Arc<Part>>,
+    /// Whether the manifest carries parts inline, which a worker before
+    /// [`baton_proto::INLINE_PARTS_PROTOCOL`] cannot read.
+    pub inline: bool,
+    /// The payload with every part named, made the first time such a worker is sent it.
+    named: Arc<OnceLock<NamedPayload>>,
     /// The step's `timeout_ms` per attempt; 0 for none.
     pub timeout_ms: u64,
     /// The W3C trace context of the attempt's span, the worker's parent; empty untraced.
@@ -45,6 +52,8 @@ impl ReadyTask {
             agent: agent.to_owned(),
             manifest,
             parts,
+            inline: false,
+            named: Arc::default(),
             timeout_ms: 0,
             traceparent: String::new(),
             resends: 0,
@@ -62,6 +71,16 @@ impl ReadyTask {
         } else {
             0
         }
+    }
+
+    /// The manifest and parts to send a worker speaking `protocol`: as made, or, for a worker
+    /// that does not read inline parts, with each of them named and sent as a part.
+    pub fn payload_for(&self, protocol: u32) -> (&Arc<Part>, &[Arc<Part>]) {
+        if !self.inline || protocol >= baton_proto::INLINE_PARTS_PROTOCOL {
+            return (&self.manifest, &self.parts);
+        }
+        let named = self.named.get_or_init(|| NamedPayload::of(self));
+        (&named.manifest, &named.parts)
     }
 
     pub fn attempt(&self) -> u32 {
@@ -82,15 +101,55 @@ impl ReadyTask {
         })
     }
 
-    /// The task as one worker gets it, with only the parts listed.
-    pub(super) fn message(&self, parts: Vec<Arc<Part>>) -> TaskMessage {
+    /// The task as one worker gets it, with `manifest` and only the parts listed.
+    pub(super) fn message(&self, manifest: &Arc<Part>, parts: Vec<Arc<Part>>) -> TaskMessage {
         TaskMessage {
             task: self.task.clone(),
             agent: self.agent.clone(),
-            manifest: self.manifest.clone(),
+            manifest: manifest.clone(),
             parts,
             timeout_ms: self.timeout_ms,
             traceparent: self.traceparent.clone(),
+        }
+    }
+}
+
+/// A payload with every part named by its digest, for a worker before
+/// [`baton_proto::INLINE_PARTS_PROTOCOL`]: its manifest, and its parts in
+/// [`baton_core::Manifest::parts`] order.
+#[derive(Debug)]
+struct NamedPayload {
+    manifest: Arc<Part>,
+    parts: Vec<Arc<Part>>,
+}
+
+impl NamedPayload {
+    fn of(task: &ReadyTask) -> Self {
+        let manifest: Manifest =
+            serde_json::from_slice(&task.manifest.json).expect("the hub's own manifest parses");
+        let (named, inline) = manifest.with_digests(|json| Part::new(json.to_vec()).sha256);
+        let mut by_digest: std::collections::HashMap<&str, Arc<Part>> = task
+            .parts
+            .iter()
+            .map(|part| (part.sha256.as_str(), part.clone()))
+            .collect();
+        let inline: Vec<Arc<Part>> = inline
+            .into_iter()
+            .map(|(_, json)| Arc::new(Part::new(json)))
+            .collect();
+        by_digest.extend(
+            inline
+                .iter()
+                .map(|part| (part.sha256.as_str(), part.clone())),
+        );
+        let parts = named
+            .parts()
+            .map(|(_, digest)| by_digest[digest].clone())
+            .collect();
+        let manifest = Part::new(serde_json::to_vec(&named).expect("a manifest serialises"));
+        NamedPayload {
+            manifest: Arc::new(manifest),
+            parts,
         }
     }
 }

@@ -147,10 +147,10 @@ pub(super) fn ready_task(
         .unwrap_or_default();
     let payload = encoder.payload(&task.payload);
     let id = TaskRef::new(run_id, &task.task, attempt);
-    ReadyTask {
-        timeout_ms: task.timeout_ms.unwrap_or_default(),
-        traceparent,
-        trace,
-        ..ReadyTask::new(id, &task.agent, payload.manifest, payload.parts)
-    }
+    let mut ready = ReadyTask::new(id, &task.agent, payload.manifest, payload.parts);
+    ready.timeout_ms = task.timeout_ms.unwrap_or_default();
+    ready.traceparent = traceparent;
+    ready.trace = trace;
+    ready.inline = payload.inline;
+    ready
 }

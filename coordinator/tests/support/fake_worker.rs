@@ -61,13 +61,33 @@ impl FakeWorker {
         capacity: u32,
         held: Vec<String>,
     ) -> Result<Self, Error> {
+        Self::hello_speaking(
+            coordinator,
+            id,
+            agents,
+            capacity,
+            held,
+            baton_proto::WORKER_PROTOCOL,
+        )
+        .await
+    }
+
+    /// [`FakeWorker::hello`] from a worker speaking worker protocol `protocol`.
+    pub async fn hello_speaking<S: Store>(
+        coordinator: &Coordinator<S>,
+        id: &str,
+        agents: &[&str],
+        capacity: u32,
+        held: Vec<String>,
+        protocol: u32,
+    ) -> Result<Self, Error> {
         let (tx, rx) = mpsc::unbounded_channel();
         let hello = Hello {
             worker_id: id.into(),
             agents: agents.iter().map(|a| a.to_string()).collect(),
             capacity,
             cache_bytes: 0,
-            protocol: baton_proto::WORKER_PROTOCOL,
+            protocol,
             held,
         };
         let hello = WorkerHello::try_from(hello)?;

@@ -8,6 +8,13 @@
 //!
 //! A part's JSON is `serde_json::to_vec` of its value: the same encoder writes the whole
 //! payload, which is why splicing the parts together gives identical bytes.
+//!
+//! A small part (no more JSON than its digest, [`INLINE_MAX_BYTES`]) is carried in the manifest
+//! itself rather than named: its reference is [`INLINE_MARK`] followed by its JSON (a digest is
+//! lowercase hex, so never starts with it). It is not sent apart, cached or hashed on its own: a
+//! chain's short results (`{"ok": true}`) cost each task a few bytes, not a digest, a part and a
+//! cache entry on both ends. Workers before [`baton_proto`]'s `INLINE_PARTS_PROTOCOL` get the
+//! manifest with every part named ([`Manifest::with_digests`]).
 
 use std::sync::Arc;
 
@@ -17,7 +24,28 @@ use serde_json::value::RawValue;
 
 use super::{AgentPayload, ErrorInfo};
 
-/// The shape of an agent payload, each part named by the SHA-256 (lowercase hex) of its JSON.
+/// What starts a reference to a part carried inline: the part's JSON follows.
+pub const INLINE_MARK: char = '=';
+
+/// Parts of at most this many bytes of JSON are carried inline: a digest is 64.
+pub const INLINE_MAX_BYTES: usize = 64;
+
+/// The reference that carries `json` inline (`json` is the JSON text of a value).
+pub fn inline_reference(json: &[u8]) -> String {
+    let text = std::str::from_utf8(json).expect("JSON text is UTF-8");
+    let mut reference = String::with_capacity(text.len() + 1);
+    reference.push(INLINE_MARK);
+    reference.push_str(text);
+    reference
+}
+
+/// The JSON a reference carries inline; `None` for a digest.
+pub fn inline_json(reference: &str) -> Option<&[u8]> {
+    reference.strip_prefix(INLINE_MARK).map(str::as_bytes)
+}
+
+/// The shape of an agent payload, each part named by the SHA-256 (lowercase hex) of its JSON,
+/// or carried inline ([`INLINE_MARK`]).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Manifest {
     /// The run input.
@@ -86,9 +114,50 @@ impl Manifest {
         }
     }
 
-    /// Every part as `(key, digest)`, in payload order: input, reference, context, messages. Both ends of
-    /// a worker stream walk the parts in this order, which keeps their caches identical.
+    /// Every part named by a digest as `(key, digest)`, in payload order: input, reference,
+    /// context, messages (parts carried inline are not among them). Both ends of a worker
+    /// stream walk the parts in this order, which keeps their caches identical.
     pub fn parts(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.references()
+            .filter(|(_, reference)| inline_json(reference).is_none())
+    }
+
+    /// The manifest with every part named by its digest (`digest` of its JSON), and the JSON of
+    /// the parts that were inline, by digest: for a worker that does not read inline parts.
+    pub fn with_digests(
+        &self,
+        digest: impl Fn(&[u8]) -> String,
+    ) -> (Manifest, Vec<(String, Vec<u8>)>) {
+        let mut parts = Vec::new();
+        let mut name = |reference: &String| match inline_json(reference) {
+            Some(json) => {
+                let named = digest(json);
+                parts.push((named.clone(), json.to_vec()));
+                named
+            }
+            None => reference.clone(),
+        };
+        let manifest = Manifest {
+            input: name(&self.input),
+            reference: self
+                .reference
+                .as_ref()
+                .map(|(key, reference)| (key.clone(), name(reference))),
+            context: self
+                .context
+                .iter()
+                .map(|(key, reference)| (key.clone(), name(reference)))
+                .collect(),
+            error: self.error.clone(),
+            messages: name(&self.messages),
+            handoff: self.handoff.clone(),
+            map: self.map.clone(),
+        };
+        (manifest, parts)
+    }
+
+    /// Every reference as `(key, reference)`, in payload order, inline ones included.
+    fn references(&self) -> impl Iterator<Item = (&str, &str)> {
         std::iter::once(("input", self.input.as_str()))
             .chain(
                 self.reference
@@ -107,13 +176,16 @@ impl Manifest {
 /// The payload's JSON, from the manifest and each part's JSON bytes (looked up by digest). The
 /// caller has checked every part against its digest.
 pub fn assemble<'a>(
-    manifest: &Manifest,
+    manifest: &'a Manifest,
     part: impl Fn(&str) -> Option<&'a [u8]>,
 ) -> Result<Vec<u8>, MissingPart> {
-    let lookup = |key: &str, digest: &str| {
-        part(digest).ok_or_else(|| MissingPart {
+    let lookup = |key: &str, reference: &'a str| {
+        if let Some(json) = inline_json(reference) {
+            return Ok(json);
+        }
+        part(reference).ok_or_else(|| MissingPart {
             key: key.to_owned(),
-            digest: digest.to_owned(),
+            digest: reference.to_owned(),
         })
     };
     let input = lookup("input", &manifest.input)?;
@@ -236,6 +308,56 @@ mod tests {
             String::from_utf8(assembled).unwrap(),
             String::from_utf8(payload.to_json()).unwrap()
         );
+    }
+
+    /// Small values inline, the others named, as the coordinator encodes them.
+    fn inline_or_digest(parts: &mut HashMap<String, Vec<u8>>) -> impl FnMut(&Arc<Value>) -> String {
+        let mut named = digest_of(parts);
+        move |value| {
+            let bytes = serde_json::to_vec(value.as_ref()).unwrap();
+            if bytes.len() <= INLINE_MAX_BYTES {
+                inline_reference(&bytes)
+            } else {
+                named(value)
+            }
+        }
+    }
+
+    #[test]
+    fn small_parts_travel_inline_and_named_again_for_older_workers() {
+        let mut payload = payload();
+        payload.messages =
+            Arc::new(json!([{"id": "m1", "role": "user", "content": "x".repeat(80)}]));
+        let mut parts = HashMap::new();
+        let manifest = Manifest::of(&payload, inline_or_digest(&mut parts));
+        let whole = String::from_utf8(payload.to_json()).unwrap();
+        // Only the message history (over 64 bytes) is a part of its own.
+        assert_eq!(
+            manifest.parts().map(|(key, _)| key).collect::<Vec<_>>(),
+            ["messages"]
+        );
+        assert_eq!(manifest.context[1].1, r#"={"files":["a.ts"]}"#);
+        let assembled = assemble(&manifest, |d| parts.get(d).map(Vec::as_slice)).unwrap();
+        assert_eq!(String::from_utf8(assembled).unwrap(), whole);
+        // Survives the wire.
+        let sent: Manifest =
+            serde_json::from_slice(&serde_json::to_vec(&manifest).unwrap()).unwrap();
+        assert_eq!(sent, manifest);
+
+        // For a worker that reads no inline part: each named, and sent as a part.
+        let (named, inline) = manifest.with_digests(|json| format!("sha-{}", json.len()));
+        assert!(
+            named
+                .parts()
+                .all(|(_, digest)| inline_json(digest).is_none())
+        );
+        assert_eq!(
+            named.parts().map(|(key, _)| key).collect::<Vec<_>>(),
+            ["input", "plan", "odd \"key\"\n", "plan", "messages"]
+        );
+        parts.extend(inline);
+        let assembled = assemble(&named, |d| parts.get(d).map(Vec::as_slice)).unwrap();
+        assert_eq!(String::from_utf8(assembled).unwrap(), whole);
     }
 
     #[test]

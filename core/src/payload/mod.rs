@@ -22,7 +22,9 @@ use serde_json::value::RawValue;
 use crate::context::Context;
 
 mod manifest;
-pub use manifest::{Manifest, MissingPart, assemble};
+pub use manifest::{
+    INLINE_MARK, INLINE_MAX_BYTES, Manifest, MissingPart, assemble, inline_json, inline_reference,
+};
 
 /// Top-level keys of the agent payload that Baton owns; no step id or alias may take them.
 /// `messages` and `handoff` are kept for message history and handoff records, `map` for the
