@@ -90,8 +90,6 @@ pub enum Error {
     Embedding(String),
     #[error("this coordinator is shutting down; use another")]
     ShuttingDown,
-    #[error("the watcher fell behind the run; watch it again to catch up")]
-    WatcherLagged,
     #[error(transparent)]
     Store(#[from] store::Error),
 }

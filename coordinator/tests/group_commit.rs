@@ -16,11 +16,13 @@ mod fake_worker;
 #[allow(dead_code)] // shared harness: not every helper is used here
 mod redis_server;
 
+use baton_coordinator::service::RunEvent;
 use baton_coordinator::store::redis::RedisStore;
 use baton_coordinator::store::{Store, TaskSwap};
 use baton_coordinator::{Config, Coordinator, Error};
 use baton_proto::v1::Task;
 use fake_worker::{FakeWorker, json_bytes};
+use futures::StreamExt;
 use futures::future::join_all;
 use serde_json::{Value, json};
 
@@ -182,4 +184,41 @@ async fn a_late_answer_among_others_is_refused_alone() {
     }
     let verified = coordinator.verify(&run_id).await.unwrap();
     assert!(verified.ok, "{}", verified.problem);
+}
+
+/// A batch of answers tells a run's watchers as many events at once, more than the watch keeps
+/// for a watcher that is behind (64): such a watcher reads what it missed from the store, and
+/// is told every step once and the run's end, with no error.
+#[tokio::test]
+async fn a_watcher_left_behind_by_a_batch_is_told_every_step_once() {
+    const BRANCHES: usize = 200;
+    let (_redis, coordinator) = coordinator().await;
+    let (worker, run_id, tasks) = started(&coordinator, BRANCHES).await;
+    let mut events = coordinator.watch(&run_id).await.unwrap();
+    // The watch is not read while the answers settle.
+    let outcomes = answer_all(&coordinator, &worker, &tasks).await;
+    assert!(outcomes.iter().all(Result::is_ok), "{outcomes:?}");
+
+    let mut finished = Vec::new();
+    let mut ended = false;
+    loop {
+        let next = tokio::time::timeout(std::time::Duration::from_secs(10), events.next());
+        let Some(event) = next.await.expect("the watch ends within 10 s") else {
+            break;
+        };
+        match event.expect("no error: a watcher behind catches up") {
+            RunEvent::StepFinished { step_id, .. } => finished.push(step_id),
+            RunEvent::RunFinished(record) => {
+                assert_eq!(record.status, "succeeded");
+                ended = true;
+            }
+            _ => {}
+        }
+    }
+    assert!(ended, "told the run's end");
+    finished.sort();
+    let mut expected: Vec<String> = (0..BRANCHES).map(|i| format!("b{i}")).collect();
+    expected.push("fan".into());
+    expected.sort();
+    assert_eq!(finished, expected, "every step once");
 }

@@ -34,7 +34,6 @@ impl From<Error> for Status {
             | Error::Embedding(_)
             | Error::ShuttingDown => Code::Unavailable,
             Error::Corrupt { .. } | Error::Store(store::Error::Corrupt(_)) => Code::DataLoss,
-            Error::WatcherLagged => Code::Aborted,
             Error::TooManyRunning { .. } => Code::ResourceExhausted,
         };
         Status::new(code, error.to_string())
