@@ -127,7 +127,7 @@ impl NamedPayload {
     fn of(task: &ReadyTask) -> Self {
         let manifest: Manifest =
             serde_json::from_slice(&task.manifest.json).expect("the hub's own manifest parses");
-        let (named, inline) = manifest.with_digests(|json| Part::new(json.to_vec()).sha256);
+        let (named, inline) = manifest.with_digests(baton_proto::sha256_hex);
         let mut by_digest: std::collections::HashMap<&str, Arc<Part>> = task
             .parts
             .iter()
@@ -135,7 +135,12 @@ impl NamedPayload {
             .collect();
         let inline: Vec<Arc<Part>> = inline
             .into_iter()
-            .map(|(_, json)| Arc::new(Part::new(json)))
+            .map(|(sha256, json)| {
+                Arc::new(Part {
+                    json: json.into(),
+                    sha256,
+                })
+            })
             .collect();
         by_digest.extend(
             inline
