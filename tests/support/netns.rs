@@ -43,6 +43,7 @@ use std::collections::BTreeSet;
 use std::ffi::OsStr;
 use std::net::Ipv4Addr;
 use std::os::linux::net::SocketAddrExt;
+use std::os::unix::fs::MetadataExt;
 use std::os::unix::net::{SocketAddr, UnixListener};
 use std::process::Command;
 use std::sync::Mutex;
@@ -347,7 +348,7 @@ impl Net {
         let hosts = self.hosts();
         let mut errors = Vec::new();
         let namespaces: Vec<&str> = hosts.iter().map(|h| h.netns.as_str()).collect();
-        errors.extend(kill_inside(&namespaces).err());
+        let identities = namespace_identities(&namespaces);
         // The root ends first: deleting one deletes its pair at once, where a deleted namespace
         // goes away in the background.
         let mut batch: Vec<String> = hosts
@@ -357,6 +358,7 @@ impl Net {
         batch.extend(namespaces.iter().map(|ns| format!("netns del {ns}")));
         batch.push(format!("link del {}", self.bridge));
         errors.extend(ip_batch(None, &batch).err());
+        kill_inside(&namespaces, &identities);
         for rule in &self.root_rules {
             let mut args = vec!["-w".to_owned(), "-D".to_owned()];
             args.extend(rule.iter().cloned());
@@ -507,7 +509,7 @@ fn remove_subnet(n: u8, listing: &Listing) {
         .map(String::as_str)
         .collect();
     // Best effort throughout: the next Net tries again.
-    let _ = kill_inside(&namespaces);
+    let identities = namespace_identities(&namespaces);
     let bridge = format!("{PREFIX}{n}");
     // Veths before namespaces (see Net::remove), the bridge last.
     let mut batch: Vec<String> = listing
@@ -524,6 +526,7 @@ fn remove_subnet(n: u8, listing: &Listing) {
     if !batch.is_empty() {
         let _ = ip_batch(None, &batch);
     }
+    kill_inside(&namespaces, &identities);
     for (_, rule) in listing.our_rules().filter(|(m, _)| *m == n) {
         let mut args = vec!["-w".to_owned(), "-D".to_owned()];
         args.extend(rule.split_whitespace().skip(1).map(str::to_owned));
@@ -531,43 +534,79 @@ fn remove_subnet(n: u8, listing: &Listing) {
     }
 }
 
-/// Kills (SIGKILL) every process inside `namespaces`: a namespace is only freed when its last
-/// process exits, and a test's children must not outlive its Net.
+/// The identity (device and inode of its nsfs file) of each of `namespaces` that still exists,
+/// taken before they are deleted: a deleted namespace lives on, nameless, while a process is
+/// inside, and this is how [`kill_inside`] still finds them.
+fn namespace_identities(namespaces: &[&str]) -> BTreeSet<(u64, u64)> {
+    namespaces
+        .iter()
+        .filter_map(|ns| std::fs::metadata(format!("/run/netns/{ns}")).ok())
+        .map(|meta| (meta.dev(), meta.ino()))
+        .collect()
+}
+
+/// Kills (SIGKILL) every process inside the namespaces of `identities`, which the caller has just
+/// deleted (`ip netns del`): a namespace is only freed when its last process exits, and a test's
+/// children must not outlive its Net.
 ///
-/// A child spawned just before is found however far it got: still `ip netns exec` (by its
-/// command line, [`entering`]), or inside. But while it execs, its command line may read empty
-/// and it is not inside yet (a `sleep 300` spawned just before a drop outlived its Net, about
-/// once in a hundred tries under load), so the search is repeated until it has found nothing new
-/// twice, 50 ms apart. The command lines are read before the namespaces: a process that has left
-/// `ip` by the second look was inside by then.
-fn kill_inside(namespaces: &[&str]) -> Result<(), String> {
+/// Searching before the delete raced with a child spawned just before it: while `ip netns exec`
+/// execs, its command line reads empty and it is not inside yet, and a `sleep 300` outlived its
+/// Net in CI (about once in a hundred spawns under load, and still after repeated searches).
+/// After the delete no name is left to open, so a child that has not opened the namespace yet
+/// fails to enter it. What can still end up inside has either entered already (found by the
+/// identity of its namespace, as `ip netns pids` does, at any point of its exec) or opened the
+/// namespace and is about to enter it, which only `ip netns exec <ns>` does, past its own exec
+/// (found by its command line, [`entering`]). So one search that finds nobody new proves that
+/// nobody is or will be inside; a process killed once is not counted again, since SIGKILL cannot
+/// be refused.
+fn kill_inside(namespaces: &[&str], identities: &BTreeSet<(u64, u64)>) {
     let mut killed = BTreeSet::new();
-    let mut quiet = 0;
-    while quiet < 2 {
+    loop {
         let mut pids = entering(namespaces);
-        for ns in namespaces {
-            let out = run(Command::new("ip").args(["netns", "pids", ns]), None)?;
-            pids.extend(first_words(&out));
-        }
+        pids.extend(inside(identities));
         pids.retain(|pid| !killed.contains(pid));
         if pids.is_empty() {
-            quiet += 1;
-            std::thread::sleep(Duration::from_millis(50));
-            continue;
+            return;
         }
-        quiet = 0;
         // A process may exit on its own meanwhile: then `kill` fails for it alone; fine.
         let _ = run(Command::new("kill").arg("-KILL").args(&pids), None);
         killed.extend(pids);
     }
-    Ok(())
+}
+
+/// The pids whose network namespace is one of `identities`. A process that has ended (a zombie)
+/// has no namespace left and is not listed.
+fn inside(identities: &BTreeSet<(u64, u64)>) -> Vec<String> {
+    if identities.is_empty() {
+        return Vec::new();
+    }
+    pids_where(|dir| {
+        let meta = std::fs::metadata(dir.join("ns/net")).ok()?;
+        identities.contains(&(meta.dev(), meta.ino())).then_some(())
+    })
 }
 
 /// The pids of `ip netns exec <ns> ...` processes for any of `namespaces`: a child just spawned by
-/// [`Host::command`] runs `ip` until it has joined the namespace and exec'd its program, and
-/// `ip netns pids` does not list it yet. Its pid stays the program's, so killing it kills
-/// whichever it is by then.
+/// [`Host::command`] runs `ip` until it has joined the namespace and exec'd its program. Its pid
+/// stays the program's, so killing it kills whichever it is by then.
 fn entering(namespaces: &[&str]) -> Vec<String> {
+    pids_where(|dir| {
+        let cmdline = std::fs::read(dir.join("cmdline")).ok()?;
+        let mut args = cmdline.split(|&b| b == 0);
+        let program = args.next()?;
+        let is_ip = program == b"ip" || program.ends_with(b"/ip");
+        let prefix: Vec<&[u8]> = args.by_ref().take(3).collect();
+        let enters = is_ip
+            && prefix.len() == 3
+            && prefix[0] == b"netns"
+            && prefix[1] == b"exec"
+            && namespaces.iter().any(|ns| ns.as_bytes() == prefix[2]);
+        enters.then_some(())
+    })
+}
+
+/// The pids of the processes whose `/proc/<pid>` directory passes `test`.
+fn pids_where(test: impl Fn(&std::path::Path) -> Option<()>) -> Vec<String> {
     let Ok(proc) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };
@@ -575,17 +614,8 @@ fn entering(namespaces: &[&str]) -> Vec<String> {
         .filter_map(|entry| {
             let pid = entry.file_name().into_string().ok()?;
             pid.bytes().all(|b| b.is_ascii_digit()).then_some(())?;
-            let cmdline = std::fs::read(entry.path().join("cmdline")).ok()?;
-            let mut args = cmdline.split(|&b| b == 0);
-            let program = args.next()?;
-            let is_ip = program == b"ip" || program.ends_with(b"/ip");
-            let prefix: Vec<&[u8]> = args.by_ref().take(3).collect();
-            let enters = is_ip
-                && prefix.len() == 3
-                && prefix[0] == b"netns"
-                && prefix[1] == b"exec"
-                && namespaces.iter().any(|ns| ns.as_bytes() == prefix[2]);
-            enters.then_some(pid)
+            test(&entry.path())?;
+            Some(pid)
         })
         .collect()
 }
