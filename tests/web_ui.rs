@@ -11,6 +11,8 @@ mod browser;
 mod fleet;
 #[path = "support/cluster.rs"]
 mod harness;
+#[path = "support/llm_server.rs"]
+mod llm_server;
 #[path = "support/otlp.rs"]
 mod otlp;
 #[path = "support/spec.rs"]
@@ -21,6 +23,7 @@ use std::path::PathBuf;
 use browser::{Browser, BrowserError, DESKTOP, PATIENCE, PHONE};
 use fleet::{Fleet, Timing};
 use harness::{Records, baton, output, root};
+use llm_server::{Gate, LlmServer, Reply};
 use serde_json::{Value, json};
 
 const TIMING: Timing = Timing {
@@ -29,6 +32,12 @@ const TIMING: Timing = Timing {
 };
 
 const TRACE_URL: &str = "https://jaeger.example/trace/{trace_id}";
+
+// WebDriver's key values.
+const TAB: &str = "\u{E004}";
+const END: &str = "\u{E010}";
+const ARROW_UP: &str = "\u{E013}";
+const ARROW_DOWN: &str = "\u{E015}";
 
 /// The spec's five agents as `memory-agent.sh` (data, one message, one decision each), except
 /// the reviewer: `streaming-agent.sh`, which streams lines on stderr until the test releases it.
@@ -80,12 +89,22 @@ fn screenshots() -> PathBuf {
 /// `baton submit` of the feature-development example to `coordinator`; its run id.
 fn submit(coordinator: &str, token: Option<&str>) -> String {
     let workflow = root().join("examples/feature-development/workflow.json");
+    submit_file(&workflow, "Add dark mode toggle", coordinator, token)
+}
+
+/// `baton submit` of the workflow at `path` with `input` to `coordinator`; its run id.
+fn submit_file(
+    path: &std::path::Path,
+    input: &str,
+    coordinator: &str,
+    token: Option<&str>,
+) -> String {
     let mut command = baton();
     command
         .arg("submit")
-        .arg(&workflow)
+        .arg(path)
         .arg("--input")
-        .arg("Add dark mode toggle")
+        .arg(input)
         .arg("--coordinator")
         .arg(coordinator);
     if let Some(token) = token {
@@ -197,6 +216,95 @@ async fn accessibility_problems(browser: &Browser) -> Vec<String> {
         .collect()
 }
 
+/// Text that does not stand out from what is behind it: every visible piece of text, HTML or
+/// in the graph, against its background (the layers behind it composited, a node's text against
+/// its box), below WCAG's AA contrast (4.5:1; 3:1 for large text). Disabled controls are
+/// exempt, as WCAG exempts inactive components.
+async fn contrast_problems(browser: &Browser) -> Vec<String> {
+    let found = browser
+        .execute(
+            r#"const parse = (text) => {
+               const m = /rgba?\(([^)]+)\)/.exec(text || '');
+               if (!m) return null;
+               const p = m[1].split(/[\s,\/]+/).filter(Boolean).map(Number);
+               return [p[0], p[1], p[2], p.length > 3 ? p[3] : 1];
+             };
+             const over = (top, under) => [0, 1, 2].map((i) => top[i] * top[3] + under[i] * (1 - top[3])).concat(1);
+             const channel = (v) => { v /= 255; return v <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4; };
+             const luminance = (c) => 0.2126 * channel(c[0]) + 0.7152 * channel(c[1]) + 0.0722 * channel(c[2]);
+             const ratio = (a, b) => {
+               const [hi, lo] = [luminance(a), luminance(b)].sort((x, y) => y - x);
+               return (hi + 0.05) / (lo + 0.05);
+             };
+             const canvas = matchMedia('(prefers-color-scheme: dark)').matches ? [18, 18, 18, 1] : [255, 255, 255, 1];
+             const behind = (element) => {
+               const layers = [];
+               for (let n = element; n; n = n.parentElement) {
+                 if (n instanceof SVGElement) continue;
+                 const bg = parse(getComputedStyle(n).backgroundColor);
+                 if (bg && bg[3] > 0) { layers.push(bg); if (bg[3] >= 1) break; }
+               }
+               return layers.reverse().reduce((under, layer) => over(layer, under), canvas);
+             };
+             const problems = [];
+             for (const element of document.querySelectorAll('body *')) {
+               const text = [...element.childNodes]
+                 .filter((n) => n.nodeType === Node.TEXT_NODE)
+                 .map((n) => n.textContent).join('').trim();
+               if (!text || !element.getClientRects().length) continue;
+               const style = getComputedStyle(element);
+               if (style.visibility === 'hidden' || Number(style.opacity) === 0) continue;
+               if (element.closest('[disabled], [hidden]')) continue;
+               const svg = element instanceof SVGElement;
+               let colour = parse(svg ? style.fill : style.color);
+               if (!colour) continue;
+               let background = behind(element);
+               if (svg) {
+                 const box = element.closest('g.step')?.querySelector('rect.box');
+                 if (box) {
+                   const fill = parse(getComputedStyle(box).fill);
+                   if (fill) {
+                     fill[3] *= Number(getComputedStyle(box).fillOpacity || 1);
+                     background = over(fill, background);
+                   }
+                 }
+               }
+               colour = over(colour, background);
+               const size = parseFloat(style.fontSize);
+               const large = size >= 24 || (size >= 18.66 && Number(style.fontWeight) >= 700);
+               const needed = large ? 3 : 4.5;
+               const got = ratio(colour, background);
+               if (got < needed) {
+                 const what = element.id ? '#' + element.id : element.tagName.toLowerCase() + '.' + (element.getAttribute('class') || '');
+                 problems.push(`${what} "${text.slice(0, 40)}": ${got.toFixed(2)}:1, needs ${needed}:1 (${colour.slice(0, 3)} on ${background.slice(0, 3)})`);
+               }
+             }
+             return problems;"#,
+            vec![],
+        )
+        .await
+        .unwrap();
+    found
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p.as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// [`accessibility_problems`] and [`contrast_problems`] in the light colour scheme and the
+/// dark one; the page is left light.
+async fn readable_in_both_schemes(browser: &Browser, page: &str) {
+    for dark in [false, true] {
+        browser.set_color_scheme(dark).await.unwrap();
+        let mut problems = accessibility_problems(browser).await;
+        problems.extend(contrast_problems(browser).await);
+        let scheme = if dark { "dark" } else { "light" };
+        assert_eq!(problems, Vec::<String>::new(), "{page}, {scheme}");
+    }
+    browser.set_color_scheme(false).await.unwrap();
+}
+
 /// Whether the page is wider than its viewport (a phone would scroll sideways).
 async fn overflows_sideways(browser: &Browser) -> bool {
     browser
@@ -255,7 +363,7 @@ async fn the_feature_development_run_in_a_browser_from_list_to_approval_to_its_e
         .unwrap();
     assert!(text.contains("feature-development"), "{text}");
     assert!(text.contains("running"), "{text}");
-    assert_eq!(accessibility_problems(&browser).await, Vec::<String>::new());
+    readable_in_both_schemes(&browser, "the runs list").await;
     browser
         .screenshot(&screenshots().join("runs.png"))
         .await
@@ -371,7 +479,7 @@ async fn the_feature_development_run_in_a_browser_from_list_to_approval_to_its_e
         .await
         .unwrap();
     assert!(shown.contains("Result"), "{shown}");
-    assert_eq!(accessibility_problems(&browser).await, Vec::<String>::new());
+    readable_in_both_schemes(&browser, "the run page with a step's panel").await;
     browser
         .screenshot(&screenshots().join("run.png"))
         .await
@@ -473,6 +581,32 @@ async fn the_feature_development_run_in_a_browser_from_list_to_approval_to_its_e
         })
         .await
         .unwrap();
+    // A stored result changed behind Baton's back: Verify says where the chain breaks.
+    let mut redis = fleet.redis_connection().await;
+    let results = format!("baton:run:{{{run_id}}}:results");
+    let mut code: Vec<u8> = redis::AsyncCommands::hget(&mut redis, &results, "code#1")
+        .await
+        .unwrap();
+    let at = code
+        .windows(7)
+        .position(|w| w == b"toggle.")
+        .expect("the coder's result names toggle.tsx");
+    code[at] = b'T';
+    let _: () = redis::AsyncCommands::hset(&mut redis, &results, "code#1", &code)
+        .await
+        .unwrap();
+    browser
+        .click(&browser.find_by_text("Verify").await.unwrap())
+        .await
+        .unwrap();
+    let broken = browser
+        .wait_for("the broken chain to be reported", PATIENCE, async |b| {
+            let text = b.text_of(&b.find("#action-error").await?).await?;
+            Ok(text.contains("State chain broken").then_some(text))
+        })
+        .await
+        .unwrap();
+    assert!(broken.contains("(step code, visit 1)"), "{broken}");
 
     // A phone: the page fits its width, and the list too.
     browser.set_window_size(PHONE).await.unwrap();
@@ -635,21 +769,7 @@ async fn a_500_branch_step_is_drawn_whole_and_each_branch_opens() {
         .execute("window.__sameDocument = 'yes';", vec![])
         .await
         .unwrap();
-    let mut command = baton();
-    command
-        .arg("submit")
-        .arg(&path)
-        .arg("--input")
-        .arg("{}")
-        .arg("--coordinator")
-        .arg(fleet.url(0));
-    let out = output(&mut command, None);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let run_id = String::from_utf8(out.stdout).unwrap().trim().to_owned();
+    let run_id = submit_file(&path, "{}", &fleet.url(0), None);
 
     // No worker serves `shard`: the list says so once, not 500 times.
     let row = format!("tr[data-run-id=\"{run_id}\"]");
@@ -661,9 +781,19 @@ async fn a_500_branch_step_is_drawn_whole_and_each_branch_opens() {
         .await
         .unwrap();
     assert!(
-        text.len() < 400,
+        text.contains("agent shard — no worker serves it (500 steps)"),
+        "{text}"
+    );
+    assert_eq!(
+        text.matches("shard").count(),
+        1,
         "one line per wait, not per branch: {text}"
     );
+    let same = browser
+        .execute("return window.__sameDocument || null;", vec![])
+        .await
+        .unwrap();
+    assert_eq!(same, json!("yes"), "the list was reloaded");
 
     browser.goto(&format!("{ui}/runs/{run_id}")).await.unwrap();
     let drawn = browser
@@ -681,6 +811,36 @@ async fn a_500_branch_step_is_drawn_whole_and_each_branch_opens() {
         "500 branches, their parallel step and merge"
     );
     assert_eq!(node_status(&browser, "shard-499").await.unwrap(), "queued");
+    // The graph is one Tab stop, not 502: Tab from the button before it lands on its first
+    // step, and Tab again leaves it; the arrow keys move inside it.
+    let tab_stops = browser
+        .execute(
+            "return document.querySelectorAll('g.step[tabindex=\"0\"]').length;",
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert_eq!(tab_stops, json!(1));
+    browser
+        .execute("document.getElementById('graph-zoom').focus();", vec![])
+        .await
+        .unwrap();
+    browser.press(&[TAB]).await.unwrap();
+    assert_eq!(browser.focused().await.unwrap().as_deref(), Some("fan"));
+    browser.press(&[ARROW_DOWN]).await.unwrap();
+    let below = browser.focused().await.unwrap().unwrap_or_default();
+    assert!(below.starts_with("shard-"), "{below}");
+    browser.press(&[END]).await.unwrap();
+    assert_eq!(browser.focused().await.unwrap().as_deref(), Some("merge"));
+    browser.press(&[ARROW_UP]).await.unwrap();
+    let above = browser.focused().await.unwrap().unwrap_or_default();
+    assert!(above.starts_with("shard-") || above == "fan", "{above}");
+    browser.press(&[TAB]).await.unwrap();
+    let after = browser.focused().await.unwrap().unwrap_or_default();
+    assert!(
+        !after.starts_with("shard-") && after != "fan" && after != "merge",
+        "Tab stayed in the graph: {after}"
+    );
     let shard = browser
         .find("g.step[data-step-id=\"shard-250\"]")
         .await
@@ -701,5 +861,197 @@ async fn a_500_branch_step_is_drawn_whole_and_each_branch_opens() {
         })
         .await
         .unwrap();
+    browser.quit().await.unwrap();
+}
+
+/// The text the graph's node for `step_id` shows.
+async fn node_text(browser: &Browser, step_id: &str) -> Result<String, BrowserError> {
+    let value = browser
+        .execute(
+            "const node = document.querySelector(`g.step[data-step-id=\"${arguments[0]}\"]`);
+             return node ? [...node.querySelectorAll('text')].map((t) => t.textContent).join(' ') : null;",
+            vec![json!(step_id)],
+        )
+        .await?;
+    value
+        .as_str()
+        .map(str::to_owned)
+        .ok_or_else(|| BrowserError::NotFound {
+            what: format!("for step {step_id} in the graph"),
+        })
+}
+
+/// A map step whose item fails, retried from the page, then a model's tokens streaming into
+/// its step's panel; and a run waiting on a model, cancelled from the page, which cuts the
+/// model's connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_map_is_retried_and_a_model_streams_into_its_panel_and_a_run_is_cancelled() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let server = LlmServer::start().await;
+    let gate = Gate::new();
+    server.push(
+        Reply::stream(["{\"summary\":", " \"five files", " checked\"}"])
+            .usage(11, 7)
+            .hold_before(2, &gate),
+    );
+    let never = Gate::new();
+    server.push(Reply::stream(["{\"summary\":", " \"never\"}"]).hold_before(1, &never));
+    let mut fleet = Fleet::start_with_args(1, TIMING, &[], &[]).await;
+    let records = Records::new(fleet.dir().join("records"));
+    std::fs::create_dir_all(records.root()).unwrap();
+    // Item 2 fails once the other four have ended, while its mark is there.
+    std::fs::write(records.root().join("expect-ends"), "4").unwrap();
+    std::fs::write(records.root().join("fail-2"), "").unwrap();
+    let agents = records.agents_file("worker-1", &[("checker", vec!["map-item.sh", "0.05"])]);
+    let mut toml = std::fs::read_to_string(&agents).unwrap();
+    toml.push_str(&format!(
+        "[agents.summariser]\nkind = \"llm\"\nbase_url = \"{}\"\nmodel = \"small\"\n\
+         prompt = \"Summarise {{{{json context}}}}.\"\n",
+        server.base_url()
+    ));
+    std::fs::write(&agents, toml).unwrap();
+    fleet.start_worker("worker-1", &agents, 4);
+    fleet.wait_for_workers(1).await;
+    let workflow = json!({"id": "check-files", "steps": [
+        {"id": "check-each", "type": "map", "items": "input.files", "agent": "checker",
+         "max_concurrency": 2, "tolerated_failures": 0, "next": "summarise"},
+        {"id": "summarise", "type": "agent", "agent": "summariser"}
+    ]});
+    let path = fleet.dir().join("check-files.json");
+    std::fs::write(&path, workflow.to_string()).unwrap();
+    let files = json!({"files": ["a.rs", "b.rs", "c.rs", "d.rs", "e.rs"]}).to_string();
+    let run_id = submit_file(&path, &files, &fleet.url(0), None);
+    let ui = fleet.http_url(0);
+    let browser = Browser::start().await.unwrap();
+    browser.goto(&format!("{ui}/runs/{run_id}")).await.unwrap();
+
+    // The map fails at its third item; its box counts the items.
+    browser
+        .wait_for_text("#run-status", "failed", PATIENCE)
+        .await
+        .unwrap();
+    assert_eq!(node_status(&browser, "check-each").await.unwrap(), "failed");
+    let counts = node_text(&browser, "check-each").await.unwrap();
+    assert!(counts.contains("5/5 done, 1 failed"), "{counts}");
+    assert_eq!(node_status(&browser, "summarise").await.unwrap(), "pending");
+
+    // Retry, with the cause gone: the failed item runs again and the model is asked.
+    std::fs::remove_file(records.root().join("fail-2")).unwrap();
+    browser
+        .click(&browser.find_by_text("Retry").await.unwrap())
+        .await
+        .unwrap();
+    wait_for_status(&browser, "check-each", &["succeeded"]).await;
+    let counts = browser
+        .wait_for(
+            "the map's box to count every item done",
+            PATIENCE,
+            async |b| {
+                let text = node_text(b, "check-each").await?;
+                Ok((text.contains("5/5 done") && !text.contains("failed")).then_some(text))
+            },
+        )
+        .await
+        .unwrap();
+    assert!(!counts.contains("failed"), "{counts}");
+
+    // The model's first tokens show in the step's panel while the rest is held back.
+    wait_for_status(&browser, "summarise", &["running"]).await;
+    browser
+        .click(
+            &browser
+                .find("g.step[data-step-id=\"summarise\"]")
+                .await
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    let streamed = browser
+        .wait_for("the model's tokens in the panel", PATIENCE, async |b| {
+            let text = b.text_of(&b.find("#live-output").await?).await?;
+            Ok(text.contains("\"five files").then_some(text))
+        })
+        .await
+        .unwrap();
+    assert!(
+        !streamed.contains("checked"),
+        "the held piece is out: {streamed}"
+    );
+    assert_eq!(node_status(&browser, "summarise").await.unwrap(), "running");
+
+    // The list, open while the run ends, shows it ending without a reload.
+    browser.goto(&format!("{ui}/")).await.unwrap();
+    let row = format!("tr[data-run-id=\"{run_id}\"]");
+    let text = browser
+        .wait_for("the running run in the list", PATIENCE, async |b| {
+            let text = b.text_of(&b.find(&row).await?).await?;
+            Ok(text.contains("running").then_some(text))
+        })
+        .await
+        .unwrap();
+    assert!(text.contains("agent summariser (step summarise)"), "{text}");
+    browser
+        .execute("window.__sameDocument = 'yes';", vec![])
+        .await
+        .unwrap();
+    gate.open();
+    browser
+        .wait_for("the run's row to say it succeeded", PATIENCE, async |b| {
+            let text = b.text_of(&b.find(&row).await?).await?;
+            Ok(text.contains("succeeded").then_some(()))
+        })
+        .await
+        .unwrap();
+    let same = browser
+        .execute("return window.__sameDocument || null;", vec![])
+        .await
+        .unwrap();
+    assert_eq!(same, json!("yes"), "the list was reloaded");
+
+    // The step's page (`?step=` opens its panel): the tokens the model reported.
+    browser
+        .goto(&format!("{ui}/runs/{run_id}?step=summarise"))
+        .await
+        .unwrap();
+    wait_for_status(&browser, "summarise", &["succeeded"]).await;
+    let panel = browser.find("#step-panel").await.unwrap();
+    browser
+        .wait_for("the attempt's tokens in the panel", PATIENCE, async |b| {
+            let text = b.text_of(&panel).await?;
+            Ok(text.contains("11 + 7").then_some(()))
+        })
+        .await
+        .unwrap();
+    let finished = record(&ui, &run_id, None).await;
+    assert_eq!(
+        finished["context"]["summarise"],
+        json!({"summary": "five files checked"})
+    );
+
+    // A second run waits on the model; Cancel on its page stops it, and the model's call.
+    let run_id = submit_file(&path, r#"{"files": []}"#, &fleet.url(0), None);
+    browser.goto(&format!("{ui}/runs/{run_id}")).await.unwrap();
+    wait_for_status(&browser, "summarise", &["running"]).await;
+    browser
+        .click(&browser.find_by_text("Cancel").await.unwrap())
+        .await
+        .unwrap();
+    let reason = browser.find_by_label("Reason").await.unwrap();
+    browser.type_into(&reason, "not needed").await.unwrap();
+    browser
+        .click(&browser.find_by_text("Stop the run").await.unwrap())
+        .await
+        .unwrap();
+    browser
+        .wait_for_text("#run-status", "cancelled", PATIENCE)
+        .await
+        .unwrap();
+    server.wait_for_closed(1).await;
+    let cancelled = record(&ui, &run_id, None).await;
+    assert_eq!(cancelled["status"], "cancelled");
+    assert!(
+        cancelled.to_string().contains("not needed"),
+        "the reason is on the record: {cancelled}"
+    );
     browser.quit().await.unwrap();
 }

@@ -502,6 +502,53 @@ impl Browser {
         Ok(())
     }
 
+    /// Renders pages as with the system's `dark` (or light) colour scheme, the
+    /// `prefers-color-scheme` media feature. Lasts across pages.
+    pub async fn set_color_scheme(&self, dark: bool) -> Result<(), BrowserError> {
+        let scheme = if dark { "dark" } else { "light" };
+        let params = json!({"features": [{"name": "prefers-color-scheme", "value": scheme}]});
+        self.devtools(
+            "Emulation.setEmulatedMedia",
+            params,
+            &format!("emulate the {scheme} colour scheme"),
+        )
+        .await?;
+        Ok(())
+    }
+
+    /// Presses and releases each of `keys` in turn (WebDriver key values: `\u{E004}` is Tab,
+    /// `\u{E015}` Arrow Down), wherever the focus is, as a user at the keyboard would.
+    pub async fn press(&self, keys: &[&str]) -> Result<(), BrowserError> {
+        let strokes: Vec<Value> = keys
+            .iter()
+            .flat_map(|key| {
+                [
+                    json!({"type": "keyDown", "value": key}),
+                    json!({"type": "keyUp", "value": key}),
+                ]
+            })
+            .collect();
+        let actions = json!({"actions": [{"type": "key", "id": "keyboard", "actions": strokes}]});
+        let doing = format!("press {keys:?}");
+        self.command(Method::POST, "actions", actions, &doing)
+            .await?;
+        Ok(())
+    }
+
+    /// The `id` (or, without one, the `data-step-id`) of the element that has the focus; `None`
+    /// when it is the page itself.
+    pub async fn focused(&self) -> Result<Option<String>, BrowserError> {
+        let value = self
+            .execute(
+                "const e = document.activeElement;
+                 if (!e || e === document.body) return null;
+                 return e.id || e.getAttribute('data-step-id') || e.outerHTML.slice(0, 80);",
+                vec![],
+            )
+            .await?;
+        Ok(value.as_str().map(str::to_owned))
+    }
+
     /// A Chrome DevTools Protocol command, through chromedriver.
     async fn devtools(
         &self,

@@ -35,6 +35,8 @@ const SVG_NS = 'http://www.w3.org/2000/svg';
 // of another coordinator (queued to running, a retry) changes no version of the run, so no
 // event tells it; the record, read from the store, does.
 const TASK_STATE_REFRESH_MS = 3_000;
+// How often a failed run's page looks whether it was retried elsewhere.
+const FAILED_REFRESH_MS = 10_000;
 
 const main = document.getElementById('main');
 
@@ -333,6 +335,12 @@ function waitingText(group) {
 
 function waitClass(group) {
   return group.kind === 'approval' ? 'approval' : group.served ? 'agent' : 'unserved';
+}
+
+/** A live output offset ("1700000000000-3", a Redis stream id) as [ms, seq]; null if it is not one. */
+function outputOffset(text) {
+  const match = /^(\d+)-(\d+)$/.exec(String(text ?? ''));
+  return match ? [Number(match[1]), Number(match[2])] : null;
 }
 
 function runPath(runId) {
@@ -898,7 +906,7 @@ class RunPage extends Page {
     this.graph = null;
     this.nodeViews = new Map(); // step id -> the node's elements and what they show
     this.outputs = new Map(); // step id -> {visit, attempt, text}: live output, kept when its panel is closed
-    this.seenOffsets = new Set(); // pieces already shown (a reconnected stream repeats them)
+    this.lastOffset = null; // the last piece shown, [ms, seq]: a reconnected stream repeats those before it
     this.panelStep = null;
     this.panelKey = '';
     this.panelSeq = 0;
@@ -927,6 +935,8 @@ class RunPage extends Page {
     this.stopPolling();
     clearTimeout(this.reconnectTimer);
     clearInterval(this.tickTimer);
+    clearInterval(this.taskStateTimer);
+    clearInterval(this.retryTimer);
   }
 
   // --- the page's skeleton -------------------------------------------------------------------
@@ -954,7 +964,7 @@ class RunPage extends Page {
       h('section', { class: 'graph-section card', 'aria-labelledby': 'graph-title' },
         h('div', { class: 'section-head' },
           h('h2', { id: 'graph-title' }, 'Workflow'),
-          h('p', { class: 'hint' }, 'Select a step to see what it received, returned and handed on.'),
+          h('p', { id: 'graph-hint', class: 'hint' }, 'Select a step to see what it received, returned and handed on (arrow keys move between steps, Enter opens one).'),
           this.zoomButton),
         this.legend(),
         this.graphBox,
@@ -1034,6 +1044,7 @@ class RunPage extends Page {
   }
 
   startLive() {
+    clearInterval(this.retryTimer);
     this.startStream();
     clearInterval(this.tickTimer);
     this.tickTimer = setInterval(() => this.renderDuration(), 1000);
@@ -1152,9 +1163,12 @@ class RunPage extends Page {
   }
 
   appendOutput(piece) {
-    if (piece.offset) {
-      if (this.seenOffsets.has(piece.offset)) return;
-      this.seenOffsets.add(piece.offset);
+    const offset = outputOffset(piece.offset);
+    if (offset) {
+      // Offsets are the store's stream ids, in order: one not after the last shown was shown.
+      const last = this.lastOffset;
+      if (last && (offset[0] < last[0] || (offset[0] === last[0] && offset[1] <= last[1]))) return;
+      this.lastOffset = offset;
     }
     const stepId = piece.step_id;
     let buffer = this.outputs.get(stepId);
@@ -1196,7 +1210,16 @@ class RunPage extends Page {
       if (!wasRunning && !force) this.startLive();
     } else {
       this.stopLive();
+      // A failed run may be retried from another page or the CLI: look now and then.
+      if (record.status === 'failed') this.watchForRetry();
     }
+  }
+
+  watchForRetry() {
+    clearInterval(this.retryTimer);
+    this.retryTimer = setInterval(() => {
+      if (!document.hidden && this.record?.status === 'failed') this.scheduleRefresh();
+    }, FAILED_REFRESH_MS);
   }
 
   stepKey(stepId) {
@@ -1388,7 +1411,10 @@ class RunPage extends Page {
     }
     waits.forEach((wait) => {
       if (!this.approvals.has(wait.step_id)) {
-        const view = this.createApproval(wait, this.approvals.size);
+        // Numbered for the life of the page: a region that went away must not hand its ids on
+        // to one that is still shown.
+        this.approvalsMade = (this.approvalsMade ?? 0) + 1;
+        const view = this.createApproval(wait, this.approvalsMade - 1);
         this.approvals.set(wait.step_id, view);
         this.approvalBox.append(view.region);
       }
@@ -1491,7 +1517,10 @@ class RunPage extends Page {
     const edges = Array.isArray(graph.edges) ? graph.edges : [];
     const root = s('svg', {
       id: 'graph-svg', class: 'graph', viewBox: `0 0 ${width} ${height}`, role: 'group',
-      'aria-labelledby': 'graph-title', preserveAspectRatio: 'xMidYMin meet',
+      'aria-labelledby': 'graph-title', 'aria-describedby': 'graph-hint', preserveAspectRatio: 'xMidYMin meet',
+      // An svg clips what overflows it, which makes it a scroller to Chromium; a scroller with
+      // no child in the Tab order takes a Tab stop itself, before the graph's step.
+      tabindex: '-1',
     });
     root.append(s('defs', {},
       s('marker', { id: 'arrow', class: 'arrow', viewBox: '0 0 10 10', refX: '9', refY: '5', markerWidth: '7', markerHeight: '7', orient: 'auto-start-reverse' },
@@ -1503,8 +1532,9 @@ class RunPage extends Page {
         s('rect', { width: '3', height: '8', class: 'stripe-line' }))));
 
     // Drawn bottom up: the containers' backgrounds, the edges, then every box in the server's
-    // document order (a container before what it holds), which is also the Tab order. A
-    // container's own box is transparent, so the edges inside it show through.
+    // document order (a container before what it holds). A container's own box is transparent,
+    // so the edges inside it show through. The graph is one Tab stop (a 500-branch step would
+    // otherwise be 500 of them before the panel): the arrow keys move between its steps.
     const backLayer = s('g', { class: 'container-backs', 'aria-hidden': 'true' });
     for (const node of nodes.filter((n) => n.container)) {
       backLayer.append(s('rect', {
@@ -1524,14 +1554,77 @@ class RunPage extends Page {
     });
     root.addEventListener('keydown', (event) => {
       const g = event.target.closest?.('.step');
-      if (!g || (event.key !== 'Enter' && event.key !== ' ')) return;
+      if (!g) return;
+      if (event.key === 'Enter' || event.key === ' ') {
+        event.preventDefault();
+        this.openPanel(g.dataset.stepId, { focus: true });
+        return;
+      }
+      const next = this.stepFrom(g.dataset.stepId, event.key);
+      if (next === undefined) return;
       event.preventDefault();
-      this.openPanel(g.dataset.stepId, { focus: true });
+      if (next) this.focusStep(next);
     });
+    root.addEventListener('focusin', (event) => {
+      const g = event.target.closest?.('.step');
+      if (g) this.setTabStop(g.dataset.stepId);
+    });
+    this.nodeOrder = nodes.map((node) => node.id).filter((id) => this.nodeViews.has(id));
+    this.tabStop = null;
+    this.setTabStop(this.panelStep ?? this.nodeOrder[0]);
     this.graphSize = { width, height };
     this.graphSvg = root;
     this.applyZoom();
     this.graphBox.replaceChildren(root);
+  }
+
+  /** Makes `stepId`'s node the graph's one Tab stop. */
+  setTabStop(stepId) {
+    if (!this.nodeViews.has(stepId) || stepId === this.tabStop) return;
+    this.nodeViews.get(this.tabStop)?.g.setAttribute('tabindex', '-1');
+    this.nodeViews.get(stepId).g.setAttribute('tabindex', '0');
+    this.tabStop = stepId;
+  }
+
+  focusStep(stepId) {
+    this.setTabStop(stepId);
+    const g = this.nodeViews.get(stepId)?.g;
+    g?.focus();
+    g?.scrollIntoView?.({ block: 'nearest', inline: 'nearest' });
+  }
+
+  /**
+   * Where `key` moves from `stepId`: Home and End to the first and last step, an arrow to the
+   * nearest step that way (straight on counts more than sideways); null when there is none that
+   * way, undefined for any other key.
+   */
+  stepFrom(stepId, key) {
+    const order = this.nodeOrder ?? [];
+    if (key === 'Home') return order[0] ?? null;
+    if (key === 'End') return order[order.length - 1] ?? null;
+    const ways = { ArrowDown: [0, 1], ArrowUp: [0, -1], ArrowRight: [1, 0], ArrowLeft: [-1, 0] };
+    const way = ways[key];
+    if (!way) return undefined;
+    const centre = (id) => {
+      const node = this.nodeViews.get(id);
+      return [node.x + node.width / 2, node.y + node.height / 2];
+    };
+    const [fx, fy] = centre(stepId);
+    let best = null;
+    let bestScore = Infinity;
+    for (const id of order) {
+      if (id === stepId) continue;
+      const [x, y] = centre(id);
+      const ahead = (x - fx) * way[0] + (y - fy) * way[1];
+      if (ahead <= 1) continue;
+      const aside = Math.abs((x - fx) * way[1] + (y - fy) * way[0]);
+      const score = ahead + 2 * aside;
+      if (score < bestScore) {
+        bestScore = score;
+        best = id;
+      }
+    }
+    return best;
   }
 
   toggleZoom() {
@@ -1585,7 +1678,7 @@ class RunPage extends Page {
       class: `step kind-${/^[a-z_]+$/.test(kind) ? kind : 'step'}${container ? ' container' : ''}`,
       'data-step-id': node.id,
       'data-status': 'pending',
-      tabindex: '0',
+      tabindex: '-1',
       role: 'button',
       'aria-label': `${node.id}, ${kind}, pending`,
       'aria-controls': 'step-panel',
@@ -1595,7 +1688,7 @@ class RunPage extends Page {
     const box = s('rect', { class: 'box', width, height, rx: container ? 10 : 7 });
     const name = node.label || node.id;
     const view = {
-      g, title, kind, width, container, name, detail: node.detail || '', key: '',
+      g, title, kind, x, y, width, height, container, name, detail: node.detail || '', key: '',
       compact: !container && height < 44, statusRight: container || (kind === 'map' && height >= 44),
       statusText: null, itemsText: null, progress: null,
     };
@@ -1717,6 +1810,7 @@ class RunPage extends Page {
     this.panelStep = stepId;
     this.nodeViews.get(previous)?.g.classList.remove('selected');
     this.nodeViews.get(stepId)?.g.classList.add('selected');
+    this.setTabStop(stepId);
     this.panel.hidden = false;
     this.body.classList.add('with-panel');
     setText(this.panelTitle, stepId);
