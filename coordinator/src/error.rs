@@ -68,6 +68,10 @@ pub enum Error {
         limit: u32,
     },
     #[error(
+        "this coordinator serves {limit} watches at once and all are taken: retry later, or watch through another coordinator"
+    )]
+    TooManyWatchers { limit: usize },
+    #[error(
         "the worker speaks worker protocol {worker} and this coordinator serves {oldest} to {newest}: {}",
         if worker > newest {
             "upgrade the coordinators first, then the workers"

@@ -396,6 +396,35 @@ async fn cancel_drops_queued_tasks_and_ends_the_run() {
 }
 
 #[tokio::test]
+async fn watches_past_the_limit_are_refused_until_one_ends() {
+    let coordinator = Coordinator::new(
+        MemoryStore::new(),
+        Config {
+            max_watchers: 2,
+            ..Config::default()
+        },
+    );
+    let run_id = start(&coordinator, "toggle").await;
+    let first = coordinator.watch(&run_id).await.unwrap();
+    let _second = coordinator.watch(&run_id).await.unwrap();
+    let refused = match coordinator.watch(&run_id).await {
+        Ok(_) => panic!("a third watch was served past max_watchers 2"),
+        Err(error) => tonic::Status::from(error),
+    };
+    assert_eq!(refused.code(), tonic::Code::ResourceExhausted);
+    assert!(
+        refused.message().contains("2 watches at once"),
+        "{}",
+        refused.message()
+    );
+    drop(first);
+    let _third = coordinator
+        .watch(&run_id)
+        .await
+        .expect("a watch is served once another ended");
+}
+
+#[tokio::test]
 async fn cancelling_frees_the_slot_for_a_task_of_another_run() {
     let coordinator = Coordinator::new(MemoryStore::new(), Config::default());
     let first = start(&coordinator, "one").await;

@@ -34,7 +34,7 @@ impl From<Error> for Status {
             | Error::Embedding(_)
             | Error::ShuttingDown => Code::Unavailable,
             Error::Corrupt { .. } | Error::Store(store::Error::Corrupt(_)) => Code::DataLoss,
-            Error::TooManyRunning { .. } => Code::ResourceExhausted,
+            Error::TooManyRunning { .. } | Error::TooManyWatchers { .. } => Code::ResourceExhausted,
         };
         Status::new(code, error.to_string())
     }

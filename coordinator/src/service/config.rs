@@ -38,6 +38,10 @@ pub struct Config {
     pub max_model_name_bytes: usize,
     /// How many runs a workflow-wide decision query reads, newest first.
     pub max_query_runs: usize,
+    /// How many watches (`WatchRun` streams and the web UI's event streams) this coordinator
+    /// serves at once; one more is refused with `ResourceExhausted` rather than let clients
+    /// hold unbounded memory and tasks.
+    pub max_watchers: usize,
     pub limits: Limits,
     /// This coordinator's name in task leases; unique among the coordinators of one store.
     pub coordinator_id: String,
@@ -78,6 +82,7 @@ impl Default for Config {
             max_query_decisions: 10_000,
             max_query_bytes: 8 << 10,
             max_query_runs: 1_000,
+            max_watchers: 10_000,
             max_idempotency_key_bytes: 256,
             max_output_piece_bytes: 64 << 10,
             max_usage_entries: 64,

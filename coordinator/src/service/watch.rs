@@ -3,6 +3,7 @@
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -139,9 +140,30 @@ const WATCH_BACKLOG: usize = 64;
 #[derive(Default)]
 pub(super) struct Watchers {
     channels: Mutex<HashMap<String, broadcast::Sender<RunEvent>>>,
+    /// Watches open now, of any run ([`WatchPermit`]s).
+    open: Arc<AtomicUsize>,
+}
+
+/// One open watch, counted against `max_watchers` until it is dropped with its stream.
+struct WatchPermit(Arc<AtomicUsize>);
+
+impl Drop for WatchPermit {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 impl Watchers {
+    /// A permit for one more watch, unless `limit` are open.
+    fn permit(&self, limit: usize) -> Result<WatchPermit, Error> {
+        self.open
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |open| {
+                (open < limit).then_some(open + 1)
+            })
+            .map_err(|_| Error::TooManyWatchers { limit })?;
+        Ok(WatchPermit(self.open.clone()))
+    }
+
     fn channels(&self) -> std::sync::MutexGuard<'_, HashMap<String, broadcast::Sender<RunEvent>>> {
         self.channels.lock().expect("watchers lock")
     }
@@ -178,6 +200,7 @@ impl<S: Store> Coordinator<S> {
     /// approval request is told once; the stream ends with the run. Live output comes
     /// in between: first what the steps still running have streamed so far, then as it comes.
     pub async fn watch(&self, run_id: &str) -> Result<EventStream, Error> {
+        let permit = self.inner.watchers.permit(self.inner.config.max_watchers)?;
         // Subscribed to before anything is read, so no piece slips between what is read and
         // what comes; what comes twice is dropped by offset.
         let live = self.inner.output.subscribe(run_id);
@@ -242,6 +265,7 @@ impl<S: Store> Coordinator<S> {
             output_after,
             output_mark,
             heard_at: Instant::now(),
+            _permit: permit,
         };
         Ok(Box::pin(futures::stream::unfold(watch, Watch::next)))
     }
@@ -318,6 +342,7 @@ struct Watch<S: Store> {
     output_mark: u64,
     /// When this watch last heard a run event (not output): a catch-up is due a second later.
     heard_at: Instant,
+    _permit: WatchPermit,
 }
 
 /// Whether `event` settles a step or ends the run: the step's output is told before it.
