@@ -150,6 +150,45 @@ fn bench_runs_a_secured_cluster_too() {
     );
 }
 
+/// W8, the web UI's runs list, only when asked for: 10,000 x 0.02 = 200 runs, a third waiting,
+/// each page answered with its rows (secured: the list is asked for with the bench's token).
+#[test]
+fn bench_times_the_runs_list_pages_when_asked_for_w8() {
+    let output = baton()
+        .args([
+            "bench",
+            "--secure",
+            "--scale",
+            "0.02",
+            "--reps",
+            "1",
+            "--workloads",
+            "W8",
+        ])
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "stderr:\n{}", stderr(&output));
+    let line: serde_json::Value = serde_json::from_str(stdout(&output).trim()).unwrap();
+    assert_eq!(line["workload"], "W8", "{line}");
+    assert_eq!(line["runs"].as_u64(), Some(200), "{line}");
+    assert_eq!(line["running"].as_u64(), Some(66), "{line}");
+    // A sixth of the runs wait for an approval: the workflow's page is all of them.
+    let rows = [
+        ("first", 50),
+        ("deep", 50),
+        ("running", 50),
+        ("workflow", 33),
+        ("succeeded", 50),
+    ];
+    for (page, rows) in rows {
+        let page = &line["pages"][page];
+        assert_eq!(page["rows"].as_u64(), Some(rows), "{line}");
+        for field in ["first_ms", "median_ms", "p90_ms", "cpu_ms"] {
+            assert!(page[field].as_f64().is_some_and(|ms| ms >= 0.0), "{line}");
+        }
+    }
+}
+
 /// `--redis-cluster --coordinators 2 --redis-wait-replicas 1`: the bench starts a Redis Cluster
 /// (3 masters, 3 replicas), runs W3 over two coordinators, each transition waiting for a
 /// replica, and says what a step cost summed over the masters. Values are checked for sense

@@ -30,6 +30,10 @@ pub struct Cluster {
     pub second_coordinator: Option<(String, Option<u32>)>,
     /// The workers' process ids.
     pub worker_pids: Vec<u32>,
+    /// `--redis-wait-replicas` and `--redis-wait-timeout-ms` of every coordinator, for one
+    /// started later ([`Cluster::start_web_coordinator`]).
+    wait_replicas: u32,
+    wait_timeout_ms: u64,
     /// Killed on drop (kill_on_drop), before the Redis below.
     children: Vec<Child>,
     /// The Redis the bench started, if it did (one server or a cluster); killed after the
@@ -115,12 +119,12 @@ impl Cluster {
         let mut children = Vec::new();
         let mut coordinators = Vec::new();
         for _ in 0..options.coordinators.max(1) {
-            let (url, child) = start_coordinator(&me, &redis, secure.as_ref()).await?;
+            let (url, child) = start_coordinator(&me, &redis, secure.as_ref(), None).await?;
             coordinators.push((url, child.id()));
             children.push(child);
         }
         let second_coordinator = if options.second_coordinator {
-            let (url, child) = start_coordinator(&me, &redis, secure.as_ref()).await?;
+            let (url, child) = start_coordinator(&me, &redis, secure.as_ref(), None).await?;
             let pid = child.id();
             children.push(child);
             Some((url, pid))
@@ -186,6 +190,8 @@ impl Cluster {
             coordinators,
             second_coordinator,
             worker_pids,
+            wait_replicas: options.wait_replicas,
+            wait_timeout_ms: options.wait_timeout_ms,
             children,
             _single_redis: single_redis,
             _redis_cluster: redis_cluster,
@@ -200,13 +206,19 @@ struct RedisFlags<'a> {
     wait_timeout_ms: u64,
 }
 
-/// Starts a coordinator on a free port against `redis` and waits until it answers.
+/// Starts a coordinator on a free port against `redis` and waits until it answers; with
+/// `http`, its HTTP port (the web UI) there, else none.
 async fn start_coordinator(
     me: &std::path::Path,
     redis: &RedisFlags<'_>,
     secure: Option<&Secure>,
+    http: Option<u16>,
 ) -> anyhow::Result<(String, Child)> {
     let port = free_port()?;
+    let http = match http {
+        Some(port) => vec!["--metrics-listen".to_owned(), format!("127.0.0.1:{port}")],
+        None => vec!["--no-metrics".to_owned()],
+    };
     let url = match secure {
         Some(_) => Secure::url(port),
         None => format!("http://127.0.0.1:{port}"),
@@ -217,12 +229,12 @@ async fn start_coordinator(
             "coordinator",
             "--listen",
             &format!("127.0.0.1:{port}"),
-            "--no-metrics",
             "--redis-wait-replicas",
             &redis.wait_replicas.to_string(),
             "--redis-wait-timeout-ms",
             &redis.wait_timeout_ms.to_string(),
         ])
+        .args(http)
         .args(secure.map(Secure::coordinator_args).unwrap_or_default())
         // From the environment, so that a password in the URL stays out of `ps`.
         .env("BATON_REDIS_URL", redis.url)
@@ -239,7 +251,43 @@ async fn start_coordinator(
     Ok((url, child))
 }
 
+/// A coordinator with the web UI on its HTTP port, no worker connected to it: any coordinator
+/// serves the UI, reading runs from the store. Killed on drop.
+pub struct WebCoordinator {
+    /// `http://127.0.0.1:<port>`, its HTTP port.
+    pub http_url: String,
+    pub pid: Option<u32>,
+    _child: Child,
+}
+
 impl Cluster {
+    /// Starts a [`WebCoordinator`] on this cluster's Redis, and waits until its HTTP port
+    /// answers.
+    pub async fn start_web_coordinator(&self) -> anyhow::Result<WebCoordinator> {
+        let me = std::env::current_exe().context("cannot find the baton binary")?;
+        let redis = RedisFlags {
+            url: &self.redis_url,
+            wait_replicas: self.wait_replicas,
+            wait_timeout_ms: self.wait_timeout_ms,
+        };
+        let http_port = free_port()?;
+        let (_, child) =
+            start_coordinator(&me, &redis, self._secure.as_ref(), Some(http_port)).await?;
+        let http_url = format!("http://127.0.0.1:{http_port}");
+        let healthz = format!("{http_url}/healthz");
+        let http = reqwest::Client::new();
+        wait_for("a coordinator's HTTP port", Duration::from_secs(20), || {
+            let request = http.get(&healthz).send();
+            async move { request.await.is_ok_and(|r| r.status().is_success()) }
+        })
+        .await?;
+        Ok(WebCoordinator {
+            http_url,
+            pid: child.id(),
+            _child: child,
+        })
+    }
+
     /// A client of the coordinator at `url`, one of this cluster's.
     pub async fn client_of(&self, url: &str) -> anyhow::Result<crate::client::Client> {
         crate::client::connect_with(url, &self.security).await

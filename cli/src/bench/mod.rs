@@ -10,6 +10,7 @@
 //! - `streaming`: W5, live output from a worker on one coordinator to a watcher on another.
 //! - `model_server`: W5's stand-in OpenAI-compatible model, streaming tokens.
 //! - `runs`: submitting a run, watching it, checking it succeeded; the sizes `--scale` shrinks.
+//! - `runs_list`: W8, the web UI's list of runs with 10,000 runs in the store.
 //!
 //! Starts its own `redis-server` on a free loopback port (with `--redis-wait-replicas` replicas),
 //! or with `--redis-cluster` its own Redis Cluster (3 masters, one replica each), unless
@@ -38,12 +39,15 @@
 //! - W7 map: one `map` step of 10,000 `noop` items from the run's input, at most 256 in flight
 //!   (the map workload issue 17 calls W5); its line adds `items`, `items_succeeded` and
 //!   `items_per_s`.
+//! - W8 runs list (only when named in `--workloads`): 10,000 runs, a third of them waiting,
+//!   then the web UI's `GET /api/runs` pages timed on a coordinator that ran none of them.
 
 mod cluster;
 mod model_server;
 mod redis_cluster;
 mod redis_server;
 mod runs;
+mod runs_list;
 mod secure;
 mod streaming;
 mod workloads;
@@ -85,7 +89,7 @@ pub struct Args {
     /// Timed repetitions of each workload.
     #[arg(long, default_value_t = 3)]
     reps: usize,
-    /// Which workloads, comma-separated.
+    /// Which workloads, comma-separated (W8, the runs list, only when named).
     #[arg(long, value_delimiter = ',', default_value = "W1,W2,W3,W4,W5,W6,W7")]
     workloads: Vec<Workload>,
     /// Multiplies every size (steps, branches, runs, items, blob size); CI runs 0.02 so the bench

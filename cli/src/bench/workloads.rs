@@ -31,6 +31,8 @@ pub enum Workload {
     W6,
     /// The map workload (issue 17's "W5").
     W7,
+    /// The web UI's list of runs with 10,000 runs (issue 19); not in the default set.
+    W8,
 }
 
 impl FromStr for Workload {
@@ -45,8 +47,9 @@ impl FromStr for Workload {
             "W5" => Ok(Workload::W5),
             "W6" => Ok(Workload::W6),
             "W7" => Ok(Workload::W7),
+            "W8" => Ok(Workload::W8),
             other => Err(format!(
-                "unknown workload {other:?}; expected W1, W2, W3, W4, W5, W6 or W7"
+                "unknown workload {other:?}; expected W1, W2, W3, W4, W5, W6, W7 or W8"
             )),
         }
     }
@@ -244,6 +247,7 @@ async fn once(
             Ok((time, gaps, ok))
         }
         Workload::W5 => unreachable!("W5 is measured by streaming::measure"),
+        Workload::W8 => unreachable!("W8 is measured by runs_list::measure"),
     }
 }
 
@@ -263,6 +267,9 @@ pub async fn measure(
 ) -> anyhow::Result<Value> {
     if workload == Workload::W5 {
         return super::streaming::measure(cluster, reps, scale).await;
+    }
+    if workload == Workload::W8 {
+        return super::runs_list::measure(cluster, reps, scale).await;
     }
     let mut times = Vec::new();
     let mut gaps = Vec::new();
