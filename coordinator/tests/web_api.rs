@@ -625,3 +625,143 @@ async fn an_approval_decided_on_another_coordinator_right_after_it_was_requested
         "from the other page"
     );
 }
+
+/// Every page of `/api/runs?{filters}` from the first, by its cursor, until `next` is null.
+async fn pages(ui: &Ui, filters: &str) -> Vec<Vec<Value>> {
+    let mut pages = Vec::new();
+    let mut cursor = String::new();
+    loop {
+        let path = format!("/api/runs?{filters}{cursor}");
+        let (status, page) = ui.get(&path, None).await;
+        assert_eq!(status, 200, "{path}: {page}");
+        pages.push(page["runs"].as_array().unwrap().clone());
+        match page["next"].as_str() {
+            Some(next) => cursor = format!("&cursor={next}"),
+            None => return pages,
+        }
+        assert!(pages.len() < 20, "{filters}: the list does not end");
+    }
+}
+
+fn ids(rows: &[Value]) -> Vec<String> {
+    rows.iter()
+        .map(|row| row["run_id"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// Issue 19: the list is paged, 10,000 runs or 120. Each page follows the one before, newest
+/// first, with no run twice and none left out, filters included; and what a running run waits
+/// for is shown as its own page shows it.
+#[tokio::test]
+async fn the_runs_list_pages_newest_first_with_nothing_twice_or_left_out() {
+    const REVIEW: &str = r#"{"id": "review", "steps": [
+        {"id": "approve", "type": "approval", "message": "Merge it?"}]}"#;
+    const QUICK: &str = r#"{"id": "quick", "steps": [
+        {"id": "copy", "type": "transform", "transform": "input"}]}"#;
+    const BUILD: &str = r#"{"id": "build", "steps": [
+        {"id": "compile", "type": "agent", "agent": "compiler"}]}"#;
+    let coordinator = coordinator().await;
+    let ui = Ui::serve(&coordinator, Gate::loopback_only()).await;
+    let mut submitted = Vec::new();
+    for n in 0..120 {
+        let workflow = [REVIEW, QUICK, BUILD][n % 3];
+        let input = json_bytes(&json!({"n": n}));
+        let run_id = client::submit(&coordinator, workflow.as_bytes(), &input)
+            .await
+            .unwrap();
+        submitted.push((run_id, workflow));
+    }
+    let of = |workflow: &str| -> Vec<String> {
+        let mut ids: Vec<String> = submitted
+            .iter()
+            .filter(|(_, w)| *w == workflow)
+            .map(|(id, _)| id.clone())
+            .collect();
+        ids.sort();
+        ids
+    };
+
+    let all = pages(&ui, "limit=50").await;
+    let sizes: Vec<usize> = all.iter().map(Vec::len).collect();
+    assert_eq!(sizes, [50, 50, 20]);
+    let rows: Vec<Value> = all.concat();
+    // One page of them all is the same list: pages are consecutive slices of it.
+    let (_, whole) = ui.get("/api/runs?limit=200", None).await;
+    assert_eq!(ids(&rows), ids(whole["runs"].as_array().unwrap()));
+    // Newest first (equal times by descending id), so no run is twice.
+    let positions: Vec<(i64, String)> = rows
+        .iter()
+        .map(|row| {
+            let created_ms = row["created_ms"].as_i64().unwrap();
+            (created_ms, row["run_id"].as_str().unwrap().to_owned())
+        })
+        .collect();
+    assert!(
+        positions.windows(2).all(|pair| pair[0] > pair[1]),
+        "not newest first: {positions:?}"
+    );
+    let mut listed = ids(&rows);
+    listed.sort();
+    let mut every: Vec<String> = submitted.iter().map(|(id, _)| id.clone()).collect();
+    every.sort();
+    assert_eq!(listed, every, "each run once, none left out");
+
+    // Filters hold on every page, and the pages together are every run that matches.
+    let filtered = [
+        ("status=running&limit=30", [30, 30, 20].as_slice(), {
+            let mut ids = [of(REVIEW), of(BUILD)].concat();
+            ids.sort();
+            ids
+        }),
+        ("workflow=review&limit=15", &[15, 15, 10], of(REVIEW)),
+        (
+            "status=succeeded&workflow=quick&limit=25",
+            &[25, 15],
+            of(QUICK),
+        ),
+    ];
+    for (filters, sizes, expected) in filtered {
+        let found = pages(&ui, filters).await;
+        let found_sizes: Vec<usize> = found.iter().map(Vec::len).collect();
+        assert_eq!(found_sizes, sizes, "{filters}");
+        let mut found_ids = ids(&found.concat());
+        found_ids.sort();
+        assert_eq!(found_ids, expected, "{filters}");
+    }
+    let (_, none) = ui
+        .get("/api/runs?status=succeeded&workflow=review", None)
+        .await;
+    assert_eq!(none["runs"], json!([]));
+
+    // A running run's row says what it waits for exactly as its record does.
+    for row in rows.iter().filter(|row| row["status"] == "running") {
+        let (_, record) = ui
+            .get(
+                &format!("/api/runs/{}", row["run_id"].as_str().unwrap()),
+                None,
+            )
+            .await;
+        assert!(
+            !record["waiting"].as_array().unwrap().is_empty(),
+            "{record}"
+        );
+        assert_eq!(row["waiting"], record["waiting"], "{row}");
+    }
+    let build = rows
+        .iter()
+        .find(|row| row["workflow_id"] == "build")
+        .unwrap();
+    assert_eq!(build["waiting"][0]["agent"], "compiler");
+    assert_eq!(build["waiting"][0]["served"], false, "{build}");
+    let review = rows
+        .iter()
+        .find(|row| row["workflow_id"] == "review")
+        .unwrap();
+    assert_eq!(review["waiting"][0]["message"], "Merge it?");
+    let quick = rows
+        .iter()
+        .find(|row| row["workflow_id"] == "quick")
+        .unwrap();
+    assert_eq!(quick["status"], "succeeded");
+    assert!(quick.get("waiting").is_none(), "{quick}");
+}

@@ -1,9 +1,14 @@
 //! What clients read: a run's record, as the store has it now, and the list of runs.
 
+use std::collections::BTreeMap;
+
+use futures::StreamExt;
+use tokio::sync::OnceCell;
+
 use super::runs::Loaded;
 use super::{Coordinator, Error, json};
 use crate::model::{StepStatus, TaskEntry, TaskState};
-use crate::record::{self, RunRecord, WaitingFor};
+use crate::record::{self, RunRecord, StepView, WaitingFor};
 use crate::store::{RunPage, RunQuery, Store};
 use crate::task_ref::parse_task_key;
 use crate::traces;
@@ -11,6 +16,21 @@ use crate::traces;
 /// How many runs a list returns when the client names no limit, and at most.
 const DEFAULT_LIST: usize = 50;
 const MAX_LIST: usize = 1_000;
+/// How many runs [`Coordinator::waits_live`] reads at once.
+const WAITS_AT_ONCE: usize = 8;
+
+/// The agents the workers of other coordinators serve (their free slots, by agent): read from
+/// the store when first needed, then shared by every run of one read.
+type Elsewhere = OnceCell<BTreeMap<String, usize>>;
+
+fn unserved(waiting: &WaitingFor) -> bool {
+    matches!(waiting, WaitingFor::Agent { served: false, .. })
+}
+
+/// Whether `waiting` is an agent of `step` that seems unserved.
+fn unserved_at(waiting: &WaitingFor, step: &StepView) -> bool {
+    matches!(waiting, WaitingFor::Agent { step_id, served: false, .. } if *step_id == step.step_id)
+}
 
 impl<S: Store> Coordinator<S> {
     /// The run record of `run_id`, as the store has it now (another coordinator may have moved
@@ -26,25 +46,74 @@ impl<S: Store> Coordinator<S> {
     /// unserved), so `GetRun`, which clients poll, does without.
     pub async fn record_live(&self, run_id: &str) -> Result<RunRecord, Error> {
         let mut record = self.record(run_id).await?;
-        if record.status == "running" {
-            self.show_tasks_in_flight(&mut record).await;
+        if record.status == "running"
+            && self
+                .show_tasks_in_flight(&record.run_id, &mut record.steps)
+                .await
+        {
+            self.show_served(&mut record.waiting, &record.steps, &Elsewhere::new())
+                .await;
         }
         Ok(record)
     }
 
-    /// Where the run's steps in flight stand, wherever they are held. A coordinator knows
-    /// the tasks of its own workers as they move, but another's move by compare-and-swap
-    /// without a new version of the run (a worker took it, its attempt was given out again),
-    /// so its copy of the run does not show them; the store's tasks do. An agent is served if
-    /// a worker of any coordinator serves it (another's advertised its agents) or holds its
-    /// task.
-    async fn show_tasks_in_flight(&self, record: &mut RunRecord) {
-        let store = &self.inner.store;
-        let tasks = match store.tasks(&record.run_id).await {
+    /// What each of `run_ids` waits for, in order, as [`Coordinator::record_live`]'s `waiting`
+    /// says it, without building their records: the list of runs shows it for every running
+    /// run of a page, and a record is the run's whole context and memory, as JSON. The store's
+    /// tasks are read only for a run with a wait no worker here serves, and the agents other
+    /// coordinators serve once for all the runs.
+    pub async fn waits_live(&self, run_ids: &[String]) -> Vec<Result<Vec<WaitingFor>, Error>> {
+        let elsewhere = &Elsewhere::new();
+        // Owned ids: a future borrowing the slice's items would not be provably `Send` for
+        // the HTTP handler.
+        futures::stream::iter(run_ids.iter().cloned())
+            .map(|run_id| async move { self.run_waits_live(&run_id, elsewhere).await })
+            .buffered(WAITS_AT_ONCE)
+            .collect()
+            .await
+    }
+
+    async fn run_waits_live(
+        &self,
+        run_id: &str,
+        elsewhere: &Elsewhere,
+    ) -> Result<Vec<WaitingFor>, Error> {
+        let (running, mut waiting, mut steps) = self
+            .read_fresh(run_id, |loaded| {
+                let status = match &loaded.finished_as {
+                    Some(status) => status.as_str(),
+                    None => loaded.run.status().as_str(),
+                };
+                let waiting = record::waiting(&loaded.run, |agent| self.inner.hub.serves(agent));
+                // Only the steps of waits that seem unserved can change what is shown.
+                let steps: Vec<StepView> = if waiting.iter().any(unserved) {
+                    record::step_states(loaded.run.workflow(), &loaded.steps)
+                        .into_iter()
+                        .filter(|step| waiting.iter().any(|wait| unserved_at(wait, step)))
+                        .collect()
+                } else {
+                    Vec::new()
+                };
+                (status == "running", waiting, steps)
+            })
+            .await?;
+        if running && !steps.is_empty() && self.show_tasks_in_flight(run_id, &mut steps).await {
+            self.show_served(&mut waiting, &steps, elsewhere).await;
+        }
+        Ok(waiting)
+    }
+
+    /// Where the run's steps in flight stand, wherever they are held; `false` when the
+    /// store's tasks cannot be read. A coordinator knows the tasks of its own workers as they
+    /// move, but another's move by compare-and-swap without a new version of the run (a worker
+    /// took it, its attempt was given out again), so its copy of the run does not show them;
+    /// the store's tasks do.
+    async fn show_tasks_in_flight(&self, run_id: &str, steps: &mut [StepView]) -> bool {
+        let tasks = match self.inner.store.tasks(run_id).await {
             Ok(tasks) => tasks,
             Err(error) => {
-                tracing::debug!(run_id = %record.run_id, %error, "cannot read the run's tasks");
-                return;
+                tracing::debug!(%run_id, %error, "cannot read the run's tasks");
+                return false;
             }
         };
         for (key, bytes) in &tasks {
@@ -57,8 +126,7 @@ impl<S: Store> Coordinator<S> {
             if task.item.is_some() || entry.state == TaskState::Waiting {
                 continue;
             }
-            let Some(step) = record
-                .steps
+            let Some(step) = steps
                 .iter_mut()
                 .find(|step| step.step_id == *task.step_id && step.visits == task.visit)
             else {
@@ -82,25 +150,38 @@ impl<S: Store> Coordinator<S> {
                 }
             }
         }
-        let unserved =
-            |waiting: &WaitingFor| matches!(waiting, WaitingFor::Agent { served: false, .. });
-        if !record.waiting.iter().any(unserved) {
+        true
+    }
+
+    /// Whether each agent waited for is served: by a worker of any coordinator (another's
+    /// advertised its agents), or by the worker that holds its task (a running step).
+    async fn show_served(
+        &self,
+        waiting: &mut [WaitingFor],
+        steps: &[StepView],
+        elsewhere: &Elsewhere,
+    ) {
+        if !waiting.iter().any(unserved) {
             return;
         }
-        let me = &self.inner.config.coordinator_id;
-        let elsewhere = store
-            .slots_elsewhere(me, self.now_ms())
-            .await
-            .unwrap_or_default();
-        for waiting in &mut record.waiting {
+        let elsewhere = elsewhere
+            .get_or_init(|| async {
+                let me = &self.inner.config.coordinator_id;
+                self.inner
+                    .store
+                    .slots_elsewhere(me, self.now_ms())
+                    .await
+                    .unwrap_or_default()
+            })
+            .await;
+        for waiting in waiting {
             if let WaitingFor::Agent {
                 step_id,
                 agent,
                 served,
             } = waiting
             {
-                let running = record
-                    .steps
+                let running = steps
                     .iter()
                     .any(|step| step.step_id == *step_id && step.status == StepStatus::Running);
                 *served = *served || running || elsewhere.contains_key(agent.as_str());

@@ -10,13 +10,12 @@ use axum::body::Bytes;
 use axum::extract::{ConnectInfo, Path, Query, State};
 use axum::http::HeaderMap;
 use baton_proto::v1;
-use futures::StreamExt;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
 use super::access::{self, Rpc};
 use super::error::ApiError;
-use super::record_json::record_to_json;
+use super::record_json::{record_to_json, waiting_to_json};
 use super::{Web, graph};
 use crate::auth::{Access, Caller};
 use crate::grpc::requests;
@@ -82,8 +81,6 @@ pub struct ListParams {
 /// The most runs one page of the list shows.
 pub const MAX_PAGE: usize = 200;
 const DEFAULT_PAGE: usize = 50;
-/// How many running runs of a page have their waits read at once.
-const WAITS_AT_ONCE: usize = 8;
 
 pub async fn list_runs<S: Store>(
     State(web): State<Arc<Web<S>>>,
@@ -115,10 +112,17 @@ pub async fn list_runs<S: Store>(
         workflow_id: params.workflow.filter(|w| !w.is_empty()),
     };
     let page = web.coordinator.list(query).await?;
-    // What each running run waits for: its record, read a few at a time.
-    let coordinator = &web.coordinator;
-    let rows: Vec<Value> = futures::stream::iter(page.runs)
-        .map(|run| async move {
+    let running: Vec<String> = page
+        .runs
+        .iter()
+        .filter(|run| run.status == "running")
+        .map(|run| run.run_id.clone())
+        .collect();
+    let mut waits = web.coordinator.waits_live(&running).await.into_iter();
+    let rows: Vec<Value> = page
+        .runs
+        .into_iter()
+        .map(|run| {
             let mut row = json!({
                 "run_id": run.run_id,
                 "workflow_id": run.workflow_id,
@@ -126,17 +130,16 @@ pub async fn list_runs<S: Store>(
                 "created_ms": run.created_ms,
                 "updated_ms": run.updated_ms,
             });
+            // A run that cannot be read now is listed without its waits.
             if run.status == "running"
-                && let Ok(record) = coordinator.record_live(&run.run_id).await
+                && let Some(Ok(waiting)) = waits.next()
             {
-                let waits = record_to_json(&v1::RunRecord::from(record))["waiting"].take();
-                row["waiting"] = waits;
+                let waiting: Vec<v1::Waiting> = waiting.into_iter().map(Into::into).collect();
+                row["waiting"] = waiting_to_json(&waiting);
             }
             row
         })
-        .buffered(WAITS_AT_ONCE)
-        .collect()
-        .await;
+        .collect();
     Ok(Json(json!({
         "runs": rows,
         "next": page.next.map(|cursor| cursor.token()),

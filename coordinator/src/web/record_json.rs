@@ -49,8 +49,33 @@ pub fn record_to_json(record: &v1::RunRecord) -> Value {
             })
         })
         .collect();
-    let waiting: Vec<Value> = record
-        .waiting
+    json!({
+        "run_id": record.run_id,
+        "workflow_id": record.workflow_id,
+        "status": record.status,
+        "error": (!record.error.is_empty()).then_some(&record.error),
+        "context": context,
+        "steps": steps,
+        "waiting": waiting_to_json(&record.waiting),
+        "state_sha256": record.state_sha256,
+        "messages": memory["messages"],
+        "decisions": memory["decisions"],
+        "handoffs": memory["handoffs"],
+        "created_ms": record.created_ms,
+        "updated_ms": record.updated_ms,
+        "trace_id": (!record.trace_id.is_empty()).then_some(&record.trace_id),
+        "submitted_by": (!record.submitted_by.is_empty()).then_some(&record.submitted_by),
+        "usage": record.usage.iter().map(|usage| json!({
+            "model": usage.model,
+            "prompt_tokens": usage.prompt_tokens,
+            "completion_tokens": usage.completion_tokens,
+        })).collect::<Vec<_>>(),
+    })
+}
+
+/// What a running run waits for, each wait explained (`note`).
+pub fn waiting_to_json(waiting: &[v1::Waiting]) -> Value {
+    waiting
         .iter()
         .map(|w| match w.kind.as_str() {
             "agent" => json!({
@@ -66,29 +91,7 @@ pub fn record_to_json(record: &v1::RunRecord) -> Value {
                 "note": format!("step \"{}\" waits for an approval: {}", w.step_id, w.message),
             }),
         })
-        .collect();
-    json!({
-        "run_id": record.run_id,
-        "workflow_id": record.workflow_id,
-        "status": record.status,
-        "error": (!record.error.is_empty()).then_some(&record.error),
-        "context": context,
-        "steps": steps,
-        "waiting": waiting,
-        "state_sha256": record.state_sha256,
-        "messages": memory["messages"],
-        "decisions": memory["decisions"],
-        "handoffs": memory["handoffs"],
-        "created_ms": record.created_ms,
-        "updated_ms": record.updated_ms,
-        "trace_id": (!record.trace_id.is_empty()).then_some(&record.trace_id),
-        "submitted_by": (!record.submitted_by.is_empty()).then_some(&record.submitted_by),
-        "usage": record.usage.iter().map(|usage| json!({
-            "model": usage.model,
-            "prompt_tokens": usage.prompt_tokens,
-            "completion_tokens": usage.completion_tokens,
-        })).collect::<Vec<_>>(),
-    })
+        .collect()
 }
 
 /// A watch event as JSON: its kind (the SSE event name) and its fields.
