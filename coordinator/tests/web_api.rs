@@ -765,3 +765,51 @@ async fn the_runs_list_pages_newest_first_with_nothing_twice_or_left_out() {
     assert_eq!(quick["status"], "succeeded");
     assert!(quick.get("waiting").is_none(), "{quick}");
 }
+
+/// A query parameter or a body field that does not fit is refused in the API's JSON, naming
+/// it, not in axum's plain text, which a script reading `error` and `code` cannot parse.
+#[tokio::test]
+async fn a_bad_parameter_or_body_is_refused_as_json_naming_it() {
+    let coordinator = coordinator().await;
+    let ui = Ui::serve(&coordinator, Gate::loopback_only()).await;
+    let run_id = submit(&coordinator).await;
+
+    let (status, limit) = ui.get("/api/runs?limit=abc", None).await;
+    assert_eq!(status, 400, "{limit}");
+    assert_eq!(limit["code"], "invalid_argument");
+    assert_eq!(limit["error"], "limit: invalid digit found in string");
+    let (status, unknown) = ui.get("/api/runs?colour=red", None).await;
+    assert_eq!(status, 400, "{unknown}");
+    assert!(
+        unknown["error"].as_str().unwrap().contains("`colour`"),
+        "{unknown}"
+    );
+    let (status, watch) = ui
+        .get(&format!("/api/runs/{run_id}/events?acces_token=t"), None)
+        .await;
+    assert_eq!(status, 400, "{watch}");
+    assert!(
+        watch["error"].as_str().unwrap().contains("`acces_token`"),
+        "{watch}"
+    );
+
+    let path = format!("/api/runs/{run_id}/approvals/approve-plan");
+    let (status, approved) = ui.post(&path, json!({"approved": "yes"}), None).await;
+    assert_eq!(status, 400, "{approved}");
+    assert_eq!(approved["code"], "invalid_argument");
+    let error = approved["error"].as_str().unwrap();
+    assert!(
+        error.starts_with("the request body: approved: invalid type"),
+        "{approved}"
+    );
+    let huge = json!({"reason": "x".repeat(baton_coordinator::web::MAX_BODY_BYTES)});
+    let (status, too_big) = ui
+        .post(&format!("/api/runs/{run_id}/cancel"), huge, None)
+        .await;
+    assert_eq!(status, 413, "{too_big}");
+    assert_eq!(too_big["code"], "resource_exhausted");
+    assert!(
+        too_big["error"].as_str().unwrap().contains("65536 bytes"),
+        "{too_big}"
+    );
+}

@@ -6,8 +6,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::Json;
-use axum::body::Bytes;
-use axum::extract::{ConnectInfo, Path, Query, State};
+use axum::extract::{ConnectInfo, State};
 use axum::http::HeaderMap;
 use baton_proto::v1;
 use serde::Deserialize;
@@ -15,6 +14,7 @@ use serde_json::{Value, json};
 
 use super::access::{self, Rpc};
 use super::error::ApiError;
+use super::extract::{ApiPath, ApiQuery, Body, json_body};
 use super::record_json::{record_to_json, waiting_to_json};
 use super::{Web, graph};
 use crate::auth::{Access, Caller};
@@ -42,15 +42,6 @@ impl<S: Store> Web<S> {
 
 fn record_json(record: RunRecord) -> Json<Value> {
     Json(record_to_json(&v1::RunRecord::from(record)))
-}
-
-/// A JSON body, read with an error that says what is wrong with it.
-fn body<T: serde::de::DeserializeOwned + Default>(bytes: &Bytes) -> Result<T, ApiError> {
-    if bytes.iter().all(u8::is_ascii_whitespace) {
-        return Ok(T::default());
-    }
-    serde_json::from_slice(bytes)
-        .map_err(|error| ApiError::invalid(format!("the request body: {error}")))
 }
 
 pub async fn session<S: Store>(
@@ -86,7 +77,7 @@ pub async fn list_runs<S: Store>(
     State(web): State<Arc<Web<S>>>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     headers: HeaderMap,
-    Query(params): Query<ListParams>,
+    ApiQuery(params): ApiQuery<ListParams>,
 ) -> Result<Json<Value>, ApiError> {
     web.admit(Rpc::ListRuns, &Call { peer, headers })?;
     let status = match params.status.as_deref().filter(|s| !s.is_empty()) {
@@ -150,7 +141,7 @@ pub async fn get_run<S: Store>(
     State(web): State<Arc<Web<S>>>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     headers: HeaderMap,
-    Path(run_id): Path<String>,
+    ApiPath(run_id): ApiPath<String>,
 ) -> Result<Json<Value>, ApiError> {
     web.admit(Rpc::GetRun, &Call { peer, headers })?;
     Ok(record_json(web.coordinator.record_live(&run_id).await?))
@@ -160,7 +151,7 @@ pub async fn run_graph<S: Store>(
     State(web): State<Arc<Web<S>>>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     headers: HeaderMap,
-    Path(run_id): Path<String>,
+    ApiPath(run_id): ApiPath<String>,
 ) -> Result<Json<graph::Graph>, ApiError> {
     web.admit(Rpc::GetRun, &Call { peer, headers })?;
     let workflow = web.coordinator.workflow(&run_id).await?;
@@ -171,7 +162,7 @@ pub async fn step<S: Store>(
     State(web): State<Arc<Web<S>>>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     headers: HeaderMap,
-    Path((run_id, step_id)): Path<(String, String)>,
+    ApiPath((run_id, step_id)): ApiPath<(String, String)>,
 ) -> Result<Json<crate::service::StepDetail>, ApiError> {
     web.admit(Rpc::GetRun, &Call { peer, headers })?;
     Ok(Json(web.coordinator.inspect_step(&run_id, &step_id).await?))
@@ -189,11 +180,11 @@ pub async fn decide<S: Store>(
     State(web): State<Arc<Web<S>>>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     headers: HeaderMap,
-    Path((run_id, step_id)): Path<(String, String)>,
-    bytes: Bytes,
+    ApiPath((run_id, step_id)): ApiPath<(String, String)>,
+    body: Body,
 ) -> Result<Json<Value>, ApiError> {
     let caller = web.admit_change(Rpc::DecideApproval, &Call { peer, headers })?;
-    let decided: DecisionBody = body(&bytes)?;
+    let decided: DecisionBody = json_body(&body)?;
     let approved = decided.approved.ok_or_else(|| {
         ApiError::invalid("the request body: `approved` (true or false) is missing")
     })?;
@@ -221,11 +212,11 @@ pub async fn cancel<S: Store>(
     State(web): State<Arc<Web<S>>>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     headers: HeaderMap,
-    Path(run_id): Path<String>,
-    bytes: Bytes,
+    ApiPath(run_id): ApiPath<String>,
+    body: Body,
 ) -> Result<Json<Value>, ApiError> {
     let caller = web.admit_change(Rpc::CancelRun, &Call { peer, headers })?;
-    let cancel: CancelBody = body(&bytes)?;
+    let cancel: CancelBody = json_body(&body)?;
     let reason = requests::cancel_reason(&cancel.reason, caller.name());
     Ok(record_json(web.coordinator.cancel(&run_id, &reason).await?))
 }
@@ -238,11 +229,11 @@ pub async fn retry<S: Store>(
     State(web): State<Arc<Web<S>>>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     headers: HeaderMap,
-    Path(run_id): Path<String>,
-    bytes: Bytes,
+    ApiPath(run_id): ApiPath<String>,
+    body: Body,
 ) -> Result<Json<Value>, ApiError> {
     let caller = web.admit_change(Rpc::RetryRun, &Call { peer, headers })?;
-    let Empty {} = body(&bytes)?;
+    let Empty {} = json_body(&body)?;
     Ok(record_json(
         web.coordinator
             .retry(&run_id, caller.name().unwrap_or_default())
@@ -254,11 +245,11 @@ pub async fn verify<S: Store>(
     State(web): State<Arc<Web<S>>>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     headers: HeaderMap,
-    Path(run_id): Path<String>,
-    bytes: Bytes,
+    ApiPath(run_id): ApiPath<String>,
+    body: Body,
 ) -> Result<Json<Value>, ApiError> {
     web.admit_change(Rpc::VerifyRun, &Call { peer, headers })?;
-    let Empty {} = body(&bytes)?;
+    let Empty {} = json_body(&body)?;
     let verified = web.coordinator.verify(&run_id).await?;
     let text = |text: String| (!text.is_empty()).then_some(text);
     Ok(Json(json!({

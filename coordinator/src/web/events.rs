@@ -5,7 +5,7 @@ use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use axum::extract::{ConnectInfo, Path, Query, State};
+use axum::extract::{ConnectInfo, State};
 use axum::http::HeaderMap;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use baton_proto::v1;
@@ -16,6 +16,7 @@ use serde_json::json;
 use super::Web;
 use super::access::{self, Rpc};
 use super::error::ApiError;
+use super::extract::{ApiPath, ApiQuery};
 use super::record_json::event_to_json;
 use crate::store::Store;
 
@@ -30,8 +31,8 @@ pub async fn run_events<S: Store>(
     State(web): State<Arc<Web<S>>>,
     ConnectInfo(peer): ConnectInfo<SocketAddr>,
     headers: HeaderMap,
-    Path(run_id): Path<String>,
-    Query(params): Query<EventParams>,
+    ApiPath(run_id): ApiPath<String>,
+    ApiQuery(params): ApiQuery<EventParams>,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
     access::admit(
         &web.gate,

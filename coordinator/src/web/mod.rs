@@ -9,11 +9,13 @@
 //! - [`graph`]: a workflow laid out top to bottom, as a pure function.
 //! - [`record_json`]: a run record and watch events as JSON (the CLI's `--json` too).
 //! - `error`: the API's error, from the coordinator's through its gRPC status.
+//! - `extract`: the query string, path and body of an API call, refused with that error.
 
 mod access;
 mod api;
 mod error;
 mod events;
+mod extract;
 pub mod graph;
 mod pages;
 pub mod record_json;
