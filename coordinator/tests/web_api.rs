@@ -813,3 +813,141 @@ async fn a_bad_parameter_or_body_is_refused_as_json_naming_it() {
         "{too_big}"
     );
 }
+
+impl Ui {
+    /// `GET path` with this `Host` header: the status, the content type and the body.
+    async fn get_as(&self, host: &str, path: &str, token: Option<&str>) -> (u16, String, String) {
+        let mut request = self
+            .http
+            .get(format!("{}{path}", self.base))
+            .header("host", host);
+        if let Some(token) = token {
+            request = request.bearer_auth(token);
+        }
+        let response = request.send().await.unwrap();
+        let status = response.status().as_u16();
+        let content_type = response
+            .headers()
+            .get("content-type")
+            .map(|value| value.to_str().unwrap().to_owned())
+            .unwrap_or_default();
+        (
+            status,
+            content_type,
+            response.text().await.unwrap_or_default(),
+        )
+    }
+
+    fn port(&self) -> &str {
+        self.base.rsplit(':').next().unwrap()
+    }
+}
+
+/// DNS rebinding: another site's page whose name its DNS pointed at 127.0.0.1 calls from this
+/// machine, as its own origin, with its own name as `Host`. In protected mode, which lets this
+/// machine in without credentials, it gets nothing: no run, no change, not even the page.
+#[tokio::test]
+async fn protected_mode_answers_only_a_host_naming_this_machine() {
+    let coordinator = coordinator().await;
+    let ui = Ui::serve(&coordinator, Gate::loopback_only()).await;
+    let mut planner = FakeWorker::connect(&coordinator, "w-plan", &["planner"]).await;
+    let run_id = submit(&coordinator).await;
+    let task = planner.wait_task().await;
+    planner
+        .complete(&coordinator, &task, &json!({"plan": "p"}), None)
+        .await
+        .unwrap();
+    until(&ui, &run_id, "waiting for the approval", |record| {
+        record["waiting"][0]["kind"] == "approval"
+    })
+    .await;
+
+    let evil = "evil.example:9464";
+    for path in [
+        "/api/session".to_owned(),
+        "/api/runs".to_owned(),
+        format!("/api/runs/{run_id}"),
+        format!("/api/runs/{run_id}/graph"),
+        format!("/api/runs/{run_id}/steps/plan"),
+        format!("/api/runs/{run_id}/events"),
+    ] {
+        let (status, content_type, body) = ui.get_as(evil, &path, None).await;
+        assert_eq!(status, 403, "{path}: {body}");
+        assert_eq!(content_type, "application/json", "{path}");
+        let refused: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(refused["code"], "permission_denied", "{path}");
+        let error = refused["error"].as_str().unwrap();
+        assert!(error.contains("\"evil.example:9464\""), "{path}: {error}");
+        assert!(error.contains("http://127.0.0.1:9464/"), "{path}: {error}");
+        assert!(error.contains("--auth-tokens"), "{path}: {error}");
+    }
+    for path in ["/", &format!("/runs/{run_id}"), "/assets/app.js"] {
+        let (status, content_type, body) = ui.get_as(evil, path, None).await;
+        assert_eq!(status, 403, "{path}: {body}");
+        assert!(content_type.starts_with("text/plain"), "{path}");
+        assert!(body.contains("DNS rebinding"), "{path}: {body}");
+    }
+    // Same origin as far as the browser knows: `Origin` matches `Host`.
+    let approve = ui
+        .http
+        .post(format!(
+            "{}/api/runs/{run_id}/approvals/approve-plan",
+            ui.base
+        ))
+        .header("host", evil)
+        .header("origin", format!("http://{evil}"))
+        .header("content-type", "application/json")
+        .body(json!({"approved": true}).to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(approve.status().as_u16(), 403);
+    let (_, record) = ui.get(&format!("/api/runs/{run_id}"), None).await;
+    assert_eq!(record["waiting"][0]["kind"], "approval", "nothing changed");
+
+    // This machine by name or address, with its port or none.
+    let port = ui.port().to_owned();
+    for host in [
+        format!("127.0.0.1:{port}"),
+        format!("localhost:{port}"),
+        format!("[::1]:{port}"),
+        "baton.localhost".to_owned(),
+    ] {
+        for path in ["/api/runs", "/"] {
+            let (status, _, body) = ui.get_as(&host, path, None).await;
+            assert_eq!(status, 200, "{host}{path}: {body}");
+        }
+    }
+}
+
+/// The Host check is protected mode's alone: with tokens the other site's page has none to
+/// send, and `--allow-unauthenticated` is reached by whatever name its proxy passes on.
+#[tokio::test]
+async fn with_tokens_or_allow_unauthenticated_any_host_is_answered() {
+    let tokens = tempfile::NamedTempFile::new().unwrap();
+    let digest = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(
+        "viewer-token-0123456789",
+    ));
+    std::fs::write(
+        tokens.path(),
+        format!("[principals.viewer]\ntoken_sha256 = \"{digest}\"\nroles = [\"read\"]\n"),
+    )
+    .unwrap();
+    let coordinator = coordinator().await;
+    let with_tokens = Gate::configure(Some(tokens.path().to_owned()), false, false).unwrap();
+    let ui = Ui::serve(&coordinator, with_tokens).await;
+    let host = "baton.example.com";
+    let (status, _, body) = ui
+        .get_as(host, "/api/runs", Some("viewer-token-0123456789"))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let (status, _, _) = ui.get_as(host, "/api/runs", None).await;
+    assert_eq!(status, 401);
+    let (status, _, _) = ui.get_as(host, "/", None).await;
+    assert_eq!(status, 200);
+
+    let anyone = Gate::configure(None, false, true).unwrap();
+    let ui = Ui::serve(&coordinator, anyone).await;
+    let (status, _, body) = ui.get_as(host, "/api/runs", None).await;
+    assert_eq!(status, 200, "{body}");
+}

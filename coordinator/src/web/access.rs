@@ -6,7 +6,8 @@
 //! browser call the coordinator (CSRF), which matters where no token is needed (protected
 //! mode, `--allow-unauthenticated`). Changes therefore need a JSON body, which a cross-site
 //! form cannot send without a CORS preflight the coordinator never grants, and a cross-site
-//! `Origin` or `Sec-Fetch-Site` is refused outright.
+//! `Origin` or `Sec-Fetch-Site` is refused outright. A page that is not cross-site to the
+//! coordinator because its name was rebound to it is `host`'s to refuse.
 
 use std::net::SocketAddr;
 

@@ -6,6 +6,7 @@
 //! - `api`: the JSON API, a thin edge over [`Coordinator`] like the gRPC one.
 //! - `events`: a run's watch as server-sent events.
 //! - `access`: who may call, decided as for gRPC; changes only from the coordinator's pages.
+//! - `host`: in protected mode, only a `Host` naming this machine (DNS rebinding).
 //! - [`graph`]: a workflow laid out top to bottom, as a pure function.
 //! - [`record_json`]: a run record and watch events as JSON (the CLI's `--json` too).
 //! - `error`: the API's error, from the coordinator's through its gRPC status.
@@ -17,6 +18,7 @@ mod error;
 mod events;
 mod extract;
 pub mod graph;
+mod host;
 mod pages;
 pub mod record_json;
 
@@ -51,7 +53,7 @@ pub fn router<S: Store>(
 ) -> Router {
     let web = Arc::new(Web {
         coordinator,
-        gate,
+        gate: gate.clone(),
         trace_url,
     });
     Router::new()
@@ -72,5 +74,10 @@ pub fn router<S: Store>(
         .route("/api/runs/{run_id}/retry", post(api::retry::<S>))
         .route("/api/runs/{run_id}/verify", post(api::verify::<S>))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        // Outermost: a page of another site rebound to this machine gets nothing, not a page.
+        .layer(axum::middleware::from_fn_with_state(
+            gate,
+            host::refuse_rebound,
+        ))
         .with_state(web)
 }
