@@ -480,3 +480,35 @@ async fn a_metrics_address_given_and_taken_is_an_error_naming_it() {
         "{stderr}"
     );
 }
+
+/// `--trace-url` is checked when the coordinator starts, not found broken in the web UI's
+/// links: an http(s) URL with `{trace_id}` in it, or the coordinator exits naming the flag and
+/// what is wrong.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trace_url_without_trace_id_or_not_http_is_an_error_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let refused = |trace_url: &str| {
+        let mut command = harness::baton();
+        command.current_dir(dir.path()).args([
+            "coordinator",
+            "--memory",
+            "--listen",
+            "127.0.0.1:0",
+            "--metrics-listen",
+            "127.0.0.1:0",
+            "--trace-url",
+            trace_url,
+        ]);
+        let out = harness::output_within(&mut command, None, harness::DEADLINE);
+        assert!(!out.status.success(), "{trace_url} was taken");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let no_id = refused("https://jaeger.example/trace");
+    assert!(no_id.contains("--trace-url"), "{no_id}");
+    assert!(no_id.contains("{trace_id}"), "{no_id}");
+    let script = refused("javascript:alert('{trace_id}')");
+    assert!(script.contains("--trace-url"), "{script}");
+    assert!(script.contains("http(s)"), "{script}");
+    let relative = refused("/trace/{trace_id}");
+    assert!(relative.contains("not a URL"), "{relative}");
+}

@@ -56,10 +56,35 @@ pub struct CoordinatorArgs {
     /// Serve no metrics, no probes and no web UI.
     #[arg(long)]
     no_metrics: bool,
-    /// Where the web UI links a run's trace: a URL with `{trace_id}` in it, such as
+    /// Where the web UI links a run's trace: an http(s) URL with `{trace_id}` in it, such as
     /// 'https://jaeger.example/trace/{trace_id}'.
-    #[arg(long, env = "BATON_TRACE_URL")]
+    #[arg(long, env = "BATON_TRACE_URL", value_parser = trace_url)]
     trace_url: Option<String>,
+}
+
+/// `--trace-url`, checked when the coordinator starts rather than found broken in a link: an
+/// http or https URL with a host, and `{trace_id}` where a run's trace id goes.
+fn trace_url(text: &str) -> Result<String, String> {
+    const EXAMPLE: &str = "such as 'https://jaeger.example/trace/{trace_id}'";
+    if !text.contains("{trace_id}") {
+        return Err(format!(
+            "it has no {{trace_id}}, where the web UI puts a run's trace id ({EXAMPLE})"
+        ));
+    }
+    // The URL a link will be: braces elsewhere in it are the URL's own business.
+    let link = text.replace("{trace_id}", "4bf92f3577b34da6a3ce929d0e0e4736");
+    let url = reqwest::Url::parse(&link)
+        .map_err(|error| format!("it is not a URL ({error}): give an http(s) URL, {EXAMPLE}"))?;
+    if !matches!(url.scheme(), "http" | "https") {
+        return Err(format!(
+            "a {}: URL is not a page the web UI can link to: give an http(s) URL, {EXAMPLE}",
+            url.scheme()
+        ));
+    }
+    if url.host_str().is_none_or(str::is_empty) {
+        return Err(format!("it names no host ({EXAMPLE})"));
+    }
+    Ok(text.to_owned())
 }
 
 /// The coordinator's HTTP port unless `--metrics-listen` says otherwise.
@@ -329,13 +354,9 @@ pub struct WorkerArgs {
     /// taken, a free port, named in the log]. Port 0 picks a free one.
     #[arg(long, conflicts_with = "no_metrics")]
     metrics_listen: Option<SocketAddr>,
-    /// Serve no metrics, no probes and no web UI.
+    /// Serve no metrics and no probes.
     #[arg(long)]
     no_metrics: bool,
-    /// Where the web UI links a run's trace: a URL with `{trace_id}` in it, such as
-    /// 'https://jaeger.example/trace/{trace_id}'.
-    #[arg(long, env = "BATON_TRACE_URL")]
-    trace_url: Option<String>,
 }
 
 pub async fn worker(args: WorkerArgs) -> anyhow::Result<ExitCode> {
