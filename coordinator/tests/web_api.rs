@@ -812,6 +812,22 @@ async fn a_bad_parameter_or_body_is_refused_as_json_naming_it() {
         too_big["error"].as_str().unwrap().contains("65536 bytes"),
         "{too_big}"
     );
+
+    // A path the API does not have, or a method a path does not take: JSON too.
+    let (status, nowhere) = ui.get("/api/rnus", None).await;
+    assert_eq!(status, 404, "{nowhere}");
+    assert_eq!(nowhere["code"], "not_found");
+    assert_eq!(nowhere["error"], "no API at /api/rnus");
+    let (status, wrong) = ui.post("/api/runs", json!({}), None).await;
+    assert_eq!(status, 405, "{wrong}");
+    assert_eq!(wrong["error"], "/api/runs does not take POST");
+    // A run the store does not have is the coordinator's own 404, unchanged.
+    let (status, missing) = ui.get("/api/runs/no-such-run", None).await;
+    assert_eq!(status, 404, "{missing}");
+    assert!(
+        missing["error"].as_str().unwrap().contains("no-such-run"),
+        "{missing}"
+    );
 }
 
 impl Ui {

@@ -68,6 +68,39 @@ impl IntoResponse for ApiError {
     }
 }
 
+/// The layer's function: an API path the router does not know (404), or a method it does not
+/// take there (405), is answered in the API's JSON too, like every other refusal, rather than
+/// with axum's empty body.
+pub async fn unrouted_in_json(
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let api = request.uri().path().starts_with("/api/");
+    let (method, path) = (request.method().clone(), request.uri().path().to_owned());
+    let response = next.run(request).await;
+    let json = response
+        .headers()
+        .get(axum::http::header::CONTENT_TYPE)
+        .is_some_and(|kind| kind.as_bytes().starts_with(b"application/json"));
+    if !api || json {
+        return response;
+    }
+    match response.status() {
+        StatusCode::NOT_FOUND => {
+            ApiError::new(Code::NotFound, format!("no API at {path}")).into_response()
+        }
+        StatusCode::METHOD_NOT_ALLOWED => ApiError {
+            status: StatusCode::METHOD_NOT_ALLOWED,
+            ..ApiError::new(
+                Code::Unimplemented,
+                format!("{path} does not take {method}"),
+            )
+        }
+        .into_response(),
+        _ => response,
+    }
+}
+
 /// The HTTP status of a gRPC code, as gRPC-HTTP gateways map them.
 fn http_status(code: Code) -> StatusCode {
     match code {

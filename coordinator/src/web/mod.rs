@@ -35,6 +35,11 @@ use crate::store::Store;
 /// The most bytes of a request body (an approval's comment, a cancel's reason).
 pub const MAX_BODY_BYTES: usize = 64 * 1024;
 
+/// An API path that names nothing: a 404 the layer above answers in JSON.
+async fn api_not_found() -> axum::http::StatusCode {
+    axum::http::StatusCode::NOT_FOUND
+}
+
 /// What the web UI serves from.
 pub struct Web<S: Store> {
     coordinator: Coordinator<S>,
@@ -73,7 +78,9 @@ pub fn router<S: Store>(
         .route("/api/runs/{run_id}/cancel", post(api::cancel::<S>))
         .route("/api/runs/{run_id}/retry", post(api::retry::<S>))
         .route("/api/runs/{run_id}/verify", post(api::verify::<S>))
+        .route("/api/{*unknown}", axum::routing::any(api_not_found))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(axum::middleware::from_fn(error::unrouted_in_json))
         // Outermost: a page of another site rebound to this machine gets nothing, not a page.
         .layer(axum::middleware::from_fn_with_state(
             gate,
