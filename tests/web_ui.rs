@@ -428,6 +428,12 @@ async fn the_feature_development_run_in_a_browser_from_list_to_approval_to_its_e
             _ => "pending",
         };
         assert_eq!(status, expected, "{step_id}");
+        // Shown, not only named in an attribute: the box reads its id and its state.
+        let shown = node_text(&browser, step_id).await.unwrap();
+        assert!(
+            shown.contains(step_id) && shown.contains(expected),
+            "{step_id}: {shown}"
+        );
     }
     // Marks this page: a reload would lose it.
     browser
@@ -691,9 +697,10 @@ async fn with_tokens_the_page_asks_once_and_shows_only_what_the_principal_may_do
         .await
         .unwrap();
     for hidden in ["Approve", "Reject", "Cancel"] {
+        let found = browser.find_by_text(hidden).await;
         assert!(
-            browser.find_by_text(hidden).await.is_err(),
-            "{hidden} is shown to a read-only principal"
+            matches!(found, Err(BrowserError::NotFound { .. })),
+            "{hidden} is shown to a read-only principal: {found:?}"
         );
     }
     // Once: the list and back ask nothing again.
@@ -706,7 +713,11 @@ async fn with_tokens_the_page_asks_once_and_shows_only_what_the_principal_may_do
         })
         .await
         .unwrap();
-    assert!(browser.find_by_label("Token").await.is_err());
+    let asked = browser.find_by_label("Token").await;
+    assert!(
+        matches!(asked, Err(BrowserError::NotFound { .. })),
+        "asked for a token again: {asked:?}"
+    );
 
     // Another principal, who may approve: the approver recorded is that principal.
     browser
@@ -758,13 +769,56 @@ async fn a_500_branch_step_is_drawn_whole_and_each_branch_opens() {
     let path = fleet.dir().join("fan-out.json");
     std::fs::write(&path, workflow.to_string()).unwrap();
     let ui = fleet.http_url(0);
+    // 52 runs that end at once, more than a page of the list.
+    let mut client = fleet.client(0).await.unwrap();
+    let quick = json!({"id": "quick", "steps": [
+        {"id": "only", "type": "transform", "transform": "input"}
+    ]})
+    .to_string();
+    let mut quick_runs = Vec::new();
+    for n in 0..52 {
+        quick_runs.push(harness::submit(&mut client, quick.clone(), &json!(n)).await);
+    }
     let browser = Browser::start().await.unwrap();
-    // The list is open before the run exists: the run appears in it without a reload.
     browser.goto(&format!("{ui}/")).await.unwrap();
     browser
-        .wait_for_text("#runs-count", "0 runs", PATIENCE)
+        .wait_for_text("#runs-page", "Page 1", PATIENCE)
         .await
         .unwrap();
+    let first_page = rows(&browser).await.unwrap();
+    assert_eq!(first_page.len(), 50, "50 a page");
+    // Newest first: the last 50 submitted, the newest on top.
+    let newest: Vec<String> = quick_runs.iter().rev().take(50).cloned().collect();
+    assert_eq!(first_page, newest);
+    browser
+        .click(&browser.find_by_text("Older").await.unwrap())
+        .await
+        .unwrap();
+    browser
+        .wait_for_text("#runs-page", "Page 2", PATIENCE)
+        .await
+        .unwrap();
+    let second_page = browser
+        .wait_for("the second page's rows", PATIENCE, async |b| {
+            let ids = rows(b).await?;
+            Ok((ids.len() == 2).then_some(ids))
+        })
+        .await
+        .unwrap();
+    assert_eq!(
+        second_page,
+        vec![quick_runs[1].clone(), quick_runs[0].clone()]
+    );
+    browser
+        .click(&browser.find_by_text("Newer").await.unwrap())
+        .await
+        .unwrap();
+    browser
+        .wait_for_text("#runs-page", "Page 1", PATIENCE)
+        .await
+        .unwrap();
+
+    // The list is open before the run exists: the run appears in it without a reload.
     browser
         .execute("window.__sameDocument = 'yes';", vec![])
         .await
@@ -862,6 +916,17 @@ async fn a_500_branch_step_is_drawn_whole_and_each_branch_opens() {
         .await
         .unwrap();
     browser.quit().await.unwrap();
+}
+
+/// The run ids of the list's rows, top to bottom.
+async fn rows(browser: &Browser) -> Result<Vec<String>, BrowserError> {
+    let ids = browser
+        .execute(
+            "return [...document.querySelectorAll('tr[data-run-id]')].map((r) => r.dataset.runId);",
+            vec![],
+        )
+        .await?;
+    Ok(serde_json::from_value(ids).expect("a list of run ids"))
 }
 
 /// The text the graph's node for `step_id` shows.
