@@ -151,12 +151,15 @@ impl<S: Store> WorkerService for Workers<S> {
                         message: Some(worker_message::Message::Result(result)),
                     }) => {
                         // On its own task: a result may wait for a store that is restarting,
-                        // and the heartbeats behind it must still be heard meanwhile.
+                        // and the heartbeats behind it must still be heard meanwhile. Boxed: the
+                        // answer's future holds a whole transition's state (kilobytes), which a
+                        // spawn would otherwise copy several times over for every answer.
                         let (coordinator, worker_id) = (coordinator.clone(), worker_id.clone());
                         let outbound = outbound.clone();
                         completing.spawn(async move {
                             let task_id = result.task_id.clone();
-                            if let Err(error) = answer(&coordinator, &worker_id, result).await {
+                            let answered = Box::pin(answer(&coordinator, &worker_id, result));
+                            if let Err(error) = answered.await {
                                 tracing::warn!(%worker_id, %task_id, %error, "result refused");
                                 let message = error.to_string();
                                 let _ = outbound.send(ToWorker::Rejected { task_id, message });
