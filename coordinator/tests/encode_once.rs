@@ -86,27 +86,42 @@ async fn a_result_s_bytes_are_shared_by_the_store_write_its_watchers_and_the_nex
     assert_eq!(part.json.as_ptr(), encoded.json.as_ptr(), "not a copy");
 }
 
-/// Small parts travel inline in the manifest (issue 20, point 4): a chain's short results are
-/// not sent, hashed or cached as parts of their own. A worker of the protocol before, which does
-/// not read them, gets every part named and sent, and rebuilds the same payload.
+/// Small parts travel inline in the manifest (issue 20, point 4), and a long context comes as a
+/// change to a listing the worker holds: a chain's 12th task names the one result the 11th
+/// added, not eleven. A worker of the protocol before gets the context listed whole.
 #[tokio::test]
-async fn small_parts_travel_inline_and_an_older_worker_gets_them_named() {
+async fn a_context_is_a_change_to_the_listing_a_worker_holds_and_whole_to_an_older_worker() {
+    const STEPS: usize = 12;
     let coordinator = Coordinator::new(MemoryStore::new(), Config::default());
-    let speaking = |id: &'static str, agents: &'static [&'static str], protocol: u32| {
-        FakeWorker::hello_speaking(&coordinator, id, agents, 8, Vec::new(), protocol)
-    };
-    let mut new = speaking("new", &["now"], baton_proto::WORKER_PROTOCOL)
-        .await
-        .unwrap();
-    let old_protocol = baton_proto::INLINE_PARTS_PROTOCOL - 1;
+    let mut new = FakeWorker::hello_caching(
+        &coordinator,
+        "new",
+        &["now"],
+        8,
+        Vec::new(),
+        baton_proto::WORKER_PROTOCOL,
+        1 << 20,
+    )
+    .await
+    .unwrap();
+    let old_protocol = baton_proto::LISTING_PROTOCOL - 1;
     assert!(baton_proto::serves_worker_protocol(old_protocol));
-    let mut old = speaking("old", &["before"], old_protocol).await.unwrap();
-    let mut second_tasks = Vec::new();
+    let mut old = FakeWorker::hello_speaking(
+        &coordinator,
+        "old",
+        &["before"],
+        8,
+        Vec::new(),
+        old_protocol,
+    )
+    .await
+    .unwrap();
+    let mut tasks = Vec::new();
     for (worker, agent) in [(&mut new, "now"), (&mut old, "before")] {
-        let workflow = json!({"id": "two", "steps": [
-            {"id": "a", "type": "agent", "agent": agent, "next": "b"},
-            {"id": "b", "type": "agent", "agent": agent}
-        ]});
+        let steps: Vec<serde_json::Value> = (0..STEPS)
+            .map(|i| json!({"id": format!("s{i:02}"), "type": "agent", "agent": agent}))
+            .collect();
+        let workflow = json!({"id": "chain", "steps": steps});
         client::submit(
             &coordinator,
             workflow.to_string().as_bytes(),
@@ -114,39 +129,59 @@ async fn small_parts_travel_inline_and_an_older_worker_gets_them_named() {
         )
         .await
         .unwrap();
-        let a = worker.wait_task().await;
-        let data = json!({"ok": true, "i": 1});
-        worker
-            .complete(&coordinator, &a, &data, None)
-            .await
-            .unwrap();
-        second_tasks.push(worker.wait_task().await);
+        let mut seen = Vec::new();
+        for i in 1..STEPS {
+            let task = worker.wait_task().await;
+            worker
+                .complete(&coordinator, &task, &json!({"ok": true, "i": i}), None)
+                .await
+                .unwrap();
+            seen.push(task);
+        }
+        seen.push(worker.wait_task().await);
+        tasks.push(seen);
     }
-    let [inline, named] = <[v1::Task; 2]>::try_from(second_tasks).unwrap();
-
     let manifest = |task: &v1::Task| -> baton_core::Manifest {
         serde_json::from_slice(&task.manifest.as_ref().unwrap().json).unwrap()
     };
-    // Every part of b's payload is small: the input, a's result, the empty message history.
-    let carried = manifest(&inline);
-    assert_eq!(carried.parts().count(), 0, "{carried:?}");
-    assert!(inline.parts.is_empty());
-    assert_eq!(carried.context[0].1, r#"={"i":1,"ok":true}"#);
-    let listed = manifest(&named);
-    assert_eq!(
-        listed.parts().count(),
-        3,
-        "input, a's result, messages: {listed:?}"
-    );
-    assert!(
-        listed.parts().all(|(_, digest)| digest.len() == 64),
-        "{listed:?}"
-    );
-    assert_eq!(named.parts.len(), 3);
 
-    let (inline, named) = (fake_worker::payload(&inline), fake_worker::payload(&named));
-    assert_eq!(inline["context"], named["context"]);
-    assert_eq!(inline["context"]["a"], json!({"ok": true, "i": 1}));
-    assert_eq!(inline["input"], json!({"task": "dark mode"}));
-    assert_eq!(inline["input"], named["input"]);
+    // This version's worker: short contexts listed whole, then the first long one as a change
+    // from nothing, and each after it as a change from the one before, setting one result.
+    let new_tasks = tasks.remove(0);
+    let changes: Vec<Option<baton_core::payload::ListingChange>> = new_tasks
+        .iter()
+        .map(|task| manifest(task).listing)
+        .collect();
+    assert!(changes[..9].iter().all(Option::is_none), "{changes:?}");
+    let tenth = changes[9].clone().expect("a listing change");
+    assert_eq!((tenth.base, tenth.set.len()), (None, 9));
+    let last = manifest(new_tasks.last().unwrap());
+    let change = last.listing.clone().expect("a listing change");
+    assert_eq!(
+        change.base.as_deref(),
+        Some(changes[10].as_ref().unwrap().name.as_str())
+    );
+    assert_eq!(
+        change.set,
+        [("s10".into(), r#"={"i":11,"ok":true}"#.into())]
+    );
+    assert!(last.context.is_empty());
+    assert_eq!(
+        last.parts().count(),
+        0,
+        "every part small, so inline: {last:?}"
+    );
+
+    // The worker before: the last task's context listed whole, and the same payload.
+    let whole = tasks.remove(0).pop().unwrap();
+    let listed = manifest(&whole);
+    assert!(listed.listing.is_none());
+    assert_eq!(listed.context.len(), STEPS - 1);
+    assert_eq!(
+        listed.context[10],
+        ("s10".into(), r#"={"i":11,"ok":true}"#.into())
+    );
+    let payload = fake_worker::payload(&whole);
+    assert_eq!(payload["context"]["s10"], json!({"ok": true, "i": 11}));
+    assert_eq!(payload["input"], json!({"task": "dark mode"}));
 }

@@ -22,12 +22,13 @@ pub use v1::Json;
 /// (fencing tokens) in task ids, `Hello.held`, `Goodbye`, non-retryable errors. 5: live output
 /// (`TaskOutput`) and the tokens a result used (`TaskResult.usage`). 6: a map item's manifest
 /// carries the item (`map`); item tasks go only to workers of protocol 6 or later. 7: the
-/// manifest carries small parts inline (`baton_core::payload::INLINE_MARK`); a worker of
-/// protocol 6 gets every part named instead.
-pub const WORKER_PROTOCOL: u32 = 7;
+/// manifest carries small parts inline (`baton_core::payload::INLINE_MARK`). 8: the worker keeps
+/// its recent tasks' context listings, and a manifest gives the context as a change to one of
+/// them (`baton_core::payload::ListingChange`); a worker of protocol 7 gets it listed whole.
+pub const WORKER_PROTOCOL: u32 = 8;
 
-/// The oldest worker protocol that reads parts carried inline in the manifest.
-pub const INLINE_PARTS_PROTOCOL: u32 = 7;
+/// The oldest worker protocol that keeps context listings ([`WORKER_PROTOCOL`], 8).
+pub const LISTING_PROTOCOL: u32 = 8;
 
 /// The oldest worker protocol that can run a map item: an older worker would ignore the
 /// manifest's `map` and run the item without it.

@@ -369,6 +369,7 @@ fn arbitrary_manifest(u: &mut Unstructured, digests: &[String]) -> arbitrary::Re
             None
         },
         context,
+        listing: None,
         error: if u.arbitrary()? {
             Some(ErrorInfo {
                 step: key(u)?.into(),

@@ -8,7 +8,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::task::{ReadyTask, TaskMessage, ToWorker};
 use crate::clock::Instant;
-use crate::parts::Part;
+use crate::parts::{ForWorker, Part};
 
 /// The coordinator's copy of a worker's part cache holds at most this many bytes' worth and this
 /// many parts, whatever the worker asks for, so a worker cannot make it keep unbounded
@@ -86,12 +86,18 @@ impl Session {
     /// mirror as the worker will touch its cache on arrival. Returns the payload bytes sent,
     /// or `None` if the stream is closed (the worker is gone or going).
     pub fn send_task(&mut self, task: &ReadyTask) -> Option<u64> {
-        let (manifest, parts) = task.payload_for(self.protocol);
-        let message = self.message_for(task, manifest, parts);
+        let cache = &self.cache;
+        let sending = task
+            .payload
+            .for_worker(self.protocol, |name| cache.contains(name));
+        let message = self.message_for(task, &sending);
         let bytes = message.payload_bytes();
         self.stream.send(ToWorker::Task(message)).ok()?;
-        for part in parts {
+        for part in &sending.named {
             self.cache.touch(&part.sha256, part.json.len() as u64);
+        }
+        if let Some((name, size)) = sending.listing {
+            self.cache.touch(name, size);
         }
         Some(bytes)
     }
@@ -109,19 +115,16 @@ impl Session {
         let _ = self.stream.send(message);
     }
 
-    fn message_for(
-        &self,
-        task: &ReadyTask,
-        manifest: &Arc<Part>,
-        parts: &[Arc<Part>],
-    ) -> TaskMessage {
+    /// The task with the parts of `sending` this worker does not hold, each once.
+    fn message_for(&self, task: &ReadyTask, sending: &ForWorker<'_>) -> TaskMessage {
         let mut sent = HashSet::new();
-        let parts: Vec<Arc<Part>> = parts
+        let parts: Vec<Arc<Part>> = sending
+            .named
             .iter()
             .filter(|part| !self.cache.contains(&part.sha256) && sent.insert(&part.sha256))
             .cloned()
             .collect();
-        task.message(manifest, parts)
+        task.message(&sending.manifest, parts)
     }
 }
 

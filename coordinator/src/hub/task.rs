@@ -1,33 +1,23 @@
 //! What goes through the hub: tasks ready for a worker, the messages sent down a worker's
 //! stream, and what the hub tells the coordinator back.
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
-use baton_core::Manifest;
-
 use crate::clock::Instant;
-use crate::parts::Part;
+use crate::parts::{Part, TaskPayload};
 use crate::task_ref::TaskRef;
 use crate::traces::TaskTrace;
 
-/// A task ready for a worker: one attempt of an agent step, with every part of its payload.
+/// A task ready for a worker: one attempt of an agent step, with its payload.
 #[derive(Debug, Clone)]
 pub struct ReadyTask {
     pub task: TaskRef,
     /// Its visit key (`<step>#<visit>`): with the run id, what the hub finds it by.
     pub key: String,
     pub agent: String,
-    /// The payload's manifest, naming each part by its SHA-256.
-    pub manifest: Arc<Part>,
-    /// Every part the manifest names, in [`baton_core::Manifest::parts`] order; a worker is
-    /// sent only those it does not hold.
-    pub parts: Vec<Arc<Part>>,
-    /// Whether the manifest carries parts inline, which a worker before
-    /// [`baton_proto::INLINE_PARTS_PROTOCOL`] cannot read.
-    pub inline: bool,
-    /// The payload with every part named, made the first time such a worker is sent it.
-    named: Arc<OnceLock<NamedPayload>>,
+    /// Its payload, by reference: what each worker is sent depends on what it holds.
+    pub payload: TaskPayload,
     /// The step's `timeout_ms` per attempt; 0 for none.
     pub timeout_ms: u64,
     /// The W3C trace context of the attempt's span, the worker's parent; empty untraced.
@@ -43,17 +33,13 @@ pub struct ReadyTask {
 }
 
 impl ReadyTask {
-    /// Attempt `task` of an agent step, ready now, with its payload's manifest and every part
-    /// the manifest names; no timeout, untraced.
-    pub fn new(task: TaskRef, agent: &str, manifest: Arc<Part>, parts: Vec<Arc<Part>>) -> Self {
+    /// Attempt `task` of an agent step, ready now, with its payload; no timeout, untraced.
+    pub fn new(task: TaskRef, agent: &str, payload: TaskPayload) -> Self {
         ReadyTask {
             key: task.key(),
             task,
             agent: agent.to_owned(),
-            manifest,
-            parts,
-            inline: false,
-            named: Arc::default(),
+            payload,
             timeout_ms: 0,
             traceparent: String::new(),
             resends: 0,
@@ -71,16 +57,6 @@ impl ReadyTask {
         } else {
             0
         }
-    }
-
-    /// The manifest and parts to send a worker speaking `protocol`: as made, or, for a worker
-    /// that does not read inline parts, with each of them named and sent as a part.
-    pub fn payload_for(&self, protocol: u32) -> (&Arc<Part>, &[Arc<Part>]) {
-        if !self.inline || protocol >= baton_proto::INLINE_PARTS_PROTOCOL {
-            return (&self.manifest, &self.parts);
-        }
-        let named = self.named.get_or_init(|| NamedPayload::of(self));
-        (&named.manifest, &named.parts)
     }
 
     pub fn attempt(&self) -> u32 {
@@ -110,51 +86,6 @@ impl ReadyTask {
             parts,
             timeout_ms: self.timeout_ms,
             traceparent: self.traceparent.clone(),
-        }
-    }
-}
-
-/// A payload with every part named by its digest, for a worker before
-/// [`baton_proto::INLINE_PARTS_PROTOCOL`]: its manifest, and its parts in
-/// [`baton_core::Manifest::parts`] order.
-#[derive(Debug)]
-struct NamedPayload {
-    manifest: Arc<Part>,
-    parts: Vec<Arc<Part>>,
-}
-
-impl NamedPayload {
-    fn of(task: &ReadyTask) -> Self {
-        let manifest: Manifest =
-            serde_json::from_slice(&task.manifest.json).expect("the hub's own manifest parses");
-        let (named, inline) = manifest.with_digests(baton_proto::sha256_hex);
-        let mut by_digest: std::collections::HashMap<&str, Arc<Part>> = task
-            .parts
-            .iter()
-            .map(|part| (part.sha256.as_str(), part.clone()))
-            .collect();
-        let inline: Vec<Arc<Part>> = inline
-            .into_iter()
-            .map(|(sha256, json)| {
-                Arc::new(Part {
-                    json: json.into(),
-                    sha256,
-                })
-            })
-            .collect();
-        by_digest.extend(
-            inline
-                .iter()
-                .map(|part| (part.sha256.as_str(), part.clone())),
-        );
-        let parts = named
-            .parts()
-            .map(|(_, digest)| by_digest[digest].clone())
-            .collect();
-        let manifest = Part::new(serde_json::to_vec(&named).expect("a manifest serialises"));
-        NamedPayload {
-            manifest: Arc::new(manifest),
-            parts,
         }
     }
 }

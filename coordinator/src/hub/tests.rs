@@ -5,13 +5,14 @@ use proptest::prelude::*;
 use tokio::sync::mpsc;
 
 use super::*;
-use crate::parts::Part;
+use crate::parts::{Part, TaskPayload};
 use crate::task_ref::{TaskRef, parse_task_key};
 
 fn task(run: &str, key: &str, agent: &str) -> ReadyTask {
     let id: TaskId = parse_task_key(key).expect("a visit key");
     let manifest = Arc::new(Part::new(b"{}".to_vec()));
-    ReadyTask::new(TaskRef::new(run, &id, 1), agent, manifest, Vec::new())
+    let payload = TaskPayload::made(manifest, Vec::new());
+    ReadyTask::new(TaskRef::new(run, &id, 1), agent, payload)
 }
 
 fn worker(
@@ -276,10 +277,11 @@ async fn a_worker_silent_for_long_enough_is_named_and_a_heartbeat_clears_it() {
 }
 
 fn with_parts(mut task: ReadyTask, parts: &[&str]) -> ReadyTask {
-    task.parts = parts
+    let parts = parts
         .iter()
         .map(|json| Arc::new(Part::new(json.as_bytes().to_vec())))
         .collect();
+    task.payload = TaskPayload::made(Arc::new(Part::new(b"{}".to_vec())), parts);
     task
 }
 

@@ -147,10 +147,9 @@ pub(super) fn ready_task(
         .unwrap_or_default();
     let payload = encoder.payload(&task.payload);
     let id = TaskRef::new(run_id, &task.task, attempt);
-    let mut ready = ReadyTask::new(id, &task.agent, payload.manifest, payload.parts);
+    let mut ready = ReadyTask::new(id, &task.agent, payload);
     ready.timeout_ms = task.timeout_ms.unwrap_or_default();
     ready.traceparent = traceparent;
     ready.trace = trace;
-    ready.inline = payload.inline;
     ready
 }

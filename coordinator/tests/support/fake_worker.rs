@@ -81,12 +81,27 @@ impl FakeWorker {
         held: Vec<String>,
         protocol: u32,
     ) -> Result<Self, Error> {
+        Self::hello_caching(coordinator, id, agents, capacity, held, protocol, 0).await
+    }
+
+    /// [`FakeWorker::hello_speaking`] from a worker that says it keeps `cache_bytes` of parts
+    /// (and context listings): the coordinator then sends it only what that cache lacks, and
+    /// [`payload`] can no longer rebuild its payloads.
+    pub async fn hello_caching<S: Store>(
+        coordinator: &Coordinator<S>,
+        id: &str,
+        agents: &[&str],
+        capacity: u32,
+        held: Vec<String>,
+        protocol: u32,
+        cache_bytes: u64,
+    ) -> Result<Self, Error> {
         let (tx, rx) = mpsc::unbounded_channel();
         let hello = Hello {
             worker_id: id.into(),
             agents: agents.iter().map(|a| a.to_string()).collect(),
             capacity,
-            cache_bytes: 0,
+            cache_bytes,
             protocol,
             held,
         };
@@ -266,7 +281,8 @@ fn usage_of(usage: &[(&str, u64, u64)]) -> Vec<Usage> {
         .collect()
 }
 
-/// The payload a worker with no part cache rebuilds: every part comes with the task.
+/// The payload a worker with no part cache rebuilds: every part comes with the task, and a
+/// context listing is a change from the empty one.
 pub fn payload(task: &Task) -> Value {
     let manifest: baton_core::Manifest =
         serde_json::from_slice(task.manifest.as_ref().unwrap().verified().unwrap()).unwrap();
@@ -275,6 +291,26 @@ pub fn payload(task: &Task) -> Value {
         .iter()
         .map(|part| (part.sha256.as_str(), part.verified().unwrap()))
         .collect();
-    let bytes = baton_core::payload::assemble(&manifest, |d| parts.get(d).copied()).unwrap();
+    let part = |digest: &str| parts.get(digest).copied();
+    let bytes = match &manifest.listing {
+        None => baton_core::payload::assemble(&manifest, part).unwrap(),
+        Some(change) => {
+            assert_eq!(
+                change.base, None,
+                "a worker without a cache holds no listing"
+            );
+            let context: Vec<(&str, &[u8])> = change
+                .set
+                .iter()
+                .map(|(key, reference)| {
+                    let json = baton_core::payload::inline_json(reference)
+                        .or_else(|| part(reference))
+                        .expect("every part comes with the task");
+                    (key.as_str(), json)
+                })
+                .collect();
+            baton_core::payload::assemble_with_context(&manifest, part, &context).unwrap()
+        }
+    };
     serde_json::from_slice(&bytes).unwrap()
 }

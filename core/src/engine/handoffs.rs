@@ -183,10 +183,10 @@ impl Builder {
             unreachable!("a branch's parent is a parallel step");
         };
         let slot = branches.iter().position(|&b| b == branch);
-        if let (Some(slot), Some(Pending::Parallel { handed, .. })) =
+        if let (Some(slot), Some(Pending::Parallel(waiting))) =
             (slot, self.run.pending.get_mut(&parent))
         {
-            handed.set(slot, Some(branch_handed));
+            waiting.handed.set(slot, Some(branch_handed));
         }
     }
 

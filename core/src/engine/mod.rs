@@ -280,15 +280,22 @@ enum Pending {
     Approval {
         visit: u32,
     },
-    Map(map::MapRun),
-    Parallel {
-        visit: u32,
-        /// One slot per branch, in workflow order.
-        outcomes: Vector<Option<BranchOutcome>>,
-        /// What each agent branch handed on: merged in branch order when the last settles.
-        handed: Vector<Option<Handed>>,
-        remaining: usize,
-    },
+    // Boxed, as the parallel step's below: `pending` is a persistent map, whose nodes hold 64
+    // entries inline and are copied whole by each change to a shared one. An unboxed map run
+    // made every entry 312 bytes, and settling a chain's step copied 20 KB (issue 20).
+    Map(Box<map::MapRun>),
+    Parallel(Box<ParallelRun>),
+}
+
+/// A parallel step waiting for its branches.
+#[derive(Debug, Clone)]
+struct ParallelRun {
+    visit: u32,
+    /// One slot per branch, in workflow order.
+    outcomes: Vector<Option<BranchOutcome>>,
+    /// What each agent branch handed on: merged in branch order when the last settles.
+    handed: Vector<Option<Handed>>,
+    remaining: usize,
 }
 
 /// What a branch handed on: each agent step visit's source record and messages (ids assigned),

@@ -15,7 +15,7 @@ use serde_json::{Map, Value, json};
 
 use super::route::Outcome;
 use super::transition::{Builder, Settled, rejection_error};
-use super::{BranchOutcome, Pending, StepRecord, StepStatus};
+use super::{BranchOutcome, ParallelRun, Pending, StepRecord, StepStatus};
 use crate::context::Context;
 use crate::workflow::{Step, StepIndex, StepKind};
 
@@ -131,12 +131,12 @@ impl Builder {
         }
         self.run.pending.insert(
             index,
-            Pending::Parallel {
+            Pending::Parallel(Box::new(ParallelRun {
                 visit,
                 outcomes,
                 handed,
                 remaining,
-            },
+            })),
         );
         self.parallel_settles(index).map(|(_, _, outcome)| outcome)
     }
@@ -170,16 +170,11 @@ impl Builder {
             unreachable!("a branch's parent is a parallel step");
         };
         let slot = branches.iter().position(|&b| b == branch)?;
-        let Some(Pending::Parallel {
-            outcomes,
-            remaining,
-            ..
-        }) = self.run.pending.get_mut(&parent)
-        else {
+        let Some(Pending::Parallel(waiting)) = self.run.pending.get_mut(&parent) else {
             return None;
         };
-        outcomes.set(slot, Some(settled));
-        *remaining -= 1;
+        waiting.outcomes.set(slot, Some(settled));
+        waiting.remaining -= 1;
         self.parallel_settles(parent)
     }
 
@@ -189,15 +184,15 @@ impl Builder {
     pub(super) fn parallel_settles(&mut self, index: StepIndex) -> Option<Settled> {
         let workflow = self.run.workflow.clone();
         let step = workflow.step(index);
-        let Some(Pending::Parallel {
+        let Some(Pending::Parallel(waiting)) = self.run.pending.get(&index).cloned() else {
+            return None;
+        };
+        let ParallelRun {
             visit,
             outcomes,
             handed,
             remaining,
-        }) = self.run.pending.get(&index).cloned()
-        else {
-            return None;
-        };
+        } = *waiting;
         let failed = outcomes
             .iter()
             .filter(|o| matches!(o, Some(Err(_))))

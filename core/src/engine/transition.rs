@@ -358,7 +358,7 @@ impl Builder {
                         },
                     ));
             }
-            Pending::Parallel { .. } => {
+            Pending::Parallel(_) => {
                 if let StepKind::Parallel { branches, .. } = &step.kind {
                     for &branch in branches {
                         self.abandon(branch);

@@ -13,8 +13,17 @@
 //! itself rather than named: its reference is [`INLINE_MARK`] followed by its JSON (a digest is
 //! lowercase hex, so never starts with it). It is not sent apart, cached or hashed on its own: a
 //! chain's short results (`{"ok": true}`) cost each task a few bytes, not a digest, a part and a
-//! cache entry on both ends. Workers before [`baton_proto`]'s `INLINE_PARTS_PROTOCOL` get the
-//! manifest with every part named ([`Manifest::with_digests`]).
+//! cache entry on both ends.
+//!
+//! Even so, listing the whole context in every manifest made each task's manifest as long as the
+//! run so far: the 200th task of a chain listed 199 results, and encoding, hashing and parsing
+//! those lists was most of what a chain's step cost both ends (issue 20). So a worker of
+//! `baton_proto::LISTING_PROTOCOL` keeps the context listings of its recent tasks in its cache,
+//! each under a name, and a manifest gives the context as a change to one of them
+//! ([`ListingChange`]): the 200th task names one new result and the listing it adds it to. The
+//! coordinator knows which listings a worker holds as it knows which parts it holds (the same
+//! least-recently-used policy over the same touches), and lists the context whole
+//! ([`Manifest::context`]) to a worker of the protocol before.
 
 use std::sync::Arc;
 
@@ -29,6 +38,22 @@ pub const INLINE_MARK: char = '=';
 
 /// Parts of at most this many bytes of JSON are carried inline: a digest is 64.
 pub const INLINE_MAX_BYTES: usize = 64;
+
+/// What one entry of a context listing counts for in a cache, beside its JSON: the listing keeps
+/// its key and its part's bytes (so a listing held keeps its parts, even those the cache has
+/// since let go of).
+pub const LISTING_ENTRY_BYTES: u64 = 64;
+
+/// The size a listing of entries of these JSON lengths counts for in a part cache: both ends
+/// of a worker stream count it alike. An empty listing counts for one entry, so that a cache
+/// of no bytes holds no listing either.
+pub fn listing_bytes(json_lengths: impl IntoIterator<Item = usize>) -> u64 {
+    LISTING_ENTRY_BYTES
+        + json_lengths
+            .into_iter()
+            .map(|length| LISTING_ENTRY_BYTES + length as u64)
+            .sum::<u64>()
+}
 
 /// The reference that carries `json` inline (`json` is the JSON text of a value).
 pub fn inline_reference(json: &[u8]) -> String {
@@ -53,8 +78,14 @@ pub struct Manifest {
     /// `step.input`'s key and the data it names (Method 2).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reference: Option<(String, String)>,
-    /// The visible context, `(key, digest)` in the payload's (sorted) order.
+    /// The visible context, `(key, digest)` in the payload's (sorted) order; empty when it is
+    /// given as a change to a listing instead ([`Manifest::listing`]).
+    #[serde(default)]
     pub context: Vec<(String, String)>,
+    /// The visible context as a change to a listing the worker holds
+    /// (`baton_proto::LISTING_PROTOCOL`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub listing: Option<ListingChange>,
     /// Why the run came to an `on_error` step; small, so carried inline.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<ErrorInfo>,
@@ -67,6 +98,24 @@ pub struct Manifest {
     /// A map item's `{"step", "item", "index", "count"}`: different for every task, so inline.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub map: Option<RawJson>,
+}
+
+/// A task's context listing (`(key, reference)` sorted by key, as [`Manifest::context`]) as a
+/// change to a listing the worker already holds, and the name it goes by from now on.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct ListingChange {
+    /// The name the caches keep this listing under: chosen by the coordinator, never reused,
+    /// never a digest.
+    pub name: String,
+    /// The listing it changes; none for the empty listing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub base: Option<String>,
+    /// The entries it sets (adds, or gives a new reference), sorted by key.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub set: Vec<(String, String)>,
+    /// The keys of the base it does not have.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub removed: Vec<String>,
 }
 
 /// JSON kept as its text (a [`RawValue`]), compared by that text.
@@ -102,6 +151,7 @@ impl Manifest {
                 .visible()
                 .map(|(key, data)| (key.to_string(), digest(data)))
                 .collect(),
+            listing: None,
             error: payload.error.clone(),
             messages: digest(&payload.messages),
             handoff: payload
@@ -115,45 +165,12 @@ impl Manifest {
     }
 
     /// Every part named by a digest as `(key, digest)`, in payload order: input, reference,
-    /// context, messages (parts carried inline are not among them). Both ends of a worker
-    /// stream walk the parts in this order, which keeps their caches identical.
+    /// context (or the entries the listing change sets), messages (parts carried inline are not
+    /// among them). Both ends of a worker stream walk the parts in this order, then touch the
+    /// listing, which keeps their caches identical.
     pub fn parts(&self) -> impl Iterator<Item = (&str, &str)> {
         self.references()
             .filter(|(_, reference)| inline_json(reference).is_none())
-    }
-
-    /// The manifest with every part named by its digest (`digest` of its JSON), and the JSON of
-    /// the parts that were inline, by digest: for a worker that does not read inline parts.
-    pub fn with_digests(
-        &self,
-        digest: impl Fn(&[u8]) -> String,
-    ) -> (Manifest, Vec<(String, Vec<u8>)>) {
-        let mut parts = Vec::new();
-        let mut name = |reference: &String| match inline_json(reference) {
-            Some(json) => {
-                let named = digest(json);
-                parts.push((named.clone(), json.to_vec()));
-                named
-            }
-            None => reference.clone(),
-        };
-        let manifest = Manifest {
-            input: name(&self.input),
-            reference: self
-                .reference
-                .as_ref()
-                .map(|(key, reference)| (key.clone(), name(reference))),
-            context: self
-                .context
-                .iter()
-                .map(|(key, reference)| (key.clone(), name(reference)))
-                .collect(),
-            error: self.error.clone(),
-            messages: name(&self.messages),
-            handoff: self.handoff.clone(),
-            map: self.map.clone(),
-        };
-        (manifest, parts)
     }
 
     /// Every reference as `(key, reference)`, in payload order, inline ones included.
@@ -167,6 +184,7 @@ impl Manifest {
             .chain(
                 self.context
                     .iter()
+                    .chain(self.listing.iter().flat_map(|change| &change.set))
                     .map(|(key, digest)| (key.as_str(), digest.as_str())),
             )
             .chain(std::iter::once(("messages", self.messages.as_str())))
@@ -179,26 +197,27 @@ pub fn assemble<'a>(
     manifest: &'a Manifest,
     part: impl Fn(&str) -> Option<&'a [u8]>,
 ) -> Result<Vec<u8>, MissingPart> {
-    let lookup = |key: &str, reference: &'a str| {
-        if let Some(json) = inline_json(reference) {
-            return Ok(json);
-        }
-        part(reference).ok_or_else(|| MissingPart {
-            key: key.to_owned(),
-            digest: reference.to_owned(),
-        })
-    };
-    let input = lookup("input", &manifest.input)?;
-    let reference = match &manifest.reference {
-        Some((key, digest)) => Some((key, lookup(key, digest)?)),
-        None => None,
-    };
     let context = manifest
         .context
         .iter()
-        .map(|(key, digest)| Ok((key, lookup(key, digest)?)))
+        .map(|(key, digest)| Ok((key.as_str(), resolve(&part, key, digest)?)))
         .collect::<Result<Vec<_>, MissingPart>>()?;
-    let messages = lookup("messages", &manifest.messages)?;
+    assemble_with_context(manifest, part, &context)
+}
+
+/// [`assemble`] with the context given as `(key, JSON)` in key order, the listing a worker
+/// rebuilt from a [`ListingChange`], rather than from [`Manifest::context`].
+pub fn assemble_with_context<'a>(
+    manifest: &'a Manifest,
+    part: impl Fn(&str) -> Option<&'a [u8]>,
+    context: &[(&str, &[u8])],
+) -> Result<Vec<u8>, MissingPart> {
+    let input = resolve(&part, "input", &manifest.input)?;
+    let reference = match &manifest.reference {
+        Some((key, digest)) => Some((key, resolve(&part, key, digest)?)),
+        None => None,
+    };
+    let messages = resolve(&part, "messages", &manifest.messages)?;
     let size = input.len()
         + reference.map_or(0, |(k, r)| k.len() + r.len() + 4)
         + context
@@ -240,6 +259,21 @@ pub fn assemble<'a>(
     }
     out.push(b'}');
     Ok(out)
+}
+
+/// The JSON a reference stands for: carried inline, or the part it names.
+fn resolve<'a>(
+    part: &impl Fn(&str) -> Option<&'a [u8]>,
+    key: &str,
+    reference: &'a str,
+) -> Result<&'a [u8], MissingPart> {
+    if let Some(json) = inline_json(reference) {
+        return Ok(json);
+    }
+    part(reference).ok_or_else(|| MissingPart {
+        key: key.to_owned(),
+        digest: reference.to_owned(),
+    })
 }
 
 /// `"key":`, escaped as serde_json escapes map keys.
@@ -324,7 +358,7 @@ mod tests {
     }
 
     #[test]
-    fn small_parts_travel_inline_and_named_again_for_older_workers() {
+    fn small_parts_travel_inline() {
         let mut payload = payload();
         payload.messages =
             Arc::new(json!([{"id": "m1", "role": "user", "content": "x".repeat(80)}]));
@@ -343,21 +377,45 @@ mod tests {
         let sent: Manifest =
             serde_json::from_slice(&serde_json::to_vec(&manifest).unwrap()).unwrap();
         assert_eq!(sent, manifest);
+    }
 
-        // For a worker that reads no inline part: each named, and sent as a part.
-        let (named, inline) = manifest.with_digests(|json| format!("sha-{}", json.len()));
-        assert!(
-            named
-                .parts()
-                .all(|(_, digest)| inline_json(digest).is_none())
-        );
+    #[test]
+    fn a_listing_change_names_the_parts_it_sets_and_the_context_comes_from_the_listing() {
+        let payload = payload();
+        let mut parts = HashMap::new();
+        let mut manifest = Manifest::of(&payload, digest_of(&mut parts));
+        let whole = String::from_utf8(payload.to_json()).unwrap();
+        // The worker already holds a listing with "odd" entry; the change sets "plan".
+        let listed = std::mem::take(&mut manifest.context);
+        manifest.listing = Some(ListingChange {
+            name: "ctx-2".into(),
+            base: Some("ctx-1".into()),
+            set: vec![listed[1].clone()],
+            removed: vec!["gone".into()],
+        });
         assert_eq!(
-            named.parts().map(|(key, _)| key).collect::<Vec<_>>(),
-            ["input", "plan", "odd \"key\"\n", "plan", "messages"]
+            manifest.parts().map(|(key, _)| key).collect::<Vec<_>>(),
+            ["input", "plan", "plan", "messages"],
+            "input, reference, what the change sets, messages"
         );
-        parts.extend(inline);
-        let assembled = assemble(&named, |d| parts.get(d).map(Vec::as_slice)).unwrap();
+        let sent: Manifest =
+            serde_json::from_slice(&serde_json::to_vec(&manifest).unwrap()).unwrap();
+        assert_eq!(sent, manifest);
+        // The listing the worker rebuilt gives the context, in key order.
+        let context: Vec<(&str, &[u8])> = listed
+            .iter()
+            .map(|(key, digest)| (key.as_str(), parts[digest].as_slice()))
+            .collect();
+        let assembled =
+            assemble_with_context(&manifest, |d| parts.get(d).map(Vec::as_slice), &context)
+                .unwrap();
         assert_eq!(String::from_utf8(assembled).unwrap(), whole);
+    }
+
+    #[test]
+    fn a_listing_counts_a_fixed_size_per_entry_and_its_bytes() {
+        assert_eq!(listing_bytes([]), LISTING_ENTRY_BYTES);
+        assert_eq!(listing_bytes([10, 0]), 3 * LISTING_ENTRY_BYTES + 10);
     }
 
     #[test]

@@ -23,7 +23,8 @@ use crate::context::Context;
 
 mod manifest;
 pub use manifest::{
-    INLINE_MARK, INLINE_MAX_BYTES, Manifest, MissingPart, assemble, inline_json, inline_reference,
+    INLINE_MARK, INLINE_MAX_BYTES, LISTING_ENTRY_BYTES, ListingChange, Manifest, MissingPart,
+    RawJson, assemble, assemble_with_context, inline_json, inline_reference, listing_bytes,
 };
 
 /// Top-level keys of the agent payload that Baton owns; no step id or alias may take them.

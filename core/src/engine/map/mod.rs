@@ -189,7 +189,7 @@ impl Builder {
             unreachable!("just found");
         };
         let running = map.running.remove(&item).expect("just found");
-        Ok((map_index, map, running))
+        Ok((map_index, *map, running))
     }
 
     /// An agent of a map item answered: the item goes on (or is done), the map starts what it
@@ -251,7 +251,7 @@ impl Builder {
             self.entered_with = map.error.clone();
             return Some(self.collect(index, map, None));
         }
-        self.run.pending.insert(index, Pending::Map(map));
+        self.run.pending.insert(index, Pending::Map(Box::new(map)));
         None
     }
 

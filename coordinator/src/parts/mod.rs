@@ -5,15 +5,23 @@
 //! quadratic; here each value is encoded once, when a task first names it, and its bytes and
 //! SHA-256 are shared by every later task (the hub then sends the bytes to a worker only if that
 //! worker's cache does not hold them).
+//!
+//! - `listing`: a task's context as a listing, and the change from one listing to another.
+//! - `payload`: a task's payload, and the manifest and parts one worker is sent.
+
+mod listing;
+mod payload;
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use baton_core::payload::{INLINE_MAX_BYTES, inline_reference};
-use baton_core::{AgentPayload, Manifest};
 use bytes::Bytes;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
+
+pub use self::listing::Listing;
+pub use self::payload::{ForWorker, TaskPayload};
 
 /// One part of a payload: JSON bytes, named by their SHA-256 (lowercase hex). The bytes are
 /// shared: with the store write that recorded a result, and with every worker sent the part.
@@ -29,9 +37,25 @@ impl Part {
         let sha256 = hex::encode(Sha256::digest(&json));
         Self { json, sha256 }
     }
+
+    /// Whether a manifest carries it inline ([`INLINE_MAX_BYTES`] of JSON at most: no more than
+    /// its digest) rather than naming it.
+    pub fn inline(&self) -> bool {
+        self.json.len() <= INLINE_MAX_BYTES
+    }
 }
 
-/// The encoded parts of one run's payloads, by the identity of the shared value.
+/// How a manifest refers to `part`: its JSON inline, or its digest.
+fn reference(part: &Part) -> String {
+    if part.inline() {
+        inline_reference(&part.json)
+    } else {
+        part.sha256.clone()
+    }
+}
+
+/// The encoded parts of one run's payloads, by the identity of the shared value, and the run's
+/// newest context listings.
 ///
 /// Keyed by the address of the `Arc`'d value, which the map keeps alive, so an address cannot
 /// be reused by another value while its entry exists. The engine shares one `Arc` per result
@@ -39,42 +63,10 @@ impl Part {
 #[derive(Default)]
 pub struct PartEncoder {
     encoded: HashMap<usize, (Arc<Value>, Arc<Part>)>,
-}
-
-/// A payload ready for the hub: its manifest and its parts in [`Manifest::parts`] order.
-#[derive(Debug, Clone)]
-pub struct TaskPayload {
-    pub manifest: Arc<Part>,
-    pub parts: Vec<Arc<Part>>,
-    /// Whether the manifest carries parts inline (a worker before
-    /// [`baton_proto::INLINE_PARTS_PROTOCOL`] needs them named).
-    pub inline: bool,
+    listings: listing::Listings,
 }
 
 impl PartEncoder {
-    /// The payload's manifest and parts: values of up to [`INLINE_MAX_BYTES`] of JSON inline in
-    /// the manifest, the others named by digest.
-    pub fn payload(&mut self, payload: &AgentPayload) -> TaskPayload {
-        let mut parts = Vec::new();
-        let mut inline = false;
-        let manifest = Manifest::of(payload, |value| {
-            let part = self.part(value);
-            if part.json.len() <= INLINE_MAX_BYTES {
-                inline = true;
-                return inline_reference(&part.json);
-            }
-            let digest = part.sha256.clone();
-            parts.push(part);
-            digest
-        });
-        let manifest = Part::new(serde_json::to_vec(&manifest).expect("a manifest serialises"));
-        TaskPayload {
-            manifest: Arc::new(manifest),
-            parts,
-            inline,
-        }
-    }
-
     /// The part of a shared value, encoded and hashed the first time it is asked for.
     pub fn part(&mut self, value: &Arc<Value>) -> Arc<Part> {
         let key = Arc::as_ptr(value) as usize;
@@ -106,7 +98,7 @@ impl PartEncoder {
 
 #[cfg(test)]
 mod tests {
-    use baton_core::{Context, StepResult};
+    use baton_core::{AgentPayload, Context, Manifest, StepResult};
     use serde_json::json;
 
     use super::*;
@@ -134,22 +126,23 @@ mod tests {
             3,
             "input, plan and the message history, once each"
         );
-        // The input and the (empty) message history are small: inline in the manifest.
-        assert!(first.inline);
+
+        // A worker of the protocol before: the context listed whole. The input and the (empty)
+        // message history are small: inline in the manifest.
+        let whole = first.for_worker(baton_proto::LISTING_PROTOCOL - 1, |_| false);
         assert_eq!(
-            first.parts.len(),
+            whole.named.len(),
             2,
             "plan, as the reference and in the context"
         );
-        assert!(Arc::ptr_eq(&first.parts[0], &again.parts[0]));
         assert!(
-            Arc::ptr_eq(&first.parts[0], &first.parts[1]),
+            Arc::ptr_eq(&whole.named[0], &whole.named[1]),
             "reference is plan"
         );
-
-        let manifest: Manifest = serde_json::from_slice(&first.manifest.json).unwrap();
-        let by_digest: HashMap<&str, &[u8]> = first
-            .parts
+        assert!(whole.listing.is_none());
+        let manifest: Manifest = serde_json::from_slice(&whole.manifest.json).unwrap();
+        let by_digest: HashMap<&str, &[u8]> = whole
+            .named
             .iter()
             .map(|part| (part.sha256.as_str(), &part.json[..]))
             .collect();
@@ -158,7 +151,14 @@ mod tests {
         assert_eq!(assembled, payload.to_json());
         assert_eq!(manifest.input, r#"="dark mode""#);
         assert_eq!(manifest.messages, "=[]");
-        assert_eq!(manifest.context[0].1, Part::new(plan_json).sha256);
+        assert_eq!(manifest.context[0].1, Part::new(plan_json.clone()).sha256);
+        let again_whole = again.for_worker(baton_proto::LISTING_PROTOCOL - 1, |_| false);
+        assert!(Arc::ptr_eq(&whole.named[0], &again_whole.named[0]));
+
+        // A context this short goes whole to this version's workers too.
+        let short = first.for_worker(baton_proto::LISTING_PROTOCOL, |_| false);
+        assert!(Arc::ptr_eq(&short.manifest, &whole.manifest));
+        assert!(short.listing.is_none());
         assert_eq!(
             Part::new(b"abc".to_vec()).sha256,
             "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
