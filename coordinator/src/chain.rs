@@ -14,14 +14,15 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use baton_core::integrity::{ChainLink, genesis};
-use baton_core::workflow::{StepType, Workflow};
-use baton_core::{Action, Limits, Run, StepRecord};
+use baton_core::integrity::{ChainLink, genesis_of_digest};
+use baton_core::workflow::StepType;
+use baton_core::{Action, Run, StepRecord};
 use serde_json::Value;
 
 use crate::model::LoggedEvent;
 use crate::store::StoredRun;
 use crate::task_ref::{chain_step, record_key};
+use crate::workflows::Workflows;
 
 /// Where a stored run stops matching its chain.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -65,8 +66,8 @@ pub struct Checked {
 pub struct Unreadable(pub String);
 
 /// Replays `stored`, checking each settled visit against the stored chain.
-pub fn replay_checked(stored: &StoredRun, limits: &Limits) -> Result<Checked, Unreadable> {
-    replay_observed(stored, limits, |_, _| {})
+pub fn replay_checked(stored: &StoredRun, workflows: &Workflows) -> Result<Checked, Unreadable> {
+    replay_observed(stored, workflows, |_, _| {})
 }
 
 /// [`replay_checked`], showing `observe` what each transition of the replay did (the run's
@@ -74,15 +75,13 @@ pub fn replay_checked(stored: &StoredRun, limits: &Limits) -> Result<Checked, Un
 /// exactly as they were sent.
 pub fn replay_observed(
     stored: &StoredRun,
-    limits: &Limits,
+    workflows: &Workflows,
     mut observe: impl FnMut(&[Action], i64),
 ) -> Result<Checked, Unreadable> {
     let header = &stored.header;
-    let workflow: Arc<Workflow> = Arc::new(
-        baton_core::parse_workflow_with(&header.workflow, limits)
-            .map_err(|e| Unreadable(format!("workflow: {e}")))?
-            .workflow,
-    );
+    let known = workflows
+        .parse(&header.workflow)
+        .map_err(|e| Unreadable(format!("workflow: {e}")))?;
     let input: Value =
         serde_json::from_slice(&header.input).map_err(|e| Unreadable(format!("input: {e}")))?;
     let links: Vec<ChainLink> = stored
@@ -94,13 +93,13 @@ pub fn replay_observed(
         })
         .collect::<Result<_, _>>()?;
     let mut check = Check {
-        head: genesis(&header.run_id, &header.workflow, &input),
+        head: genesis_of_digest(&header.run_id, &known.text_sha256, &input),
         links: &links,
         checked: 0,
         results: &stored.results,
         repaired: Vec::new(),
     };
-    let started = Run::start(workflow, input);
+    let started = Run::start(known.workflow, input);
     observe(&started.actions, header.created_ms);
     let mut run = started.run;
     if let Some(mismatch) = check.settled(run.history().iter()) {

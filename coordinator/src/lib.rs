@@ -17,6 +17,7 @@
 //! - [`record`]: the run record clients see.
 //! - [`parts`]: agent payloads by reference, each part encoded and hashed once per run.
 //! - `chain`: reading a run back checked against its state chain.
+//! - [`workflows`]: parsed workflows, kept by the SHA-256 of their text.
 //! - `decisions`: decision memory: stored with embeddings, ranked by meaning.
 //! - [`jq_sandbox`]: `jq:` transforms in budgeted processes, reused from a pool.
 //! - [`embed`]: text embedders (built-in hashed n-grams, OpenAI-compatible HTTP) and top-k cosine.
@@ -49,6 +50,7 @@ pub mod store;
 pub mod task_ref;
 pub mod traces;
 pub mod web;
+pub mod workflows;
 
 pub use error::Error;
 pub use service::{Config, Coordinator, NotReady};

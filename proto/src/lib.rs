@@ -53,7 +53,11 @@ pub const FILE_DESCRIPTOR_SET: &[u8] = tonic::include_file_descriptor_set!("bato
 /// Lowercase hex SHA-256 of `bytes`.
 pub fn sha256_hex(bytes: &[u8]) -> String {
     use sha2::Digest;
-    hex::encode(sha2::Sha256::digest(bytes))
+    // Into a buffer at once: `hex::encode` collects a String char by char, which showed in
+    // profiles of every step (issue 20).
+    let mut hex = [0u8; 64];
+    hex::encode_to_slice(sha2::Sha256::digest(bytes), &mut hex).expect("64 hex digits");
+    String::from_utf8(hex.to_vec()).expect("hex digits are ASCII")
 }
 
 impl Json {

@@ -537,10 +537,21 @@ impl State {
     /// Gives `worker_id` queued tasks for its agents until it is full (or the queues are
     /// empty).
     fn fill(&mut self, worker_id: &str) -> Vec<Assignment> {
-        let Some(agents) = self.workers.get(worker_id).map(|w| w.agents.clone()) else {
+        // Only the agents with tasks waiting: a slot freed with nothing queued (a chain's step,
+        // every time) costs a lookup per agent, not a placement.
+        let Some(agents) = self.workers.get(worker_id).map(|worker| {
+            worker
+                .agents
+                .iter()
+                .filter(|agent| self.queues.get(*agent).is_some_and(|q| !q.is_empty()))
+                .cloned()
+                .collect::<Vec<String>>()
+        }) else {
             return Vec::new();
         };
-        let agents: Vec<String> = agents.into_iter().collect();
+        if agents.is_empty() {
+            return Vec::new();
+        }
         self.dispatch(&agents)
     }
 

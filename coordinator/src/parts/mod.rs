@@ -18,7 +18,6 @@ use std::sync::Arc;
 use baton_core::payload::{INLINE_MAX_BYTES, inline_reference};
 use bytes::Bytes;
 use serde_json::Value;
-use sha2::{Digest, Sha256};
 
 pub use self::listing::Listing;
 pub use self::payload::{ForWorker, TaskPayload};
@@ -34,7 +33,7 @@ pub struct Part {
 impl Part {
     pub fn new(json: impl Into<Bytes>) -> Self {
         let json = json.into();
-        let sha256 = hex::encode(Sha256::digest(&json));
+        let sha256 = baton_proto::sha256_hex(&json);
         Self { json, sha256 }
     }
 

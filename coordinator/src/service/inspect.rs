@@ -105,7 +105,7 @@ impl<S: Store> Coordinator<S> {
         };
         let mut dispatched: BTreeMap<u32, (Box<RawValue>, i64)> = BTreeMap::new();
         let mut entered: BTreeMap<u32, i64> = BTreeMap::new();
-        let checked = chain::replay_observed(&stored, &self.inner.config.limits, |actions, at| {
+        let checked = chain::replay_observed(&stored, &self.inner.workflows, |actions, at| {
             for action in actions {
                 match action {
                     Action::Dispatch(task)

@@ -34,7 +34,7 @@ impl<S: Store> Coordinator<S> {
             .await?
             .ok_or_else(|| Error::RunNotFound(run_id.to_owned()))?;
         let state_sha256 = stored.state_sha256.clone();
-        let checked = match chain::replay_checked(&stored, &self.inner.config.limits) {
+        let checked = match chain::replay_checked(&stored, &self.inner.workflows) {
             Ok(checked) => checked,
             Err(unreadable) => {
                 return Ok(Verification {

@@ -76,6 +76,7 @@ use crate::metrics::Metrics;
 use crate::store::Store;
 use crate::store::timed::Timed;
 use crate::traces::Traces;
+use crate::workflows::Workflows;
 
 /// A handle on the coordinator; cheap to clone. The one way in.
 pub struct Coordinator<S: Store> {
@@ -112,6 +113,8 @@ struct Inner<S> {
     metrics: Metrics,
     /// Spans of runs (nothing when traces are off).
     traces: Traces,
+    /// The workflows parsed last, by the digest of their text.
+    workflows: Workflows,
 }
 
 impl<S: Store> Coordinator<S> {
@@ -134,6 +137,7 @@ impl<S: Store> Coordinator<S> {
         let coordinator = Self {
             inner: Arc::new(Inner {
                 traces,
+                workflows: Workflows::new(config.limits.clone()),
                 store,
                 hub: Hub::default(),
                 config,

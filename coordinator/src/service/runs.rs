@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
-use baton_core::{Event, Limits, Run, RunStatus};
+use baton_core::{Event, Run, RunStatus};
 use tokio::sync::Mutex as AsyncMutex;
 
 use super::{Coordinator, Error};
@@ -12,6 +12,7 @@ use crate::chain::{self, Mismatch};
 use crate::model::{StepState, TaskEntry};
 use crate::parts::PartEncoder;
 use crate::store::{RunHeader, Store, StoredRun, TransitionWrite};
+use crate::workflows::Workflows;
 
 /// A run's place in the cache: locked for each change, `None` until loaded (or after a version
 /// conflict emptied it, to be loaded again).
@@ -224,7 +225,7 @@ impl<S: Store> Coordinator<S> {
     async fn rebuild(&self, stored: StoredRun) -> Result<Loaded, Error> {
         let run_id = stored.header.run_id.clone();
         let stored_status = stored.status.clone();
-        let (mut loaded, checked) = rebuild(stored, &self.inner.config.limits)?;
+        let (mut loaded, checked) = rebuild(stored, &self.inner.workflows)?;
         for repaired in &checked.repaired {
             if self.count_integrity_failure(&run_id, repaired) {
                 tracing::error!(%run_id, problem = %repaired, "stored copy does not match the state chain; the replay recomputed it");
@@ -291,13 +292,13 @@ impl<S: Store> Coordinator<S> {
 }
 
 /// The run as the store holds it, checked against its state chain ([`chain`]).
-fn rebuild(stored: StoredRun, limits: &Limits) -> Result<(Loaded, chain::Checked), Error> {
+fn rebuild(stored: StoredRun, workflows: &Workflows) -> Result<(Loaded, chain::Checked), Error> {
     let run_id = stored.header.run_id.clone();
     let corrupt = |reason: String| Error::Corrupt {
         run_id: run_id.clone(),
         reason,
     };
-    let checked = chain::replay_checked(&stored, limits).map_err(|e| corrupt(e.0))?;
+    let checked = chain::replay_checked(&stored, workflows).map_err(|e| corrupt(e.0))?;
     let steps = decode(&stored.steps).map_err(|e| corrupt(format!("step state: {e}")))?;
     let tasks = decode(&stored.tasks).map_err(|e| corrupt(format!("task: {e}")))?;
     let loaded = Loaded {

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use baton_core::integrity::genesis;
+use baton_core::integrity::genesis_of_digest;
 use baton_core::{Diagnostic, Diagnostics, Run};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
@@ -97,9 +97,12 @@ impl<S: Store> Coordinator<S> {
                 "the workflow is not UTF-8 text",
             )]))
         })?;
-        let parsed = baton_core::parse_workflow_with(text, &self.inner.config.limits)
+        let known = self
+            .inner
+            .workflows
+            .parse(text)
             .map_err(|e| Error::InvalidWorkflow(e.diagnostics))?;
-        let workflow = Arc::new(parsed.workflow);
+        let workflow = known.workflow;
         let workflow_id = workflow.id.clone().unwrap_or_default();
         let submitted = |run_id: String, existing: bool| Submitted {
             run_id,
@@ -164,7 +167,7 @@ impl<S: Store> Coordinator<S> {
                 .map(|principal| principal.name.clone())
                 .unwrap_or_default(),
         };
-        let chain_start = genesis(&run_id, text, &submission.input_value);
+        let chain_start = genesis_of_digest(&run_id, &known.text_sha256, &submission.input_value);
         let transition = Run::start(workflow, submission.input_value);
         let mut loaded = Loaded::new(header.clone(), transition.run.clone(), now, chain_start);
         let applied = Applied {
