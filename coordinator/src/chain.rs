@@ -135,7 +135,7 @@ pub fn replay_observed(
                 return Ok(check.finish(run, Some(mismatch)));
             }
         };
-        if let Some(mismatch) = check.settled(next.run.history_since(before).iter()) {
+        if let Some(mismatch) = check.settled(next.run.history_since(before).into_iter()) {
             return Ok(check.finish(run, Some(mismatch)));
         }
         // Shown only once its data held against the chain.

@@ -775,3 +775,68 @@ fn a_chain_link_is_stored_with_these_field_names() {
     let read_back: ChainLink = serde_json::from_value(stored).unwrap();
     assert_eq!(read_back, link);
 }
+
+/// A step's outcome as it was hashed before it was written member by member: the derived struct
+/// through the canonicalizer. Chains stored then must verify now.
+fn outcome_sha256_as_before(record: &baton_core::StepRecord) -> String {
+    #[derive(serde::Serialize)]
+    struct Outcome<'a> {
+        status: baton_core::StepStatus,
+        data: Option<baton_core::integrity::ExactNumbers<'a>>,
+        error: Option<&'a str>,
+        notes: Option<&'a baton_core::handoff::AgentNotes>,
+        at_ms: i64,
+    }
+    canonical_sha256_of(&Outcome {
+        status: record.status,
+        data: record
+            .data
+            .as_deref()
+            .map(baton_core::integrity::ExactNumbers),
+        error: record.error.as_deref(),
+        notes: record.notes.as_deref(),
+        at_ms: record.at_ms,
+    })
+}
+
+proptest! {
+    #[test]
+    fn a_step_outcome_hashes_as_the_whole_object_did(
+        data in proptest::option::of(json_value()),
+        error in proptest::option::of("(?s).{0,12}"),
+        status in 0usize..4,
+        at_ms in prop_oneof![Just(0i64), any::<i64>(), 1_600_000_000_000i64..1_900_000_000_000],
+        summary in proptest::option::of("(?s).{0,12}"),
+    ) {
+        let status = [
+            baton_core::StepStatus::Succeeded,
+            baton_core::StepStatus::Failed,
+            baton_core::StepStatus::Rejected,
+            baton_core::StepStatus::Redriven,
+        ][status];
+        let notes = summary.map(|summary| {
+            std::sync::Arc::new(baton_core::handoff::AgentNotes {
+                messages: Vec::new(),
+                decisions: vec![baton_core::handoff::NewDecision {
+                    summary,
+                    rationale: "because".into(),
+                    related_artifacts: vec!["a.rs".into()],
+                }],
+            })
+        });
+        let record = baton_core::StepRecord {
+            step_id: "s".into(),
+            step_type: baton_core::workflow::StepType::Agent,
+            visit: 1,
+            parent: None,
+            item: None,
+            status,
+            data: data.map(std::sync::Arc::new),
+            error: error.map(Into::into),
+            next: None,
+            notes,
+            at_ms,
+        };
+        prop_assert_eq!(record.result_sha256(), outcome_sha256_as_before(&record));
+    }
+}

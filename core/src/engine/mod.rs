@@ -228,20 +228,14 @@ impl StepRecord {
     /// for this visit ([`crate::integrity`]); the time is in it because decisions and handoffs
     /// are stamped with it.
     pub fn result_sha256(&self) -> String {
-        #[derive(Serialize)]
-        struct Outcome<'a> {
-            status: StepStatus,
-            data: Option<crate::integrity::ExactNumbers<'a>>,
-            error: Option<&'a str>,
-            notes: Option<&'a AgentNotes>,
-            at_ms: i64,
-        }
-        crate::integrity::canonical_sha256_of(&Outcome {
-            status: self.status,
-            data: self.data.as_deref().map(crate::integrity::ExactNumbers),
-            error: self.error.as_deref(),
-            notes: self.notes.as_deref(),
-            at_ms: self.at_ms,
+        use crate::integrity::{ExactNumbers, canonical_object_sha256};
+        // The members in canonical (sorted) order.
+        canonical_object_sha256(|members| {
+            members.member("at_ms", &self.at_ms)?;
+            members.member("data", &self.data.as_deref().map(ExactNumbers))?;
+            members.member("error", &self.error.as_deref())?;
+            members.member("notes", &self.notes.as_deref())?;
+            members.member("status", &self.status)
         })
     }
 }
@@ -450,10 +444,14 @@ impl Run {
     }
 
     /// The step visits settled after the first `settled`, in order: what a transition added.
-    /// O(log n), where `history().iter().skip(n)` would walk the n records before them (a map
-    /// of 10,000 items would walk its whole history for every item).
-    pub fn history_since(&self, settled: usize) -> Vector<StepRecord> {
-        self.history.skip(settled.min(self.history.len()))
+    /// Walked from the end, so it costs what was added, where `history().iter().skip(n)` would
+    /// walk the n records before them (a map of 10,000 items would walk its whole history for
+    /// every item) and `Vector::skip` built a new vector at every step (issue 20).
+    pub fn history_since(&self, settled: usize) -> Vec<&StepRecord> {
+        let added = self.history.len().saturating_sub(settled);
+        let mut records: Vec<&StepRecord> = self.history.iter().rev().take(added).collect();
+        records.reverse();
+        records
     }
 
     /// The run's message history.
