@@ -117,11 +117,15 @@ impl Members<'_> {
         value: &T,
     ) -> serde_json::Result<()> {
         assert!(
-            key.bytes().all(|b| b.is_ascii_graphic() && b != b'"' && b != b'\\'),
+            key.bytes()
+                .all(|b| b.is_ascii_graphic() && b != b'"' && b != b'\\'),
             "a member key written as it is must need no escape: {key:?}"
         );
         if let Some(last) = self.last {
-            assert!(last < key, "members out of canonical order: {last:?} before {key:?}");
+            assert!(
+                last < key,
+                "members out of canonical order: {last:?} before {key:?}"
+            );
             self.writer.0.update(b",");
         }
         self.last = Some(key);
