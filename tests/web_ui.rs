@@ -185,9 +185,9 @@ async fn wait_for_status(browser: &Browser, step_id: &str, wanted: &[&str]) -> S
 /// Problems a screen reader or keyboard user would meet on the page: form controls without a
 /// label, buttons and links without a name, focusable graph nodes without a label.
 async fn accessibility_problems(browser: &Browser) -> Vec<String> {
-    let found = browser
-        .execute(
-            "const problems = [];
+    problems(
+        browser,
+        "const problems = [];
              const visible = (e) => e.getClientRects().length > 0;
              for (const control of document.querySelectorAll('input, select, textarea')) {
                if (!visible(control) || control.type === 'hidden') continue;
@@ -204,16 +204,8 @@ async fn accessibility_problems(browser: &Browser) -> Vec<String> {
              if (!document.title) problems.push('no <title>');
              if (!document.querySelector('main')) problems.push('no <main> landmark');
              return problems;",
-            vec![],
-        )
-        .await
-        .unwrap();
-    found
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| p.as_str().unwrap().to_owned())
-        .collect()
+    )
+    .await
 }
 
 /// Text that does not stand out from what is behind it: every visible piece of text, HTML or
@@ -221,8 +213,8 @@ async fn accessibility_problems(browser: &Browser) -> Vec<String> {
 /// its box), below WCAG's AA contrast (4.5:1; 3:1 for large text). Disabled controls are
 /// exempt, as WCAG exempts inactive components.
 async fn contrast_problems(browser: &Browser) -> Vec<String> {
-    let found = browser
-        .execute(
+    problems(
+        browser,
             r#"const parse = (text) => {
                const m = /rgba?\(([^)]+)\)/.exec(text || '');
                if (!m) return null;
@@ -280,16 +272,8 @@ async fn contrast_problems(browser: &Browser) -> Vec<String> {
                }
              }
              return problems;"#,
-            vec![],
         )
         .await
-        .unwrap();
-    found
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| p.as_str().unwrap().to_owned())
-        .collect()
 }
 
 /// [`accessibility_problems`] and [`contrast_problems`] in the light colour scheme and the
@@ -303,6 +287,17 @@ async fn readable_in_both_schemes(browser: &Browser, page: &str) {
         assert_eq!(problems, Vec::<String>::new(), "{page}, {scheme}");
     }
     browser.set_color_scheme(false).await.unwrap();
+}
+
+/// The problems `script` (a function body returning a list of strings) finds in the page.
+async fn problems(browser: &Browser, script: &str) -> Vec<String> {
+    let found = browser.execute(script, vec![]).await.unwrap();
+    found
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p.as_str().unwrap().to_owned())
+        .collect()
 }
 
 /// Whether the page is wider than its viewport (a phone would scroll sideways).

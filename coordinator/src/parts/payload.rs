@@ -72,13 +72,8 @@ impl PartEncoder {
                 .map(|(key, data)| (key.clone(), self.part(data))),
             error: payload.error.clone(),
             messages: self.part(&payload.messages),
-            handoff: payload
-                .handoff
-                .as_deref()
-                .map(|raw| RawJson(raw.to_owned())),
-            map: payload.map.as_deref().map(|item| {
-                RawJson(serde_json::value::to_raw_value(item).expect("an item is JSON"))
-            }),
+            handoff: RawJson::handoff_of(payload),
+            map: RawJson::map_of(payload),
         };
         let listing = self.listing(&payload.context);
         TaskPayload(Arc::new(Form::Listed {

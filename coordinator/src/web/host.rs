@@ -3,7 +3,9 @@
 //! API from the user's own browser, as the same origin (it sends its own name in both `Origin`
 //! and `Host`, so comparing them proves nothing). What it cannot do is send a `Host` that names
 //! this machine: the browser sends the name it resolved. So in protected mode a call from a
-//! loopback peer, pages and assets included, must name this machine in its `Host`.
+//! loopback peer, pages and assets included, that names a host must name this machine. One
+//! that names none (an HTTP/1.0 request, a hand-written probe) did not come from a browser,
+//! which always sends the name it reached, and goes on.
 //!
 //! `--allow-unauthenticated` is not checked: it is meant for a coordinator behind something
 //! else that authenticates, which reaches it by a name Baton cannot know (SECURITY.md, "The web
@@ -62,31 +64,19 @@ pub fn check(
 ) -> Result<(), ApiError> {
     let admitted_by_address =
         matches!(access, Access::LoopbackOnly) && peer.is_some_and(|peer| peer.ip().is_loopback());
-    if !admitted_by_address || host.is_some_and(names_this_machine) {
+    let Some(host) = host.filter(|host| admitted_by_address && !names_this_machine(host)) else {
         return Ok(());
-    }
-    let (named, open) = match host {
-        Some(host) => {
-            let port = split(host).and_then(|(_, port)| port);
-            let open = match port {
-                Some(port) => format!("http://127.0.0.1:{port}/"),
-                None => "http://127.0.0.1/".to_owned(),
-            };
-            (
-                format!("its Host, {host:?}, does not name this machine"),
-                open,
-            )
-        }
-        None => (
-            "it names no Host".to_owned(),
-            "http://127.0.0.1:<port>/".to_owned(),
-        ),
+    };
+    let open = match split(host).and_then(|(_, port)| port) {
+        Some(port) => format!("http://127.0.0.1:{port}/"),
+        None => "http://127.0.0.1/".to_owned(),
     };
     Err(ApiError::forbidden(format!(
-        "refused: {named}. Without --auth-tokens this coordinator lets in browsers on its own \
-         machine with no credentials, and a page of another site whose name was pointed at \
-         this machine (DNS rebinding) would be let in too. Open the UI at {open} (or \
-         localhost), or configure principals with --auth-tokens (see SECURITY.md)"
+        "refused: its Host, {host:?}, does not name this machine. Without --auth-tokens this \
+         coordinator lets in browsers on its own machine with no credentials, and a page of \
+         another site whose name was pointed at this machine (DNS rebinding) would be let in \
+         too. Open the UI at {open} (or localhost), or configure principals with \
+         --auth-tokens (see SECURITY.md)"
     )))
 }
 
@@ -185,8 +175,8 @@ mod tests {
             "{refused:?}"
         );
         assert!(refused.message.contains("--auth-tokens"), "{refused:?}");
-        let nameless = check(&Access::LoopbackOnly, local, None).unwrap_err();
-        assert!(nameless.message.contains("no Host"), "{nameless:?}");
+        // No Host at all: not a browser, which always names where it went (HTTP/1.0, a probe).
+        assert!(check(&Access::LoopbackOnly, local, None).is_ok());
         assert!(check(&Access::LoopbackOnly, local, Some("localhost:9464")).is_ok());
         // Not let in by its address: the API refuses it anyway, and the pages are no secret.
         let remote = Some("10.0.0.9:5000".parse().unwrap());

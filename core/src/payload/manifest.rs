@@ -123,6 +123,24 @@ pub struct ListingChange {
 #[serde(transparent)]
 pub struct RawJson(pub Box<RawValue>);
 
+impl RawJson {
+    /// A payload's handoff record, as a manifest carries it: inline, as the JSON it is.
+    pub fn handoff_of(payload: &AgentPayload) -> Option<RawJson> {
+        payload
+            .handoff
+            .as_deref()
+            .map(|raw| RawJson(raw.to_owned()))
+    }
+
+    /// A map item's `{"step", "item", "index", "count"}`, as a manifest carries it: inline.
+    pub fn map_of(payload: &AgentPayload) -> Option<RawJson> {
+        payload
+            .map
+            .as_deref()
+            .map(|item| RawJson(serde_json::value::to_raw_value(item).expect("an item is JSON")))
+    }
+}
+
 impl PartialEq for RawJson {
     fn eq(&self, other: &Self) -> bool {
         self.0.get() == other.0.get()
@@ -154,13 +172,8 @@ impl Manifest {
             listing: None,
             error: payload.error.clone(),
             messages: digest(&payload.messages),
-            handoff: payload
-                .handoff
-                .as_deref()
-                .map(|raw| RawJson(raw.to_owned())),
-            map: payload.map.as_deref().map(|item| {
-                RawJson(serde_json::value::to_raw_value(item).expect("an item is JSON"))
-            }),
+            handoff: RawJson::handoff_of(payload),
+            map: RawJson::map_of(payload),
         }
     }
 
