@@ -766,9 +766,13 @@ async fn a_reshard_mid_run() {
     };
     let mut fleet = Fleet::start_on_cluster(cluster.clone(), 1, timing, &[]).await;
     let records = Records::new(fleet.dir().join("records"));
+    // The agents answer only once the reshard is over, so that the runs are in flight while
+    // their keys move, however long the reshard takes on a loaded machine (runs of agents that
+    // merely took a second each once all finished before it did, in CI).
+    let hold = records.root().join("hold");
+    std::fs::write(&hold, "").unwrap();
     for id in ["w1", "w2"] {
-        // Slower agents: the runs must outlast the reshard.
-        let file = agents_taking(&records, id, "1");
+        let file = agents(&records, id);
         fleet.start_worker(id, &file, 2);
     }
     fleet.wait_for_workers(2).await;
@@ -832,6 +836,7 @@ async fn a_reshard_mid_run() {
         moving.iter().any(unfinished),
         "every moved run finished during the reshard: none of them moved mid-run"
     );
+    std::fs::remove_file(&hold).unwrap();
 
     let (finished, watched) = settle(&urls, &runs, watchers, || {
         format!("{}\n{}", fleet.logs(), cluster.logs())

@@ -7,7 +7,8 @@
 #
 # Environment:
 #   RECORD_ROOT    a folder shared by every worker of one test; executions.log gets one line
-#                  "<run> <step> <visit> <attempt> <worker>" per execution
+#                  "<run> <step> <visit> <attempt> <worker>" per execution; while a file
+#                  "hold" is in it, an execution does not answer (for at most about 2 minutes)
 #   WORKER         this worker's name
 #   BATON_RUN_ID, BATON_STEP_ID, BATON_VISIT, BATON_ATTEMPT   set by the worker for every task
 set -eu
@@ -15,5 +16,10 @@ set -eu
 cat > /dev/null
 echo "$BATON_RUN_ID $BATON_STEP_ID $BATON_VISIT $BATON_ATTEMPT $WORKER" >> "$RECORD_ROOT/executions.log"
 sleep "${1:-0.4}"
+tries=0
+while [ -e "$RECORD_ROOT/hold" ] && [ "$tries" -lt 2400 ]; do
+    tries=$((tries + 1))
+    sleep 0.05
+done
 printf '{"step": "%s", "attempt": %s, "worker": "%s", "nonce": "%s-%s"}\n' \
     "$BATON_STEP_ID" "$BATON_ATTEMPT" "$WORKER" "$$" "$(date +%s%N)"
