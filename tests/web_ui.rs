@@ -576,10 +576,7 @@ async fn the_feature_development_run_in_a_browser_from_list_to_approval_to_its_e
         .await
         .unwrap();
     browser
-        .wait_for("the state chain to be verified", PATIENCE, async |b| {
-            let text = b.text_of(&b.find("#action-status").await?).await?;
-            Ok(text.contains("State chain holds").then_some(text))
-        })
+        .wait_for_text_containing("#action-status", "State chain holds", PATIENCE)
         .await
         .unwrap();
     // A stored result changed behind Baton's back: Verify says where the chain breaks.
@@ -601,10 +598,7 @@ async fn the_feature_development_run_in_a_browser_from_list_to_approval_to_its_e
         .await
         .unwrap();
     let broken = browser
-        .wait_for("the broken chain to be reported", PATIENCE, async |b| {
-            let text = b.text_of(&b.find("#action-error").await?).await?;
-            Ok(text.contains("State chain broken").then_some(text))
-        })
+        .wait_for_text_containing("#action-error", "State chain broken", PATIENCE)
         .await
         .unwrap();
     assert!(broken.contains("(step code, visit 1)"), "{broken}");
@@ -823,10 +817,7 @@ async fn a_500_branch_step_is_drawn_whole_and_each_branch_opens() {
     // No worker serves `shard`: the list says so once, not 500 times.
     let row = format!("tr[data-run-id=\"{run_id}\"]");
     let text = browser
-        .wait_for("the fan-out's row", PATIENCE, async |b| {
-            let text = b.text_of(&b.find(&row).await?).await?;
-            Ok(text.contains("shard").then_some(text))
-        })
+        .wait_for_text_containing(&row, "shard", PATIENCE)
         .await
         .unwrap();
     assert!(
@@ -1027,10 +1018,7 @@ async fn a_failed_map_is_retried_and_a_model_streams_into_its_panel_and_a_run_is
         .await
         .unwrap();
     let streamed = browser
-        .wait_for("the model's tokens in the panel", PATIENCE, async |b| {
-            let text = b.text_of(&b.find("#live-output").await?).await?;
-            Ok(text.contains("\"five files").then_some(text))
-        })
+        .wait_for_text_containing("#live-output", "\"five files", PATIENCE)
         .await
         .unwrap();
     assert!(
@@ -1043,10 +1031,7 @@ async fn a_failed_map_is_retried_and_a_model_streams_into_its_panel_and_a_run_is
     browser.goto(&format!("{ui}/")).await.unwrap();
     let row = format!("tr[data-run-id=\"{run_id}\"]");
     let text = browser
-        .wait_for("the running run in the list", PATIENCE, async |b| {
-            let text = b.text_of(&b.find(&row).await?).await?;
-            Ok(text.contains("running").then_some(text))
-        })
+        .wait_for_text_containing(&row, "running", PATIENCE)
         .await
         .unwrap();
     assert!(text.contains("agent summariser (step summarise)"), "{text}");
@@ -1056,10 +1041,7 @@ async fn a_failed_map_is_retried_and_a_model_streams_into_its_panel_and_a_run_is
         .unwrap();
     gate.open();
     browser
-        .wait_for("the run's row to say it succeeded", PATIENCE, async |b| {
-            let text = b.text_of(&b.find(&row).await?).await?;
-            Ok(text.contains("succeeded").then_some(()))
-        })
+        .wait_for_text_containing(&row, "succeeded", PATIENCE)
         .await
         .unwrap();
     let same = browser

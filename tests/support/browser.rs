@@ -451,6 +451,21 @@ impl Browser {
         .await
     }
 
+    /// Waits until the one element matching `css` shows text containing `needle`; that text.
+    pub async fn wait_for_text_containing(
+        &self,
+        css: &str,
+        needle: &str,
+        timeout: Duration,
+    ) -> Result<String, BrowserError> {
+        let what = format!("the element matching `{css}` to show {needle:?}");
+        self.wait_for(&what, timeout, async |browser| {
+            let text = browser.text_of(&browser.find(css).await?).await?;
+            Ok(text.contains(needle).then_some(text))
+        })
+        .await
+    }
+
     /// The page's console messages (and uncaught errors) since the last call, one per line.
     pub async fn console(&self) -> Result<Vec<String>, BrowserError> {
         let doing = "read the page's console";
