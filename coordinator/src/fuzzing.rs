@@ -280,8 +280,13 @@ fn check_answer(result: v1::TaskResult, config: &Config) {
         assert!(usage.model.len() <= config.max_model_name_bytes);
     }
     match answer.outcome {
-        Outcome::Data { data, notes } => {
+        Outcome::Data {
+            data,
+            notes,
+            sent: part,
+        } => {
             let sent = sent_data.expect("data comes from a result with data");
+            assert_eq!(part.json, sent, "the bytes kept are the bytes sent");
             let read: Value = serde_json::from_slice(&sent).expect("accepted data is JSON");
             assert_eq!(read, data, "the data accepted is the data sent");
             assert!(depth(&data) <= config.max_data_depth);

@@ -1,6 +1,7 @@
 //! A result is encoded and hashed once (issue 20, point 3): the bytes the transition stores are
 //! the bytes every watcher is sent and the bytes of the payload part the next task carries,
-//! shared rather than encoded again or copied per receiver.
+//! shared rather than encoded again or copied per receiver; and when the worker sent them as
+//! the coordinator encodes them, they are the very bytes it sent, under the digest it sent.
 
 #[path = "support/client.rs"]
 mod client;
@@ -36,10 +37,13 @@ async fn a_result_s_bytes_are_shared_by_the_store_write_its_watchers_and_the_nex
     let mut events = coordinator.watch(&run_id).await.unwrap();
     let a = worker.wait_task().await;
     let data = json!({"blob": "x".repeat(64 * 1024)});
-    worker
-        .complete(&coordinator, &a, &data, None)
-        .await
-        .unwrap();
+    let answered = json_bytes(&data);
+    let result = v1::TaskResult {
+        task_id: a.task_id.clone(),
+        outcome: Some(v1::task_result::Outcome::Data(answered.clone())),
+        ..Default::default()
+    };
+    worker.send(&coordinator, result).await.unwrap();
 
     // The watcher is told a's end with the result as a part: the bytes the store holds.
     let encoded = loop {
@@ -71,6 +75,11 @@ async fn a_result_s_bytes_are_shared_by_the_store_write_its_watchers_and_the_nex
         .unwrap()
         .unwrap();
     assert_eq!(stored.results["a#1"], encoded.json);
+    assert_eq!(
+        (encoded.json.as_ptr(), &encoded.sha256),
+        (answered.json.as_ptr(), &answered.sha256),
+        "the bytes and digest the worker sent"
+    );
     assert_eq!(
         serde_json::from_slice::<serde_json::Value>(&encoded.json).unwrap(),
         data

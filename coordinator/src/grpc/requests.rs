@@ -12,6 +12,7 @@ use serde_json::Value;
 
 use crate::error::Error;
 use crate::model::ModelUsage;
+use crate::parts::Part;
 use crate::service::{
     Answer, Config, DecisionQuery, Outcome, Scope, Submission, WorkerHello, WorkerQuery,
 };
@@ -138,7 +139,15 @@ pub fn answer(result: v1::TaskResult, config: &Config) -> Result<Answer, Error> 
     let outcome = match result.outcome {
         Some(v1::task_result::Outcome::Data(data)) => {
             match read_data(&data, result.notes.as_ref(), config) {
-                Ok((data, notes)) => Outcome::Data { data, notes },
+                Ok((value, notes)) => Outcome::Data {
+                    data: value,
+                    notes,
+                    // Checked by `read_data`.
+                    sent: Part {
+                        json: data.json,
+                        sha256: data.sha256,
+                    },
+                },
                 Err(reason) => Outcome::Refused { reason, retryable },
             }
         }

@@ -85,13 +85,13 @@ impl PartEncoder {
         self.encoded.get(&key).map(|(_, part)| part.clone())
     }
 
-    /// Takes `json`, the encoding of `value` made for the store (a new result), as its part:
+    /// Takes `part`, the encoding of `value` made for the store (a new result), as its part:
     /// the tasks that name the result then send those bytes rather than encoding it again.
-    pub fn encoded(&mut self, value: &Arc<Value>, json: Bytes) {
+    pub fn encoded(&mut self, value: &Arc<Value>, part: Part) {
         let key = Arc::as_ptr(value) as usize;
         self.encoded
             .entry(key)
-            .or_insert_with(|| (value.clone(), Arc::new(Part::new(json))));
+            .or_insert_with(|| (value.clone(), Arc::new(part)));
     }
 }
 

@@ -16,6 +16,7 @@ use super::spans::Answered;
 use super::{Coordinator, Error};
 use crate::decisions::Embedded;
 use crate::model::ModelUsage;
+use crate::parts::Part;
 use crate::store::{self, Store};
 use crate::task_ref::TaskRef;
 use crate::traces;
@@ -32,8 +33,15 @@ pub struct Answer {
 /// What the answer says.
 #[derive(Debug)]
 pub enum Outcome {
-    /// The agent's data, and the messages and decisions it reported.
-    Data { data: Value, notes: AgentNotes },
+    /// The agent's data, and the messages and decisions it reported. `sent` is the data as
+    /// the worker sent it, its digest checked: when it is also the coordinator's encoding of
+    /// `data`, the step's result is stored and passed on as those bytes and that digest, with
+    /// no second hash (issue 20, point 3).
+    Data {
+        data: Value,
+        notes: AgentNotes,
+        sent: Part,
+    },
     /// The agent failed; `retryable` says whether another attempt can help.
     Failed { error: String, retryable: bool },
     /// The result cannot be taken as data (why is the error): the attempt fails with that
@@ -101,10 +109,19 @@ impl<S: Store> Coordinator<S> {
             attempt: task.attempt,
             usage: &answer.usage,
             started_ms: sent.as_ref().map_or(0, |sent| self.sent_at_ms(sent)),
+            sent: None,
         };
         let (applied, refusal) = match answer.outcome {
-            Outcome::Data { data, notes } => {
+            Outcome::Data {
+                data,
+                notes,
+                sent: bytes,
+            } => {
                 let embedded = self.embed_decisions(&notes).await;
+                let answering = Answering {
+                    sent: Some(&bytes),
+                    ..answering
+                };
                 let event = Event::AgentSucceeded {
                     task: task.task.clone(),
                     data,

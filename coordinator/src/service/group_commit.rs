@@ -33,6 +33,7 @@ use super::{Coordinator, Error};
 use crate::clock::Instant;
 use crate::decisions::Embedded;
 use crate::model::{ModelUsage, StoredEvent};
+use crate::parts::Part;
 use crate::store::{self, Store};
 use crate::task_ref::{TaskRef, task_key};
 
@@ -109,6 +110,7 @@ struct Queued {
     attempt: u32,
     usage: Vec<ModelUsage>,
     started_ms: i64,
+    sent: Option<Part>,
     embedded: Option<Embedded>,
     reply: oneshot::Sender<Result<(), Error>>,
 }
@@ -124,6 +126,7 @@ impl Queued {
                 attempt: self.attempt,
                 usage: &self.usage,
                 started_ms: self.started_ms,
+                sent: self.sent.as_ref(),
             }),
             embedded: self.embedded.as_ref(),
         }
@@ -154,6 +157,7 @@ impl<S: Store> Coordinator<S> {
             attempt: answering.attempt,
             usage: answering.usage.to_vec(),
             started_ms: answering.started_ms,
+            sent: answering.sent.cloned(),
             embedded,
             reply,
         };

@@ -12,7 +12,6 @@ use baton_core::handoff::DecisionRecord;
 use baton_core::integrity::ChainLink;
 use baton_core::workflow::StepType;
 use baton_core::{Action, Run, RunStatus, StepRecord, TaskId, Transition, Workflow};
-use bytes::Bytes;
 use serde_json::Value;
 
 use super::json;
@@ -23,6 +22,7 @@ use crate::model::{
     AttemptRecord, AttemptUsage, ItemCounts, LoggedEvent, ModelUsage, StepState, StepStatus,
     StoredEvent, TaskEntry, keep_attempts,
 };
+use crate::parts::Part;
 use crate::store::TransitionWrite;
 use crate::task_ref::{chain_step, record_key, task_key, visit_key};
 
@@ -30,8 +30,9 @@ use crate::task_ref::{chain_step, record_key, task_key, visit_key};
 #[derive(Clone)]
 pub(super) struct Planned {
     pub write: TransitionWrite,
-    /// Each new result with the bytes the write stores it as, which its payload part shares.
-    pub encoded: Vec<(Arc<Value>, Bytes)>,
+    /// Each new result with the part it is stored as, whose bytes its payload part and its
+    /// watch event share.
+    pub encoded: Vec<(Arc<Value>, Part)>,
     pub steps: Vec<(String, StepState)>,
     pub tasks_set: Vec<(String, TaskEntry)>,
     /// One per step visit settled, in history order.
@@ -50,6 +51,8 @@ pub(super) struct Answering<'a> {
     pub usage: &'a [ModelUsage],
     /// When the attempt was sent to its worker (ms since the epoch), 0 when unknown.
     pub started_ms: i64,
+    /// The data as the worker sent it, digest checked, when it answered with data.
+    pub sent: Option<&'a Part>,
 }
 
 impl Answering<'_> {
@@ -164,9 +167,9 @@ pub(super) fn plan(loaded: &Loaded, applied: &Applied<'_>, holder: &Holder<'_>) 
         if matches!(record.step_type, StepType::Agent | StepType::Transform)
             && let Some(data) = &record.data
         {
-            let bytes = Bytes::from(json(data.as_ref()));
-            write.results.push((key.clone(), bytes.clone()));
-            encoded.push((data.clone(), bytes));
+            let part = result_part(applied.answering, data);
+            write.results.push((key.clone(), part.json.clone()));
+            encoded.push((data.clone(), part));
         }
         let link = ChainLink::after(
             &head,
@@ -362,8 +365,8 @@ impl Loaded {
             self.tasks.remove(key);
         }
         self.tasks.extend(planned.tasks_set);
-        for (value, json) in planned.encoded {
-            self.parts.encoded(&value, json);
+        for (value, part) in planned.encoded {
+            self.parts.encoded(&value, part);
         }
         self.updated_ms = planned.write.updated_ms;
         self.state_sha256.clone_from(&planned.write.state_sha256);
@@ -371,6 +374,20 @@ impl Loaded {
         // batch at once.
         self.settled.extend(planned.settled);
         planned.write
+    }
+}
+
+/// The part a new result is stored and passed on as: the bytes the answering worker sent, whose
+/// digest was checked when they arrived, if they are the coordinator's own encoding of `data`
+/// (a worker of this version encodes as the coordinator does), so that a 64 KiB result is not
+/// hashed a second time; else that encoding, hashed. Comparing is a fraction of hashing, and a
+/// result that is not the worker's data (a transform's, an `output` mapping) differs in length
+/// or at once.
+fn result_part(answering: Option<Answering<'_>>, data: &Value) -> Part {
+    let encoding = json(data);
+    match answering.and_then(|answering| answering.sent) {
+        Some(sent) if sent.json[..] == encoding[..] => sent.clone(),
+        _ => Part::new(encoding),
     }
 }
 

@@ -133,6 +133,7 @@ impl<S: Store> Coordinator<S> {
                 attempt: task.attempt,
                 usage: &[],
                 started_ms: ready.sent().map_or(0, |sent| self.sent_at_ms(&sent)),
+                sent: None,
             };
             match self.fail_attempt(run_id, failed, error.clone(), true).await {
                 Ok(retry_after_ms) => {

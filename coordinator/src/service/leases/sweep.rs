@@ -181,6 +181,7 @@ impl<S: Store> Coordinator<S> {
                 attempt: next.attempt,
                 usage: &[],
                 started_ms: 0,
+                sent: None,
             };
             if let Err(error) = self.apply_patiently(run_id, event, failed, None).await {
                 tracing::warn!(run_id, task = key, %error, "cannot fail the step");

@@ -81,6 +81,11 @@ fn plan_task() -> TaskId {
 
 /// The run after the planner answered attempt 2 with `data`, and what that wrote.
 fn planner_answered(data: Value) -> (Loaded, Planned) {
+    planner_answered_as(data, None)
+}
+
+/// As [`planner_answered`], the worker having sent the data as `sent`.
+fn planner_answered_as(data: Value, sent: Option<&Part>) -> (Loaded, Planned) {
     let (mut loaded, start) = started();
     take(&mut loaded, &first(&start), &holder(&["planner"]));
     let event = Event::AgentSucceeded {
@@ -102,6 +107,7 @@ fn planner_answered(data: Value) -> (Loaded, Planned) {
             attempt: 2,
             usage: &[],
             started_ms: 0,
+            sent,
         }),
         transition: &transition,
         history_before: 0,
@@ -110,6 +116,39 @@ fn planner_answered(data: Value) -> (Loaded, Planned) {
     };
     let planned = take(&mut loaded, &applied, &holder(&["planner"]));
     (loaded, planned)
+}
+
+#[test]
+fn a_result_sent_as_the_coordinator_encodes_it_is_kept_as_sent_and_not_hashed_again() {
+    let data = json!({"blob": "x".repeat(1000)});
+    // The digest was checked when the answer arrived; a made-up one here shows it is taken as
+    // it came rather than computed again.
+    let sent = Part {
+        json: serde_json::to_vec(&data).unwrap().into(),
+        sha256: "d".repeat(64),
+    };
+    let (loaded, planned) = planner_answered_as(data.clone(), Some(&sent));
+    let (_, part) = &planned.encoded[0];
+    assert_eq!(part.json.as_ptr(), sent.json.as_ptr(), "the bytes sent");
+    assert_eq!(part.sha256, sent.sha256, "the digest they came with");
+    assert_eq!(planned.write.results[0].1.as_ptr(), sent.json.as_ptr());
+    let named = loaded
+        .parts
+        .cached(loaded.run.context().data("plan").unwrap());
+    assert_eq!(named.unwrap().sha256, sent.sha256, "the payload part");
+}
+
+#[test]
+fn a_result_sent_in_another_encoding_is_stored_as_the_coordinator_encodes_it() {
+    let data = json!({"b": [1, 2], "a": "x"});
+    // Spaces and another member order: the same value, other bytes.
+    let sent = Part::new(br#"{ "b": [1, 2], "a": "x" }"#.to_vec());
+    let (_, planned) = planner_answered_as(data.clone(), Some(&sent));
+    let (_, part) = &planned.encoded[0];
+    let encoding = serde_json::to_vec(&data).unwrap();
+    assert_eq!(part.json[..], encoding[..]);
+    assert_eq!(part.sha256, baton_proto::sha256_hex(&encoding));
+    assert_eq!(planned.write.results[0].1[..], encoding[..]);
 }
 
 #[test]
@@ -345,6 +384,7 @@ fn settling_a_map_item_writes_as_much_at_the_last_item_as_at_the_first() {
                 attempt: 1,
                 usage: &used,
                 started_ms: 0,
+                sent: None,
             }),
             transition: &transition,
             history_before,
