@@ -116,6 +116,10 @@ pub struct LeaseArgs {
     /// whose workers have room (0: tasks stay with the coordinator that dispatched them).
     #[arg(long, default_value_t = 1_000)]
     rebalance_after_ms: u64,
+    /// A run this coordinator has not touched for this long (no answer, read, watch or
+    /// dispatch) is dropped from its memory, and read back from Redis when it is touched again.
+    #[arg(long, default_value_t = 300_000)]
+    run_idle_ms: u64,
 }
 
 impl LeaseArgs {
@@ -127,6 +131,7 @@ impl LeaseArgs {
             worker_silence_ms: self.worker_silence_ms.max(1),
             sweep_interval_ms: self.sweep_interval_ms.max(1),
             rebalance_after_ms: self.rebalance_after_ms,
+            run_idle_ms: self.run_idle_ms.max(1),
             ..defaults
         }
     }

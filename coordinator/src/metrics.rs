@@ -49,6 +49,7 @@ pub struct Metrics {
     queue_depth: Family<Labels, Gauge>,
     queue_oldest: Family<Labels, Gauge<f64, std::sync::atomic::AtomicU64>>,
     workers: Gauge,
+    runs_in_memory: Gauge,
     free_slots: Family<Labels, Gauge>,
     pub(crate) redeliveries: Counter,
     pub(crate) rebalanced: Counter,
@@ -71,6 +72,7 @@ impl Default for Metrics {
             queue_depth: Family::default(),
             queue_oldest: Family::default(),
             workers: Gauge::default(),
+            runs_in_memory: Gauge::default(),
             free_slots: Family::default(),
             redeliveries: Counter::default(),
             rebalanced: Counter::default(),
@@ -126,6 +128,11 @@ impl Default for Metrics {
             metrics.workers.clone(),
         );
         registry.register(
+            "runs_in_memory",
+            "Runs this coordinator holds in memory; one untouched for --run-idle-ms is dropped",
+            metrics.runs_in_memory.clone(),
+        );
+        registry.register(
             "worker_free_slots",
             "Free slots of the connected workers, by agent",
             metrics.free_slots.clone(),
@@ -167,9 +174,11 @@ impl Default for Metrics {
     }
 }
 
-/// The hub's state when scraped.
-pub struct HubGauges {
+/// The hub's state and the run cache's size when scraped.
+pub struct Gauges {
     pub workers: usize,
+    /// Runs held in memory.
+    pub runs_in_memory: usize,
     /// Per agent: free slots.
     pub free_slots: Vec<(String, usize)>,
     /// Per agent: tasks waiting, and how long the oldest has waited.
@@ -216,7 +225,7 @@ impl Metrics {
     }
 
     /// The text exposition, with the hub's gauges as they are now.
-    pub fn render(&self, hub: HubGauges) -> String {
+    pub fn render(&self, hub: Gauges) -> String {
         self.refresh(hub);
         let mut text = String::new();
         encode(&mut text, &self.registry).expect("writing to a String cannot fail");
@@ -224,14 +233,15 @@ impl Metrics {
     }
 
     /// The same metrics as data (Prometheus's protobuf model), for export by OTLP.
-    pub fn families(&self, hub: HubGauges) -> Vec<MetricFamily> {
+    pub fn families(&self, hub: Gauges) -> Vec<MetricFamily> {
         self.refresh(hub);
         prometheus_protobuf::encode(&self.registry).expect("encoding to memory cannot fail")
     }
 
     /// Sets the hub's gauges to what `hub` says.
-    fn refresh(&self, hub: HubGauges) {
+    fn refresh(&self, hub: Gauges) {
         self.workers.set(hub.workers as i64);
+        self.runs_in_memory.set(hub.runs_in_memory as i64);
         // Agents no longer seen read 0 rather than their last value.
         self.queue_depth.clear();
         self.queue_oldest.clear();

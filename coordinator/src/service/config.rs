@@ -56,6 +56,11 @@ pub struct Config {
     pub worker_silence_ms: u64,
     /// How many times a task may be lost with its worker or coordinator before its step fails.
     pub max_lost_deliveries: u32,
+    /// A run this coordinator has not touched for this long is dropped from its memory (read
+    /// back from the store if it is touched again): otherwise every running run it ever read
+    /// (GetRun, a watch, the web UI) stayed in memory until it read the run again after it
+    /// ended, which a run finished by another coordinator may never be.
+    pub run_idle_ms: u64,
     /// A task queued here this long with no free slot among this coordinator's workers is handed
     /// to coordinators whose workers have room (as many as they advertise); 0: never.
     pub rebalance_after_ms: u64,
@@ -94,6 +99,7 @@ impl Default for Config {
             worker_silence_ms: 5_000,
             max_lost_deliveries: 10,
             rebalance_after_ms: 1_000,
+            run_idle_ms: 300_000,
             traces: false,
             clock: Clock::system(),
         }

@@ -7,6 +7,8 @@ use std::sync::{Arc, Mutex};
 use baton_core::{Event, Run, RunStatus};
 use tokio::sync::Mutex as AsyncMutex;
 
+use crate::clock::Instant;
+
 use super::{Coordinator, Error};
 use crate::chain::{self, Mismatch};
 use crate::model::{StepState, TaskEntry};
@@ -23,32 +25,66 @@ pub(super) type LoadedGuard = tokio::sync::OwnedMutexGuard<Option<Loaded>>;
 
 #[derive(Default)]
 pub(super) struct RunCache {
-    slots: Mutex<HashMap<String, Slot>>,
+    slots: Mutex<HashMap<String, Cached>>,
     /// What has been counted: `<run id> <problem>`, so that reading the same broken run again
     /// (a finished run is read back for every GetRun) does not count it again.
     reported: Mutex<HashSet<String>>,
 }
 
+/// A run's slot and when it was last asked for.
+struct Cached {
+    slot: Slot,
+    touched: Instant,
+}
+
+impl Cached {
+    fn new(slot: Slot) -> Self {
+        Cached {
+            slot,
+            touched: Instant::now(),
+        }
+    }
+}
+
 impl RunCache {
-    fn slots(&self) -> std::sync::MutexGuard<'_, HashMap<String, Slot>> {
+    fn slots(&self) -> std::sync::MutexGuard<'_, HashMap<String, Cached>> {
         self.slots.lock().expect("runs lock")
     }
 
     /// The run's slot if it is in memory; never loads it.
     pub fn cached(&self, run_id: &str) -> Option<Slot> {
-        self.slots().get(run_id).cloned()
+        self.slots().get_mut(run_id).map(|cached| {
+            cached.touched = Instant::now();
+            cached.slot.clone()
+        })
     }
 
     /// The run's slot, an empty one if it is not in memory yet.
     fn entry(&self, run_id: &str) -> Slot {
-        self.slots()
+        let mut slots = self.slots();
+        let cached = slots
             .entry(run_id.to_owned())
-            .or_insert_with(|| Arc::new(AsyncMutex::new(None)))
-            .clone()
+            .or_insert_with(|| Cached::new(Arc::new(AsyncMutex::new(None))));
+        cached.touched = Instant::now();
+        cached.slot.clone()
     }
 
     pub fn insert(&self, run_id: &str, slot: Slot) {
-        self.slots().insert(run_id.to_owned(), slot);
+        self.slots().insert(run_id.to_owned(), Cached::new(slot));
+    }
+
+    /// How many runs are in memory (loaded, or being loaded).
+    pub fn len(&self) -> usize {
+        self.slots().len()
+    }
+
+    /// The runs nobody has asked for since `before`.
+    fn untouched_since(&self, before: Instant) -> Vec<(String, Slot)> {
+        self.slots()
+            .iter()
+            .filter(|(_, cached)| cached.touched < before)
+            .map(|(run_id, cached)| (run_id.clone(), cached.slot.clone()))
+            .collect()
     }
 
     /// Forgets a run's in-memory copy: it is read back from the store if asked for, so a
@@ -61,7 +97,7 @@ impl RunCache {
     fn holds(&self, run_id: &str, slot: &Slot) -> bool {
         self.slots()
             .get(run_id)
-            .is_some_and(|held| Arc::ptr_eq(held, slot))
+            .is_some_and(|held| Arc::ptr_eq(&held.slot, slot))
     }
 
     /// [`RunCache::evict`], only if the cache still holds `slot` for the run (not a newer one
@@ -70,10 +106,23 @@ impl RunCache {
         let mut slots = self.slots();
         if slots
             .get(run_id)
-            .is_some_and(|held| Arc::ptr_eq(held, slot))
+            .is_some_and(|held| Arc::ptr_eq(&held.slot, slot))
         {
             slots.remove(run_id);
         }
+    }
+
+    /// [`RunCache::evict_slot`], only if nobody has asked for the run since `before`; whether
+    /// it was evicted.
+    fn evict_untouched(&self, run_id: &str, slot: &Slot, before: Instant) -> bool {
+        let mut slots = self.slots();
+        let untouched = slots
+            .get(run_id)
+            .is_some_and(|held| Arc::ptr_eq(&held.slot, slot) && held.touched < before);
+        if untouched {
+            slots.remove(run_id);
+        }
+        untouched
     }
 
     /// Whether this is the first time this coordinator sees `mismatch` in `run_id`.
@@ -195,6 +244,33 @@ impl<S: Store> Coordinator<S> {
                 _ => {}
             }
         }
+    }
+
+    /// Drops from memory the runs nobody has asked for in `config.run_idle_ms`, so that this
+    /// coordinator's memory follows the runs it works on, not every run it has read. A slot in
+    /// use is left; one dropped is loaded again (replayed from the store, as after a restart)
+    /// by whoever asks for it next. Emptied under its lock and only while it is the cache's,
+    /// as [`Coordinator::fresh`] does, so no change goes on in a copy others no longer find.
+    pub(super) fn forget_idle_runs(&self) {
+        let idle = std::time::Duration::from_millis(self.inner.config.run_idle_ms);
+        let Some(before) = Instant::now().checked_sub(idle) else {
+            return;
+        };
+        let runs = &self.inner.runs;
+        for (run_id, slot) in runs.untouched_since(before) {
+            let Ok(mut guard) = slot.clone().try_lock_owned() else {
+                continue;
+            };
+            // Asked for since it was listed: it stays.
+            if runs.evict_untouched(&run_id, &slot, before) {
+                *guard = None;
+            }
+        }
+    }
+
+    /// How many runs this coordinator holds in memory.
+    pub fn runs_in_memory(&self) -> usize {
+        self.inner.runs.len()
     }
 
     /// Reads the run as the store has it now (reloaded if another coordinator moved it on),

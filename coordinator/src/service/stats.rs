@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use super::Coordinator;
-use crate::metrics::{HubGauges, MetricFamily};
+use crate::metrics::{Gauges, MetricFamily};
 use crate::store::Store;
 
 /// Counters since this coordinator started, as `GetStats` reports them.
@@ -93,18 +93,19 @@ impl<S: Store> Coordinator<S> {
 
     /// The Prometheus text exposition of this coordinator's metrics (`/metrics`).
     pub fn metrics_text(&self) -> String {
-        self.inner.metrics.render(self.hub_gauges())
+        self.inner.metrics.render(self.gauges())
     }
 
     /// The metrics of [`Coordinator::metrics_text`], as data for export by OTLP.
     pub fn metric_families(&self) -> Vec<MetricFamily> {
-        self.inner.metrics.families(self.hub_gauges())
+        self.inner.metrics.families(self.gauges())
     }
 
-    fn hub_gauges(&self) -> HubGauges {
+    fn gauges(&self) -> Gauges {
         let (workers, free_slots) = self.inner.hub.capacity();
-        HubGauges {
+        Gauges {
             workers,
+            runs_in_memory: self.inner.runs.len(),
             free_slots,
             queues: self.inner.hub.queue_stats(),
         }

@@ -80,6 +80,7 @@ pub(super) struct HeldChange {
 /// coordinator is dropped or shuts down.
 pub(super) async fn run_timers<S: Store>(inner: Weak<Inner<S>>) {
     let mut renewed = Instant::now();
+    let mut forgot = Instant::now();
     loop {
         let Some(inner) = inner.upgrade() else {
             return;
@@ -98,6 +99,11 @@ pub(super) async fn run_timers<S: Store>(inner: Weak<Inner<S>>) {
             coordinator.renew_leases().await;
         }
         coordinator.sweep().await;
+        // A few times per idle period: a run is forgotten within 1.25 periods of its last use.
+        if forgot.elapsed() >= Duration::from_millis((config.run_idle_ms / 4).max(1)) {
+            forgot = Instant::now();
+            coordinator.forget_idle_runs();
+        }
         coordinator.advertise_slots().await;
         coordinator.rebalance_waiting().await;
         // No strong handle across the sleep: dropping the last one stops the timers.
