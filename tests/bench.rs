@@ -119,22 +119,20 @@ fn bench_prints_one_line_per_workload_with_every_field() {
     );
 }
 
-#[test]
-fn bench_runs_a_secured_cluster_too() {
+/// `baton bench --secure` at a small scale, one repetition of `workloads`; it must succeed.
+fn secured_bench(workloads: &str) -> std::process::Output {
     let output = baton()
-        .args([
-            "bench",
-            "--secure",
-            "--scale",
-            "0.02",
-            "--reps",
-            "1",
-            "--workloads",
-            "W1,W3",
-        ])
+        .args(["bench", "--secure", "--scale", "0.02", "--reps", "1"])
+        .args(["--workloads", workloads])
         .output()
         .unwrap();
     assert!(output.status.success(), "stderr:\n{}", stderr(&output));
+    output
+}
+
+#[test]
+fn bench_runs_a_secured_cluster_too() {
+    let output = secured_bench("W1,W3");
     let workloads: Vec<String> = stdout(&output)
         .lines()
         .map(|line| {
@@ -154,20 +152,7 @@ fn bench_runs_a_secured_cluster_too() {
 /// each page answered with its rows (secured: the list is asked for with the bench's token).
 #[test]
 fn bench_times_the_runs_list_pages_when_asked_for_w8() {
-    let output = baton()
-        .args([
-            "bench",
-            "--secure",
-            "--scale",
-            "0.02",
-            "--reps",
-            "1",
-            "--workloads",
-            "W8",
-        ])
-        .output()
-        .unwrap();
-    assert!(output.status.success(), "stderr:\n{}", stderr(&output));
+    let output = secured_bench("W8");
     let line: serde_json::Value = serde_json::from_str(stdout(&output).trim()).unwrap();
     assert_eq!(line["workload"], "W8", "{line}");
     assert_eq!(line["runs"].as_u64(), Some(200), "{line}");

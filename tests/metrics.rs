@@ -458,23 +458,25 @@ async fn healthz_and_readyz_follow_redis_and_the_worker_s_connection() {
     assert_eq!(probe(&format!("{worker}/healthz")).unwrap().0, 200);
 }
 
+/// `baton coordinator --memory --listen 127.0.0.1:0` with `args`, run in `dir`, which must
+/// refuse to start; what it said on stderr.
+fn refused_start(dir: &std::path::Path, args: &[&str]) -> String {
+    let mut command = harness::baton();
+    command
+        .current_dir(dir)
+        .args(["coordinator", "--memory", "--listen", "127.0.0.1:0"])
+        .args(args);
+    let out = harness::output_within(&mut command, None, harness::DEADLINE);
+    assert!(!out.status.success(), "started with {args:?}");
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_metrics_address_given_and_taken_is_an_error_naming_it() {
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let address = taken.local_addr().unwrap().to_string();
     let dir = tempfile::tempdir().unwrap();
-    let mut command = harness::baton();
-    command.current_dir(dir.path()).args([
-        "coordinator",
-        "--memory",
-        "--listen",
-        "127.0.0.1:0",
-        "--metrics-listen",
-        &address,
-    ]);
-    let out = harness::output_within(&mut command, None, harness::DEADLINE);
-    assert!(!out.status.success());
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stderr = refused_start(dir.path(), &["--metrics-listen", &address]);
     assert!(
         stderr.contains(&format!("cannot serve metrics on {address}")),
         "{stderr}"
@@ -488,20 +490,8 @@ async fn a_metrics_address_given_and_taken_is_an_error_naming_it() {
 async fn a_trace_url_without_trace_id_or_not_http_is_an_error_naming_it() {
     let dir = tempfile::tempdir().unwrap();
     let refused = |trace_url: &str| {
-        let mut command = harness::baton();
-        command.current_dir(dir.path()).args([
-            "coordinator",
-            "--memory",
-            "--listen",
-            "127.0.0.1:0",
-            "--metrics-listen",
-            "127.0.0.1:0",
-            "--trace-url",
-            trace_url,
-        ]);
-        let out = harness::output_within(&mut command, None, harness::DEADLINE);
-        assert!(!out.status.success(), "{trace_url} was taken");
-        String::from_utf8_lossy(&out.stderr).into_owned()
+        let args = ["--metrics-listen", "127.0.0.1:0", "--trace-url", trace_url];
+        refused_start(dir.path(), &args)
     };
     let no_id = refused("https://jaeger.example/trace");
     assert!(no_id.contains("--trace-url"), "{no_id}");

@@ -137,21 +137,24 @@ fn step<'a>(record: &'a Value, id: &str) -> &'a Value {
         .unwrap_or_else(|| panic!("no step {id} in {record}"))
 }
 
-/// The `data-status` of the graph's node for `step_id`.
-async fn node_status(browser: &Browser, step_id: &str) -> Result<String, BrowserError> {
-    let value = browser
-        .execute(
-            "const node = document.querySelector(`g.step[data-step-id=\"${arguments[0]}\"]`);
-             return node ? node.getAttribute('data-status') : null;",
-            vec![json!(step_id)],
-        )
-        .await?;
+/// What `read` (JavaScript over `node`) gives of the graph's node for `step_id`.
+async fn read_node(browser: &Browser, step_id: &str, read: &str) -> Result<String, BrowserError> {
+    let script = format!(
+        "const node = document.querySelector(`g.step[data-step-id=\"${{arguments[0]}}\"]`);
+         return node ? {read} : null;"
+    );
+    let value = browser.execute(&script, vec![json!(step_id)]).await?;
     value
         .as_str()
         .map(str::to_owned)
         .ok_or_else(|| BrowserError::NotFound {
             what: format!("for step {step_id} in the graph"),
         })
+}
+
+/// The `data-status` of the graph's node for `step_id`.
+async fn node_status(browser: &Browser, step_id: &str) -> Result<String, BrowserError> {
+    read_node(browser, step_id, "node.getAttribute('data-status')").await
 }
 
 /// Waits until the graph shows `step_id` in one of the `wanted` states; fails with the run
@@ -917,19 +920,8 @@ async fn rows(browser: &Browser) -> Result<Vec<String>, BrowserError> {
 
 /// The text the graph's node for `step_id` shows.
 async fn node_text(browser: &Browser, step_id: &str) -> Result<String, BrowserError> {
-    let value = browser
-        .execute(
-            "const node = document.querySelector(`g.step[data-step-id=\"${arguments[0]}\"]`);
-             return node ? [...node.querySelectorAll('text')].map((t) => t.textContent).join(' ') : null;",
-            vec![json!(step_id)],
-        )
-        .await?;
-    value
-        .as_str()
-        .map(str::to_owned)
-        .ok_or_else(|| BrowserError::NotFound {
-            what: format!("for step {step_id} in the graph"),
-        })
+    let read = "[...node.querySelectorAll('text')].map((t) => t.textContent).join(' ')";
+    read_node(browser, step_id, read).await
 }
 
 /// A map step whose item fails, retried from the page, then a model's tokens streaming into

@@ -109,6 +109,19 @@ async fn submit(coordinator: &Coordinator<MemoryStore>) -> String {
     .unwrap()
 }
 
+/// A run submitted and its plan answered (`{"plan": "p"}`) by a planner connected for it: it
+/// goes on to its approval.
+async fn planned(coordinator: &Coordinator<MemoryStore>) -> String {
+    let mut planner = FakeWorker::connect(coordinator, "w-plan", &["planner"]).await;
+    let run_id = submit(coordinator).await;
+    let task = planner.wait_task().await;
+    planner
+        .complete(coordinator, &task, &json!({"plan": "p"}), None)
+        .await
+        .unwrap();
+    run_id
+}
+
 /// Until `check` holds for the run's record, or 10 s.
 async fn until(ui: &Ui, run_id: &str, what: &str, check: impl Fn(&Value) -> bool) -> Value {
     for _ in 0..200 {
@@ -408,13 +421,7 @@ async fn with_tokens_the_principal_is_asked_for_limited_to_its_roles_and_recorde
     let gate = Gate::configure(Some(tokens.path().to_owned()), false, false).unwrap();
     let coordinator = coordinator().await;
     let ui = Ui::serve(&coordinator, gate).await;
-    let mut planner = FakeWorker::connect(&coordinator, "w-plan", &["planner"]).await;
-    let run_id = submit(&coordinator).await;
-    let task = planner.wait_task().await;
-    planner
-        .complete(&coordinator, &task, &json!({"plan": "p"}), None)
-        .await
-        .unwrap();
+    let run_id = planned(&coordinator).await;
 
     let (status, anonymous) = ui.get("/api/session", None).await;
     assert_eq!(status, 401, "{anonymous}");
@@ -866,13 +873,7 @@ impl Ui {
 async fn protected_mode_answers_only_a_host_naming_this_machine() {
     let coordinator = coordinator().await;
     let ui = Ui::serve(&coordinator, Gate::loopback_only()).await;
-    let mut planner = FakeWorker::connect(&coordinator, "w-plan", &["planner"]).await;
-    let run_id = submit(&coordinator).await;
-    let task = planner.wait_task().await;
-    planner
-        .complete(&coordinator, &task, &json!({"plan": "p"}), None)
-        .await
-        .unwrap();
+    let run_id = planned(&coordinator).await;
     until(&ui, &run_id, "waiting for the approval", |record| {
         record["waiting"][0]["kind"] == "approval"
     })
