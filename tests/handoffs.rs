@@ -329,3 +329,73 @@ async fn a_payload_corrupted_on_the_wire_is_refused_and_sent_again() {
     let logs = cluster.logs();
     assert!(logs.contains("payload did not arrive intact"), "{logs}");
 }
+
+/// Issue 28, hole 5: an agent whose envelope removes a message id the history never had. The
+/// step fails naming the id (the agent's mistake), and nothing about the run is an integrity
+/// failure: `runs verify` holds, the coordinator counts no integrity failure, and a run that
+/// routes the failure through `on_error` ends `succeeded` with no integrity error. Before, the
+/// answer's result was never stored while its event and chain link were, so every read of the
+/// run reported "result a#1 is missing" as tampering.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_envelope_removing_an_unknown_message_fails_its_step_not_the_chain() {
+    let mut cluster = Cluster::start().await;
+    let records = Records::new(cluster.dir().join("records"));
+    let agents = records.agents_file_with(
+        "worker-1",
+        &[
+            ("forgetful", vec!["forgetful-agent.sh"]),
+            ("spec", vec!["spec-agent.sh", "planner"]),
+        ],
+        &format!(
+            "output = \"envelope\"\nenv = {{ RECORD_ROOT = {}, WORKER = \"worker-1\" }}\n",
+            serde_json::to_string(&records.root().display().to_string()).unwrap()
+        ),
+    );
+    cluster.start_worker("worker-1", &agents, 2);
+    cluster.wait_for_workers(&["worker-1"]).await;
+    let mut client = cluster.client().await;
+
+    let failing = json!({"steps": [{"id": "a", "type": "agent", "agent": "forgetful"}]});
+    let run_id = harness::submit(&mut client, failing.to_string().into_bytes(), &json!({})).await;
+    let record = Watch::start(&mut client, &run_id).await.finished().await;
+    assert_eq!(record.status, "failed", "{record:#?}");
+    let step = record.steps.iter().find(|s| s.step_id == "a").unwrap();
+    assert_eq!(step.status, "failed", "{step:#?}");
+    assert!(
+        step.error.contains("no-such-message") && step.error.contains("cannot remove"),
+        "the step's error names the unknown id: {}",
+        step.error
+    );
+    assert!(!record.error.contains("integrity"), "{}", record.error);
+    let (code, out) = cli(&cluster, &["runs", "verify", &run_id]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("state chain holds"), "{out}");
+    // Read back from the store, not from the coordinator's memory: the replay must find the
+    // answer's data.
+    let (code, out) = cli(&cluster, &["runs", "get", &run_id, "--json"]);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.contains("no-such-message"), "{out}");
+    assert!(!out.contains("is missing"), "{out}");
+
+    let recovering = json!({"steps": [
+        {"id": "a", "type": "agent", "agent": "forgetful", "on_error": "fallback"},
+        {"id": "fallback", "type": "transform", "transform": "input"}
+    ]});
+    let run_id = harness::submit(
+        &mut client,
+        recovering.to_string().into_bytes(),
+        &json!({"x": 1}),
+    )
+    .await;
+    let record = Watch::start(&mut client, &run_id).await.finished().await;
+    assert_eq!(record.status, "succeeded", "{record:#?}");
+    let (code, out) = cli(&cluster, &["runs", "verify", &run_id]);
+    assert_eq!(code, 0, "{out}");
+
+    let stats = client
+        .get_stats(GetStatsRequest {})
+        .await
+        .expect("GetStats")
+        .into_inner();
+    assert_eq!(stats.integrity_failures, 0, "{stats:#?}");
+}

@@ -645,7 +645,12 @@ impl Records {
     }
 
     /// An agents file whose every agent also has the TOML lines `extra`.
-    fn agents_file_with(&self, worker: &str, agents: &[(&str, Vec<&str>)], extra: &str) -> PathBuf {
+    pub fn agents_file_with(
+        &self,
+        worker: &str,
+        agents: &[(&str, Vec<&str>)],
+        extra: &str,
+    ) -> PathBuf {
         let quote = |s: &str| serde_json::to_string(s).expect("a string is JSON");
         let scripts = root().join("tests").join("agents");
         let mut toml = String::new();

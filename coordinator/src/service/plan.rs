@@ -212,6 +212,20 @@ pub(super) fn plan(loaded: &Loaded, applied: &Applied<'_>, holder: &Holder<'_>) 
             counts.running = 0;
         }
     }
+    // The log names an agent's answer by its result key, and a replay reads the data back from
+    // there. An answer the engine took but whose step failed (its messages removed an id the
+    // history does not have) settles with no data, so the loop above stored nothing: without
+    // this, the chain would link a visit whose event cannot be read back, and every load of
+    // the run would report tampering for what was the agent's own mistake.
+    if let Some(LoggedEvent {
+        event: StoredEvent::AgentSucceeded { result, .. },
+        ..
+    }) = applied.event
+        && let Some(sent) = applied.answering.and_then(|answering| answering.sent)
+        && !write.results.iter().any(|(key, _)| key == result)
+    {
+        write.results.push((result.clone(), sent.json.clone()));
+    }
     // The items of the maps under way, as this transition leaves them.
     for progress in run.map_progress() {
         let touched =
