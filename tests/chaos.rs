@@ -316,7 +316,11 @@ async fn chaos_on(mut fleet: Fleet, schedule: &[(Duration, Blow)]) {
                 .map(|step| ((step.to_owned(), 1), 1))
                 .collect();
         assert_eq!(answered, expected, "{run_id}: {events:?}");
-        assert_eq!(events.len(), 6, "five answers and one approval: {run_id}");
+        assert_eq!(
+            events.len(),
+            7,
+            "how the run started, five answers and one approval: {run_id}"
+        );
         let results: Vec<String> = redis
             .hkeys(format!("baton:run:{{{run_id}}}:results"))
             .await

@@ -4,6 +4,8 @@
 //! The sandbox pool is driven directly (with the `baton` binary as its sandbox) for what each
 //! kind of overrun says; a real coordinator process shows the rest.
 
+#[path = "support/fleet.rs"]
+mod fleet;
 #[path = "support/cluster.rs"]
 mod harness;
 #[path = "support/spec.rs"]
@@ -14,6 +16,7 @@ use std::time::Duration;
 use baton_coordinator::jq_sandbox::{Budget, Launcher, Pool};
 use baton_core::eval::JqOutputLimits;
 use baton_proto::v1::GetRunRequest;
+use fleet::{Fleet, Timing};
 use harness::{Cluster, Watch, context, step};
 use serde_json::json;
 
@@ -143,7 +146,10 @@ async fn hostile_transforms_fail_their_steps_while_other_runs_go_on() {
             harness::submit(&mut client, workflow.to_string(), &json!({"n": 3})).await
         })
     };
+    // A submit returns once the run is stored: its programs run after, in turns.
     let hostile = [submit(endless), submit(billion)];
+    let [endless, billion] = hostile;
+    let (endless, billion) = (endless.await.unwrap(), billion.await.unwrap());
     // Both hostile programs get their sandbox before the benign run is submitted.
     let deadline = std::time::Instant::now() + harness::DEADLINE;
     while children(cluster.coordinator_pid()).len() < 2 {
@@ -159,13 +165,9 @@ async fn hostile_transforms_fail_their_steps_while_other_runs_go_on() {
     let record = Watch::start(&mut client, &run_id).await.finished().await;
     assert_eq!(record.status, "succeeded", "{record:#?}");
     assert_eq!(context(&record)["done"], json!(3));
-    assert!(
-        hostile.iter().all(|submit| !submit.is_finished()),
-        "the benign run finished while both hostile programs were still running"
-    );
-
-    let [endless, billion] = hostile;
-    let (endless, billion) = (endless.await.unwrap(), billion.await.unwrap());
+    for hostile in [&endless, &billion] {
+        Watch::start(&mut client, hostile).await.finished().await;
+    }
     let get = |run_id: String| {
         let mut client = client.clone();
         async move {
@@ -198,5 +200,212 @@ async fn hostile_transforms_fail_their_steps_while_other_runs_go_on() {
         peak < 200 << 20,
         "the coordinator peaked at {} MiB",
         peak >> 20
+    );
+}
+
+/// The sandbox processes a coordinator has now.
+async fn wait_for_sandboxes(pid: u32, count: usize) {
+    let deadline = std::time::Instant::now() + harness::DEADLINE;
+    while children(pid).len() != count {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the coordinator has {} sandbox processes, not {count}",
+            children(pid).len()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// A program that would run for ten minutes: with a budget that large, only a stop ends it.
+const ENDLESS: &str = r#"{"id": "spin", "steps": [
+    {"id": "spin", "type": "transform", "transform": "jq: def f: f; f"}
+]}"#;
+
+/// Issue 28, hole 3: a run's jq programs run in transitions of a run that already exists. A
+/// submit returns once the run is stored; the run is listed and watchable while its program
+/// runs; a cancel stops the program at once (its sandbox is killed) instead of waiting the ten
+/// minutes of its budget. Before, the submit itself ran the program, so no run id existed to
+/// cancel, and a client that gave up left it running.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_computing_run_is_stored_listed_and_cancelled_at_once() {
+    let cluster = Cluster::start_with_env(&[("BATON_JQ_CPU_MS", "600000")]).await;
+    let mut client = cluster.client().await;
+    let run_id = tokio::time::timeout(
+        harness::DEADLINE,
+        harness::submit(&mut client, ENDLESS, &json!({})),
+    )
+    .await
+    .expect("the submit returns before the program runs");
+    wait_for_sandboxes(cluster.coordinator_pid(), 1).await;
+    let spinning = children(cluster.coordinator_pid())[0];
+
+    let listed = client
+        .list_runs(baton_proto::v1::ListRunsRequest {
+            status: "running".into(),
+            ..Default::default()
+        })
+        .await
+        .expect("ListRuns")
+        .into_inner();
+    assert!(
+        listed.runs.iter().any(|run| run.run_id == run_id),
+        "{listed:?}"
+    );
+    let record = client
+        .get_run(GetRunRequest {
+            run_id: run_id.clone(),
+        })
+        .await
+        .expect("GetRun")
+        .into_inner();
+    assert_eq!(record.status, "running", "{record:#?}");
+
+    // Another run's program takes its turn meanwhile (a sandbox is free), and it finishes.
+    let benign = json!({"steps": [
+        {"id": "double", "type": "transform", "transform": "jq: .input.n * 2"}
+    ]});
+    let other = harness::submit(&mut client, benign.to_string(), &json!({"n": 21})).await;
+    let done = Watch::start(&mut client, &other).await.finished().await;
+    assert_eq!(context(&done)["double"], json!(42));
+    let still = client
+        .get_run(GetRunRequest {
+            run_id: run_id.clone(),
+        })
+        .await
+        .expect("GetRun")
+        .into_inner();
+    assert_eq!(still.status, "running", "the endless program runs on");
+
+    let cancelled = tokio::time::timeout(
+        harness::DEADLINE,
+        client.cancel_run(baton_proto::v1::CancelRunRequest {
+            run_id: run_id.clone(),
+            reason: "enough".into(),
+        }),
+    )
+    .await
+    .expect("the cancel does not wait for the program")
+    .expect("CancelRun")
+    .into_inner();
+    assert_eq!(cancelled.status, "cancelled", "{cancelled:#?}");
+    assert_ne!(step(&cancelled, "spin").status, "succeeded");
+    // The sandbox running the program was killed (the other one, idle, stays in the pool).
+    let deadline = std::time::Instant::now() + harness::DEADLINE;
+    while children(cluster.coordinator_pid()).contains(&spinning) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the sandbox running the cancelled run's program is still there"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Issue 28, hole 3: a coordinator told to stop while a run's program runs stops at once (the
+/// program is killed and its transition dropped, unwritten), and another coordinator takes
+/// the run up where it was. Before, the program ran inside a submit that kept the coordinator
+/// alive 80 s after SIGTERM.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_stops_a_computing_coordinator_and_another_goes_on_with_the_run() {
+    let timing = Timing {
+        lease_ms: 3_000,
+        worker_silence_ms: 2_000,
+    };
+    let mut fleet = Fleet::start_with_env(2, timing, &[("BATON_JQ_CPU_MS", "600000")]).await;
+    let mut first = fleet.client(0).await.expect("coordinator-0 answers");
+    let run_id = harness::submit(&mut first, ENDLESS, &json!({})).await;
+    wait_for_sandboxes(fleet.coordinator_pid(0), 1).await;
+
+    let status = fleet.terminate_coordinator(0).await;
+    assert!(status.success(), "coordinator-0 exited with {status}");
+    // Its continuation was released at once: coordinator-1 runs the program now.
+    wait_for_sandboxes(fleet.coordinator_pid(1), 1).await;
+    let mut second = fleet.client(1).await.expect("coordinator-1 answers");
+    let cancelled = tokio::time::timeout(
+        harness::DEADLINE,
+        second.cancel_run(baton_proto::v1::CancelRunRequest {
+            run_id: run_id.clone(),
+            reason: String::new(),
+        }),
+    )
+    .await
+    .expect("the cancel does not wait for the program")
+    .expect("CancelRun")
+    .into_inner();
+    assert_eq!(cancelled.status, "cancelled");
+}
+
+/// Issue 28, hole 3: every jq program of a run counts against one budget
+/// (`--jq-run-cpu-ms`): a loop of programs, each well within its own budget, fails once their
+/// sum passes the run's, naming it. Before, the budget was per program, and `max_visits: 10000`
+/// of a 0.75 s program ran for hours.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_s_jq_programs_share_one_cpu_budget() {
+    let cluster = Cluster::start_with_env(&[("BATON_JQ_RUN_CPU_MS", "300")]).await;
+    let looping = json!({"id": "loop", "max_visits": 10000, "steps": [
+        {"id": "work", "type": "transform", "transform": "jq: [range(100000)] | length"},
+        {"id": "again", "type": "condition", "condition": "true", "then": "work"}
+    ]});
+    let mut client = cluster.client().await;
+    let run_id = harness::submit(&mut client, looping.to_string(), &json!({})).await;
+    let record = Watch::start(&mut client, &run_id).await.finished().await;
+    assert_eq!(record.status, "failed", "{record:#?}");
+    let work = step(&record, "work");
+    assert!(
+        work.error
+            .contains("the run's jq CPU budget of 300 ms is spent"),
+        "{}",
+        work.error
+    );
+    assert!(work.visits > 1, "several programs ran before: {work:#?}");
+    assert!(
+        work.visits < 10_000,
+        "the budget stopped the loop: {work:#?}"
+    );
+}
+
+/// Issue 28, hole 3: reading a run back (another coordinator, or this one after a restart)
+/// never runs its jq programs again: their outcomes are recorded with the events. Before, every
+/// load of a run replayed its programs, at their full CPU cost, with the run locked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reading_a_run_back_runs_none_of_its_programs() {
+    let mut cluster = Cluster::start().await;
+    let workflow = json!({"steps": [
+        {"id": "double", "type": "transform", "transform": "jq: .input.n * 2"},
+        {"id": "each", "type": "map", "items": "jq: [range(.context.double)]",
+         "steps": [{"id": "square", "type": "transform", "transform": "jq: .map.item * .map.item"}]}
+    ]});
+    let mut client = cluster.client().await;
+    let run_id = harness::submit(&mut client, workflow.to_string(), &json!({"n": 2})).await;
+    let record = Watch::start(&mut client, &run_id).await.finished().await;
+    assert_eq!(record.status, "succeeded", "{record:#?}");
+    let squares: Vec<serde_json::Value> = context(&record)["each"]["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|item| item["result"].clone())
+        .collect();
+    assert_eq!(squares, [json!(0), json!(1), json!(4), json!(9)]);
+
+    cluster.restart_coordinator().await;
+    let mut client = cluster.client().await;
+    let read = client
+        .get_run(GetRunRequest {
+            run_id: run_id.clone(),
+        })
+        .await
+        .expect("GetRun")
+        .into_inner();
+    assert_eq!(context(&read), context(&record));
+    let verified = client
+        .verify_run(baton_proto::v1::VerifyRunRequest {
+            run_id: run_id.clone(),
+        })
+        .await
+        .expect("VerifyRun")
+        .into_inner();
+    assert!(verified.ok, "{verified:?}");
+    assert!(
+        children(cluster.coordinator_pid()).is_empty(),
+        "the restarted coordinator started a sandbox: it ran a program again"
     );
 }

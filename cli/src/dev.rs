@@ -71,11 +71,10 @@ async fn run_locally(args: Args, traces: bool) -> anyhow::Result<ExitCode> {
 
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let url = format!("http://{}", listener.local_addr()?);
-    let config = Config {
+    let config = args.jq.install(Config {
         traces,
         ..Config::default()
-    };
-    args.jq.install(&config)?;
+    })?;
     let coordinator = Coordinator::new(MemoryStore::new(), config);
     let (stop_server, server_stopped) = oneshot::channel::<()>();
     let server = tokio::spawn(baton_coordinator::grpc::serve(

@@ -3,6 +3,7 @@
 
 use anyhow::Context as _;
 use baton_coordinator::Config;
+use baton_coordinator::jq_runs::JqRuns;
 use baton_coordinator::jq_sandbox::{Budget, Launcher, Sandboxed};
 use baton_core::eval::{JqOutputLimits, install_jq_runner};
 
@@ -17,6 +18,10 @@ pub struct JqArgs {
     /// How many `jq:` transforms run at once (each in its own sandbox process).
     #[arg(long, env = "BATON_JQ_PROCESSES", default_value_t = 2)]
     jq_processes: usize,
+    /// CPU time all the `jq:` transforms of one run may use together; past it, the run's next
+    /// one fails its step.
+    #[arg(long, env = "BATON_JQ_RUN_CPU_MS", default_value_t = 60_000)]
+    jq_run_cpu_ms: u64,
     /// Run `jq:` transforms in the coordinator's own threads, with no budget: one endless
     /// program then stalls the coordinator. For measuring what the budget costs.
     #[arg(long, env = "BATON_JQ_UNBUDGETED", hide = true)]
@@ -24,11 +29,17 @@ pub struct JqArgs {
 }
 
 impl JqArgs {
-    /// Makes every `jq:` transform in this process run in budgeted sandbox processes.
-    pub fn install(&self, config: &Config) -> anyhow::Result<()> {
+    /// Makes every `jq:` transform in this process run in budgeted sandbox processes, and
+    /// returns `config` with each run's budget and how many runs compute at once.
+    pub fn install(&self, config: Config) -> anyhow::Result<Config> {
+        let config = Config {
+            jq_run_cpu: std::time::Duration::from_millis(self.jq_run_cpu_ms.max(1)),
+            computations: self.jq_processes.max(1),
+            ..config
+        };
         if self.jq_unbudgeted {
             tracing::warn!("jq transforms run without a budget (--jq-unbudgeted)");
-            return Ok(());
+            return Ok(config);
         }
         let launcher = Launcher::current_exe().context("cannot find the baton executable")?;
         let budget = Budget {
@@ -39,12 +50,12 @@ impl JqArgs {
                 max_depth: config.max_data_depth,
             },
         };
-        install_jq_runner(Box::new(Sandboxed::new(
+        install_jq_runner(Box::new(JqRuns::sandboxed(Sandboxed::new(
             launcher,
             budget,
             self.jq_processes,
-        )));
-        Ok(())
+        ))));
+        Ok(config)
     }
 }
 

@@ -280,6 +280,11 @@ pub fn print_summary(out: &mut impl Write, record: &RunRecord) -> std::io::Resul
                 "  waiting: step \"{}\" is queued for agent \"{}\"",
                 waiting.step_id, waiting.agent
             )?,
+            "compute" => writeln!(
+                out,
+                "  waiting: step \"{}\" waits for its turn to run its jq program",
+                waiting.step_id
+            )?,
             _ => writeln!(
                 out,
                 "  waiting: step \"{}\" needs an approval: {}",

@@ -187,7 +187,7 @@ pub async fn coordinator(args: CoordinatorArgs) -> anyhow::Result<ExitCode> {
 }
 
 async fn serve_coordinator(args: CoordinatorArgs, config: Config) -> anyhow::Result<ExitCode> {
-    args.jq.install(&config)?;
+    let config = args.jq.install(config)?;
     let security = args.security.security()?;
     tracing::info!(security = %args.security.describe(), "the port is secured");
     let listener = tokio::net::TcpListener::bind(args.listen)

@@ -7,19 +7,25 @@
 //! built on it. The first visit that does not match is named, and the run is rebuilt only up to
 //! the event before it, so nothing is built on data that cannot be trusted.
 //!
-//! A transform's result is stored too, but a replay computes it again instead of reading it, so
-//! a corrupt stored copy cannot mislead a replay: it is reported (and counted) without stopping
-//! the run; that is the "recompute where it is safe" case.
+//! A `jq:` program's outcome is read back too (the log records each one with the event whose
+//! transition ran it, its output stored under its site): a replay never runs a program again,
+//! so reading a run costs none of its CPU budget and cannot end differently near it. A
+//! path transform's result is stored as well, but a replay computes it again instead of reading
+//! it, so a corrupt stored copy cannot mislead a replay: it is reported (and counted) without
+//! stopping the run; that is the "recompute where it is safe" case. A run stored before
+//! outcomes were recorded runs its programs again, as it did then.
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use baton_core::integrity::{ChainLink, genesis_of_digest};
 use baton_core::workflow::StepType;
 use baton_core::{Action, Run, StepRecord};
 use serde_json::Value;
 
-use crate::model::LoggedEvent;
+use crate::jq_runs::Replay;
+use crate::model::{LoggedEvent, StoredEvent};
 use crate::store::StoredRun;
 use crate::task_ref::{chain_step, record_key};
 use crate::workflows::Workflows;
@@ -58,6 +64,8 @@ pub struct Checked {
     pub mismatch: Option<Mismatch>,
     /// Stored copies that do not match but that the replay does not depend on.
     pub repaired: Vec<Mismatch>,
+    /// The CPU time the run's jq programs used, as recorded.
+    pub jq_cpu: Duration,
 }
 
 /// Why a stored run cannot be read at all (not a mismatch of one step's data).
@@ -98,8 +106,23 @@ pub fn replay_observed(
         checked: 0,
         results: &stored.results,
         repaired: Vec::new(),
+        jq_cpu: Duration::ZERO,
     };
-    let started = Run::start(known.workflow, input);
+    // A run created since steps that run jq wait for their turn says so first; one stored
+    // before is replayed as it ran then.
+    let yields = stored.events.first().is_some_and(|first| {
+        matches!(
+            serde_json::from_slice::<LoggedEvent>(first),
+            Ok(LoggedEvent {
+                event: StoredEvent::Started,
+                ..
+            })
+        )
+    });
+    let started = match yields {
+        true => Run::start(known.workflow, input),
+        false => Run::start_settling_jq_inline(known.workflow, input),
+    };
     observe(&started.actions, header.created_ms);
     let mut run = started.run;
     if let Some(mismatch) = check.settled(run.history().iter()) {
@@ -118,14 +141,34 @@ pub fn replay_observed(
             .event
             .to_event(|key| read_result(&stored.results, key).ok())
         {
-            Ok(event) => event,
+            Ok(Some(event)) => event,
+            // How the run started: nothing to apply.
+            Ok(None) => continue,
             Err(_) => {
                 let mismatch = result_unreadable(&check, &logged, &stored.results);
                 return Ok(check.finish(run, Some(mismatch)));
             }
         };
+        let recorded = match recorded_jq(&logged, &stored.results) {
+            Ok(recorded) => recorded,
+            Err((at, problem)) => {
+                let mismatch = check.mismatch(
+                    site_step(&at),
+                    format!("the stored output of its jq program cannot be read: {problem}"),
+                );
+                return Ok(check.finish(run, Some(mismatch)));
+            }
+        };
+        check.jq_cpu += logged
+            .jq
+            .iter()
+            .map(|record| Duration::from_micros(record.cpu_us))
+            .sum::<Duration>();
         let before = run.history().len();
-        let next = match run.apply_at(event, logged.at_ms) {
+        let replaying = Replay::enter(recorded);
+        let applied = run.apply_at(event, logged.at_ms);
+        drop(replaying);
+        let next = match applied {
             Ok(transition) => transition,
             Err(e) => {
                 let mismatch = check.mismatch(
@@ -166,6 +209,38 @@ pub fn replay_observed(
     Ok(check.finish(run, mismatch))
 }
 
+/// The outcomes of the jq programs `logged`'s transition ran, by site, read back from the
+/// results; or the first site whose output cannot be read, and why.
+fn recorded_jq(
+    logged: &LoggedEvent,
+    results: &HashMap<String, Vec<u8>>,
+) -> Result<HashMap<String, Result<Value, String>>, (String, String)> {
+    logged
+        .jq
+        .iter()
+        .map(|record| {
+            let outcome = match &record.error {
+                Some(error) => Err(error.clone()),
+                None => Ok(read_result(results, &record.at)
+                    .map_err(|problem| (record.at.clone(), problem))?),
+            };
+            Ok((record.at.clone(), outcome))
+        })
+        .collect()
+}
+
+/// The step (and visit) a jq site names: `<step>#<visit>`, `<step>[<item>]#<visit>`, or a map
+/// step's `<step>#<visit>/items`.
+fn site_step(at: &str) -> Option<(String, u32)> {
+    let key = at.strip_suffix("/items").unwrap_or(at);
+    let task = crate::task_ref::parse_task_key(key)?;
+    let name = match task.item {
+        Some(item) => format!("{}[{item}]", task.step_id),
+        None => task.step_id.to_string(),
+    };
+    Some((name, task.visit))
+}
+
 fn read_result(results: &HashMap<String, Vec<u8>>, key: &str) -> Result<Value, String> {
     let bytes = results
         .get(key)
@@ -191,7 +266,6 @@ fn result_unreadable(
 
 /// The step an event is about, when it names one.
 fn event_step(logged: &LoggedEvent) -> Option<(String, u32)> {
-    use crate::model::StoredEvent;
     match &logged.event {
         StoredEvent::AgentSucceeded { task, .. } | StoredEvent::AgentFailed { task, .. } => {
             let name = match task.item {
@@ -202,7 +276,10 @@ fn event_step(logged: &LoggedEvent) -> Option<(String, u32)> {
         }
         StoredEvent::ApprovalDecided { step_id, .. } => Some((step_id.clone(), 0)),
         StoredEvent::ApprovalTimedOut { step_id, visit } => Some((step_id.clone(), *visit)),
-        StoredEvent::Cancel { .. } | StoredEvent::Redrive { .. } => None,
+        StoredEvent::Cancel { .. }
+        | StoredEvent::Redrive { .. }
+        | StoredEvent::Continue
+        | StoredEvent::Started => None,
     }
 }
 
@@ -212,6 +289,7 @@ struct Check<'a> {
     checked: usize,
     results: &'a HashMap<String, Vec<u8>>,
     repaired: Vec<Mismatch>,
+    jq_cpu: Duration,
 }
 
 impl Check<'_> {
@@ -316,6 +394,7 @@ impl Check<'_> {
             links: self.checked,
             mismatch,
             repaired: self.repaired,
+            jq_cpu: self.jq_cpu,
         }
     }
 }

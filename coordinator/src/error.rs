@@ -39,6 +39,9 @@ pub enum Error {
     RunFinished { run_id: String, status: String },
     #[error("run {run_id} cannot be retried: {why}")]
     NotRetryable { run_id: String, why: String },
+    /// A continuation that was taken up already (by this coordinator, or another).
+    #[error("run {run_id} is not waiting to go on with a computation")]
+    NotContinuing { run_id: String },
     #[error("worker {worker_id} does not hold task {task_id}")]
     TaskNotHeld { worker_id: String, task_id: String },
     /// A late answer: the attempt it answers was superseded (its lease ran out and the task
@@ -94,6 +97,12 @@ pub enum Error {
     Embedding(String),
     #[error("this coordinator is shutting down; use another")]
     ShuttingDown,
+    /// A transition that ran jq was stopped (its run is being cancelled, or this coordinator is
+    /// shutting down): nothing of it was written.
+    #[error(
+        "run {run_id}: its jq computation was stopped (the run is being cancelled, or this coordinator is shutting down); nothing of it was recorded"
+    )]
+    ComputationStopped { run_id: String },
     #[error(transparent)]
     Store(#[from] store::Error),
 }

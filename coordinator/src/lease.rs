@@ -23,8 +23,42 @@ use baton_core::workflow::RetryPolicy;
 
 use crate::model::{TaskEntry, TaskState};
 
-/// The timer set of approval steps' timeouts. Agent names are never blank, so it is no agent's.
+/// The timer set of what needs no worker: approval steps' timeouts and runs' continuations.
+/// Agent names are never blank, so it is no agent's.
 pub const APPROVAL_TIMERS: &str = "";
+
+/// The task key of a run's continuation timer: never a step visit's (those hold a `#`).
+pub const CONTINUATION: &str = "continue";
+
+/// The timer of a run whose walk stopped before a step that runs jq: held by `me`, which goes
+/// on with the run when its turn comes, renewed while the run waits for it; if `me` dies, it
+/// comes due and any coordinator goes on with the run.
+pub fn continuation(me: &str, now_ms: i64, lease_ms: u64) -> TaskEntry {
+    TaskEntry {
+        agent: APPROVAL_TIMERS.to_owned(),
+        state: TaskState::Continuing,
+        attempt: 1,
+        owner: me.to_owned(),
+        due_ms: now_ms + lease_ms as i64,
+        ..TaskEntry::default()
+    }
+}
+
+/// A continuation timer that came due (its holder died, or released it shutting down), taken
+/// over by `me`.
+pub fn continuation_claimed(
+    entry: &TaskEntry,
+    me: &str,
+    now_ms: i64,
+    lease_ms: u64,
+) -> Option<TaskEntry> {
+    (entry.state == TaskState::Continuing && entry.due_ms <= now_ms).then(|| TaskEntry {
+        owner: me.to_owned(),
+        attempt: entry.attempt + 1,
+        due_ms: now_ms + lease_ms as i64,
+        ..entry.clone()
+    })
+}
 
 /// The timer of an approval step with a `timeout_ms`: due when nobody decided in time. Nobody
 /// holds it; whichever coordinator sweeps it first fails the step.
@@ -81,6 +115,13 @@ pub enum Holding {
 /// for the agent takes it at once.
 pub fn renewed(entry: &TaskEntry, holding: &Holding, now_ms: i64, lease_ms: u64) -> TaskEntry {
     let until = now_ms + lease_ms as i64;
+    // A continuation waits for its turn here, never for a worker.
+    if entry.state == TaskState::Continuing {
+        return TaskEntry {
+            due_ms: until,
+            ..entry.clone()
+        };
+    }
     match holding {
         Holding::Worker(worker_id) => TaskEntry {
             state: TaskState::Running,
@@ -98,8 +139,9 @@ pub fn renewed(entry: &TaskEntry, holding: &Holding, now_ms: i64, lease_ms: u64)
     }
 }
 
-/// Given up by its holder (no worker for it, or the coordinator is shutting down): due now, so
-/// any coordinator may claim it. The attempt stays: nothing was lost.
+/// Given up by its holder (no worker for it, or the coordinator is shutting down; a
+/// continuation it will not get to): due now, so any coordinator may claim it. The attempt
+/// stays: nothing was lost.
 pub fn released(entry: &TaskEntry, now_ms: i64) -> TaskEntry {
     TaskEntry {
         state: TaskState::Queued,
@@ -256,6 +298,32 @@ mod tests {
         assert_eq!(held.due_ms, 11_000);
         let unowned = dispatched("coder", None, 1_000, LEASE);
         assert_eq!((unowned.owner.as_str(), unowned.due_ms), ("", 1_000));
+    }
+
+    #[test]
+    fn a_continuation_is_renewed_by_its_holder_and_claimed_by_another_once_due() {
+        let held = continuation("c1", 1_000, LEASE);
+        assert_eq!((held.owner.as_str(), held.due_ms), ("c1", 11_000));
+        assert_eq!(held.agent, APPROVAL_TIMERS, "no worker runs it");
+        // Wherever the hub says the task is (it knows nothing of continuations), renewing keeps
+        // it with its holder.
+        let renewed = renewed(&held, &Holding::Nowhere, 5_000, LEASE);
+        assert_eq!((renewed.owner.as_str(), renewed.due_ms), ("c1", 15_000));
+        assert_eq!(continuation_claimed(&renewed, "c2", 14_999, LEASE), None);
+        let taken = continuation_claimed(&renewed, "c2", 15_000, LEASE).expect("due");
+        assert_eq!((taken.owner.as_str(), taken.attempt), ("c2", 2));
+        assert_eq!(taken.state, TaskState::Continuing);
+        let released = TaskEntry {
+            owner: String::new(),
+            due_ms: 2_000,
+            ..held
+        };
+        assert!(continuation_claimed(&released, "c2", 2_000, LEASE).is_some());
+        assert_eq!(
+            continuation_claimed(&approval_timer(0, 1), "c2", 5, LEASE),
+            None,
+            "an approval's timer is not a continuation"
+        );
     }
 
     #[test]

@@ -20,6 +20,8 @@
 //! - [`workflows`]: parsed workflows, kept by the SHA-256 of their text.
 //! - `decisions`: decision memory: stored with embeddings, ranked by meaning.
 //! - [`jq_sandbox`]: `jq:` transforms in budgeted processes, reused from a pool.
+//! - [`jq_runs`]: what a run's jq programs cost it (its budget), and their outcomes recorded
+//!   for replays.
 //! - [`embed`]: text embedders (built-in hashed n-grams, OpenAI-compatible HTTP) and top-k cosine.
 //!
 //! Around them:
@@ -39,6 +41,7 @@ mod error;
 pub mod fuzzing;
 pub mod grpc;
 pub mod hub;
+pub mod jq_runs;
 pub mod jq_sandbox;
 mod lease;
 mod metrics;

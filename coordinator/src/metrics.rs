@@ -57,6 +57,8 @@ pub struct Metrics {
     pub(crate) timeouts: Counter,
     pub(crate) fenced: Counter,
     pub(crate) integrity_failures: Counter,
+    computations_waiting: Gauge,
+    jq_cpu: Counter<f64, std::sync::atomic::AtomicU64>,
 }
 
 impl Default for Metrics {
@@ -80,6 +82,8 @@ impl Default for Metrics {
             timeouts: Counter::default(),
             fenced: Counter::default(),
             integrity_failures: Counter::default(),
+            computations_waiting: Gauge::default(),
+            jq_cpu: Counter::default(),
             registry: Registry::default(),
         };
         registry.register(
@@ -167,6 +171,16 @@ impl Default for Metrics {
             "Stored data that did not match the run's state chain",
             metrics.integrity_failures.clone(),
         );
+        registry.register(
+            "computations_waiting",
+            "Runs waiting here for their turn to run a step's jq program",
+            metrics.computations_waiting.clone(),
+        );
+        registry.register(
+            "jq_cpu_seconds",
+            "CPU time the jq programs of runs used, in this coordinator's sandboxes",
+            metrics.jq_cpu.clone(),
+        );
         Metrics {
             registry,
             ..metrics
@@ -183,11 +197,17 @@ pub struct Gauges {
     pub free_slots: Vec<(String, usize)>,
     /// Per agent: tasks waiting, and how long the oldest has waited.
     pub queues: Vec<(String, usize, Duration)>,
+    /// Runs waiting for their turn to run a step's jq program.
+    pub computations_waiting: usize,
 }
 
 impl Metrics {
     pub fn run_started(&self) {
         self.runs_started.inc();
+    }
+
+    pub fn jq_ran(&self, cpu: Duration) {
+        self.jq_cpu.inc_by(cpu.as_secs_f64());
     }
 
     pub fn run_finished(&self, status: &str) {
@@ -242,6 +262,8 @@ impl Metrics {
     fn refresh(&self, hub: Gauges) {
         self.workers.set(hub.workers as i64);
         self.runs_in_memory.set(hub.runs_in_memory as i64);
+        self.computations_waiting
+            .set(hub.computations_waiting as i64);
         // Agents no longer seen read 0 rather than their last value.
         self.queue_depth.clear();
         self.queue_oldest.clear();

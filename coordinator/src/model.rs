@@ -23,6 +23,34 @@ pub struct LoggedEvent {
     pub at_ms: i64,
     #[serde(flatten)]
     pub event: StoredEvent,
+    /// The `jq:` programs its transition ran, in order: a replay reads their outcomes back
+    /// instead of running them again (which would cost their CPU time at every load of the run,
+    /// and could end differently near a CPU budget).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub jq: Vec<JqRecord>,
+}
+
+impl LoggedEvent {
+    pub fn new(at_ms: i64, event: StoredEvent) -> Self {
+        Self {
+            at_ms,
+            event,
+            jq: Vec::new(),
+        }
+    }
+}
+
+/// How one `jq:` program's run ended, as the log keeps it: its output is stored once, in the
+/// run's results under `at` (`<step>#<visit>`, `<step>[<item>]#<visit>`, or
+/// `<step>#<visit>/items` for a map step's items); an error is kept here.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JqRecord {
+    pub at: String,
+    /// The CPU time it used: what counts against the run's budget.
+    #[serde(default)]
+    pub cpu_us: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 /// An engine event as stored: an agent's data is in the results, referenced by key, so that it
@@ -60,6 +88,13 @@ pub enum StoredEvent {
         #[serde(default, skip_serializing_if = "String::is_empty")]
         requested_by: String,
     },
+    /// The run went on into a step that runs jq, when its turn came.
+    Continue,
+    /// The first event of a run created since steps that run jq wait for their turn: a replay
+    /// starts it the same way ([`baton_core::Run::start`]). A log that does not begin with it
+    /// is a run stored before, replayed as it ran then
+    /// ([`baton_core::Run::start_settling_jq_inline`]). Not an engine event.
+    Started,
 }
 
 impl StoredEvent {
@@ -94,13 +129,18 @@ impl StoredEvent {
             Event::Redrive => StoredEvent::Redrive {
                 requested_by: worker_id.to_owned(),
             },
+            Event::Continue => StoredEvent::Continue,
             Event::Halt { .. } => return None,
         })
     }
 
-    /// Rebuilds the engine event, fetching an agent's data with `result`.
-    pub fn to_event(&self, result: impl Fn(&str) -> Option<Value>) -> Result<Event, String> {
-        Ok(match self {
+    /// Rebuilds the engine event, fetching an agent's data with `result`. `None` for
+    /// [`StoredEvent::Started`], which marks how the run started and applies nothing.
+    pub fn to_event(
+        &self,
+        result: impl Fn(&str) -> Option<Value>,
+    ) -> Result<Option<Event>, String> {
+        let event = match self {
             StoredEvent::AgentSucceeded {
                 task,
                 result: key,
@@ -127,7 +167,10 @@ impl StoredEvent {
                 reason: reason.clone(),
             },
             StoredEvent::Redrive { .. } => Event::Redrive,
-        })
+            StoredEvent::Continue => Event::Continue,
+            StoredEvent::Started => return Ok(None),
+        };
+        Ok(Some(event))
     }
 }
 
@@ -190,6 +233,7 @@ impl From<TaskState> for StepStatus {
             TaskState::Running => StepStatus::Running,
             TaskState::Retrying => StepStatus::Retrying,
             TaskState::Waiting | TaskState::TimingOut => StepStatus::Waiting,
+            TaskState::Continuing => StepStatus::Queued,
         }
     }
 }
@@ -339,6 +383,10 @@ pub enum TaskState {
     Waiting,
     /// An approval whose timer came due, claimed by a coordinator that is failing the step.
     TimingOut,
+    /// A run's walk stopped before a step that runs jq ([`crate::lease::continuation`]):
+    /// its holder continues the run when its turn comes; if the holder dies, the timer comes
+    /// due and another coordinator does.
+    Continuing,
 }
 
 /// An agent task that is queued, running or waiting to be retried, with its lease.
@@ -393,20 +441,49 @@ mod tests {
 
     #[test]
     fn logged_events_round_trip_and_old_entries_read_with_no_time() {
-        let logged = LoggedEvent {
-            at_ms: 1_795_428_000_000,
-            event: StoredEvent::AgentSucceeded {
+        let logged = LoggedEvent::new(
+            1_795_428_000_000,
+            StoredEvent::AgentSucceeded {
                 task: TaskId::new("plan", 1),
                 result: "plan#1".into(),
                 worker_id: "w1".into(),
                 notes: AgentNotes::from_json(br#"{"decisions": [{"summary": "s"}]}"#).unwrap(),
             },
-        };
+        );
         let bytes = serde_json::to_vec(&logged).unwrap();
         assert_eq!(
             serde_json::from_slice::<LoggedEvent>(&bytes).unwrap(),
             logged
         );
+        assert!(
+            !String::from_utf8(bytes).unwrap().contains("jq"),
+            "no jq ran: nothing is written for it"
+        );
+        let continued = LoggedEvent {
+            jq: vec![
+                JqRecord {
+                    at: "shape#1".into(),
+                    cpu_us: 1_250,
+                    error: None,
+                },
+                JqRecord {
+                    at: "each#2/items".into(),
+                    cpu_us: 7,
+                    error: Some("jq error: boom".into()),
+                },
+            ],
+            ..LoggedEvent::new(5, StoredEvent::Continue)
+        };
+        let bytes = serde_json::to_vec(&continued).unwrap();
+        assert_eq!(
+            serde_json::from_slice::<LoggedEvent>(&bytes).unwrap(),
+            continued
+        );
+        assert_eq!(
+            continued.event.to_event(|_| None),
+            Ok(Some(Event::Continue))
+        );
+        assert_eq!(StoredEvent::Started.to_event(|_| None), Ok(None));
         let old = json!({"event": "cancel", "reason": "stop"}).to_string();
         let read: LoggedEvent = serde_json::from_str(&old).unwrap();
         assert_eq!(read.at_ms, 0);
@@ -462,7 +539,7 @@ mod tests {
             }
         );
         let rebuilt = stored.to_event(|key| (key == "plan#2").then(|| json!({"big": "data"})));
-        assert_eq!(rebuilt.unwrap(), succeeded);
+        assert_eq!(rebuilt.unwrap(), Some(succeeded));
         assert_eq!(
             StoredEvent::of(&Event::Halt { error: "x".into() }, ""),
             None

@@ -69,6 +69,8 @@ pub enum WaitingFor {
     },
     /// A person's decision on an approval step.
     Approval { step_id: String, message: String },
+    /// Its turn to run a step's `jq:` program.
+    Computation { step_id: String },
 }
 
 /// The run's memory: its message history, the decisions its agents reported, and every
@@ -155,6 +157,9 @@ pub fn waiting(run: &Run, served: impl Fn(&str) -> bool) -> Vec<WaitingFor> {
             Waiting::Approval { step_id, message } => WaitingFor::Approval {
                 step_id: step_id.to_string(),
                 message,
+            },
+            Waiting::Computation { step_id } => WaitingFor::Computation {
+                step_id: step_id.to_string(),
             },
         })
         .collect()

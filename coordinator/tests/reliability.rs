@@ -351,7 +351,11 @@ async fn any_coordinator_moves_any_run_on_and_no_transition_is_applied_twice() {
         .unwrap();
     assert_eq!(finished(&b, &run_id).await.0, "succeeded");
     let stored = store.load_run(&run_id).await.unwrap().unwrap();
-    assert_eq!(stored.events.len(), 3, "plan, approval, code: each once");
+    assert_eq!(
+        stored.events.len(),
+        4,
+        "how the run started, then plan, approval, code: each once"
+    );
     assert_eq!(stored.links.len(), 3);
     assert!(stored.tasks.is_empty());
 }

@@ -101,7 +101,11 @@ async fn an_idle_run_is_dropped_from_memory_and_goes_on_from_the_store_when_touc
     let verified = coordinator.verify(&run_id).await.unwrap();
     assert!(verified.ok, "the state chain holds: {verified:?}");
     let stored = store.load_run(&run_id).await.unwrap().unwrap();
-    assert_eq!(stored.events.len(), 3, "plan, approval and code, each once");
+    assert_eq!(
+        stored.events.len(),
+        4,
+        "how the run started, then plan, approval and code, each once"
+    );
 }
 
 #[tokio::test]

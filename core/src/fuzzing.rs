@@ -29,7 +29,7 @@ use sha2::{Digest, Sha256};
 
 use crate::eval::expr::Expr;
 use crate::eval::path::Path;
-use crate::eval::{JqProgram, JqRunner, Scope, install_jq_runner};
+use crate::eval::{JqProgram, JqRunner, JqSite, Scope, install_jq_runner};
 use crate::handoff::AgentNotes;
 use crate::messages::{Message, add_messages};
 use crate::payload::{AgentPayload, ErrorInfo, Manifest, assemble};
@@ -351,7 +351,7 @@ fn shape(workflow: &Workflow) -> Vec<String> {
 struct NoJq;
 
 impl JqRunner for NoJq {
-    fn run(&self, _: &JqProgram, _: &Value) -> Result<Value, String> {
+    fn run(&self, _: &JqSite<'_>, _: &JqProgram, _: &Value) -> Result<Value, String> {
         Err("jq transforms are not run while fuzzing".to_owned())
     }
 }
@@ -532,6 +532,7 @@ fn event_for(waiting: &Waiting, run: &Run, n: usize, choices: &mut Choices) -> E
                 },
             },
         },
+        Waiting::Computation { .. } => Event::Continue,
     }
 }
 

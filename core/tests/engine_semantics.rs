@@ -604,3 +604,143 @@ fn a_timeout_of_an_earlier_visit_of_an_approval_is_refused() {
         ))
     );
 }
+
+/// Issue 28, hole 3: a step that runs jq is never entered by the transition that reaches it (a
+/// submit, an answer), only by `Event::Continue`, one such step per transition. A run is
+/// stored, listed and cancellable before any of its jq runs, and the coordinator decides when
+/// each computation gets its turn.
+#[test]
+fn the_walk_stops_before_each_step_that_runs_jq_until_told_to_continue() {
+    let text = r#"{"steps": [
+        {"id": "pick", "type": "transform", "transform": "input.a"},
+        {"id": "gate", "type": "condition", "condition": "context.pick === 1", "then": "double", "else": "ask"},
+        {"id": "double", "type": "transform", "transform": "jq: .context.pick * 2"},
+        {"id": "triple", "type": "transform", "transform": "jq: .context.double * 3"},
+        {"id": "ask", "type": "agent", "agent": "a"},
+        {"id": "last", "type": "transform", "transform": "jq: .context.ask", "end": true}
+    ]}"#;
+    let started = Run::start(workflow(text), json!({"a": 1}));
+    // Paths and conditions settle at once; the walk stops before the first jq program.
+    let run = started.run;
+    assert_eq!(run.status(), RunStatus::Running);
+    assert_eq!(run.history().len(), 2, "pick and gate settled");
+    assert!(matches!(
+        started.actions.as_slice(),
+        [baton_core::Action::Continue { step_id }] if step_id.as_ref() == "double"
+    ));
+    assert_eq!(
+        run.waiting(),
+        [Waiting::Computation {
+            step_id: "double".into()
+        }]
+    );
+    assert_eq!(run.visits("double"), 0, "not entered yet");
+
+    // One jq step a transition: `double` runs, the walk stops again before `triple`.
+    let next = run.apply(Event::Continue).unwrap();
+    assert_eq!(
+        next.run.context().data("double").map(|d| (**d).clone()),
+        Some(json!(2))
+    );
+    assert_eq!(next.run.continuation().map(|s| s.as_ref()), Some("triple"));
+    let next = next.run.apply(Event::Continue).unwrap();
+    assert_eq!(
+        next.run.context().data("triple").map(|d| (**d).clone()),
+        Some(json!(6))
+    );
+    // `triple` goes on to `ask`, an agent: nothing to continue.
+    assert_eq!(next.run.continuation(), None);
+    assert_eq!(
+        next.run.apply(Event::Continue).unwrap_err(),
+        EngineError::NotContinuing
+    );
+    // An agent's answer reaching a jq step stops before it too.
+    let task = TaskId::new("ask", 1);
+    let answered = next
+        .run
+        .apply(Event::AgentSucceeded {
+            task,
+            data: json!("answer"),
+            notes: Default::default(),
+        })
+        .unwrap();
+    assert_eq!(
+        answered.run.continuation().map(|s| s.as_ref()),
+        Some("last")
+    );
+    let done = answered.run.apply(Event::Continue).unwrap().run;
+    assert_eq!(done.status(), RunStatus::Succeeded);
+}
+
+#[test]
+fn a_run_waiting_to_compute_is_cancelled_and_forgets_its_computation() {
+    let text = r#"{"steps": [{"id": "slow", "type": "transform", "transform": "jq: .input"}]}"#;
+    let run = Run::start(workflow(text), json!(1)).run;
+    assert_eq!(run.continuation().map(|s| s.as_ref()), Some("slow"));
+    let cancelled = run
+        .apply(Event::Cancel {
+            reason: "stop".into(),
+        })
+        .unwrap()
+        .run;
+    assert_eq!(cancelled.status(), RunStatus::Cancelled);
+    assert_eq!(cancelled.continuation(), None);
+    assert!(cancelled.waiting().is_empty());
+    assert_eq!(
+        cancelled.apply(Event::Continue).unwrap_err(),
+        EngineError::NotRunning(RunStatus::Cancelled)
+    );
+}
+
+/// A jq step met through `on_error` stops the walk like any other; a redrive of a failed jq
+/// step stops before it too and, continued, is still exempt from the visit limit.
+#[test]
+fn a_continued_step_keeps_what_routed_to_it_and_a_redrive_its_exemption() {
+    let text = r#"{"steps": [
+        {"id": "work", "type": "agent", "agent": "a", "on_error": "explain"},
+        {"id": "explain", "type": "transform", "transform": "jq: .input.why", "max_visits": 1}
+    ]}"#;
+    let mut driver = Driver::start(text, json!({"why": "it broke"}));
+    assert!(driver.continued.is_empty());
+    driver.answer("work", Err("it broke"));
+    assert_eq!(driver.continued, ["explain"]);
+    assert_eq!(
+        driver.run.context().data("explain").map(|d| (**d).clone()),
+        Some(json!("it broke"))
+    );
+
+    let failing = r#"{"steps": [
+        {"id": "fail", "type": "transform", "transform": "jq: error(\"no\")", "max_visits": 1}
+    ]}"#;
+    let mut driver = Driver::start(failing, json!({}));
+    assert_eq!(driver.run.status(), RunStatus::Failed);
+    driver.apply(Event::Redrive);
+    assert_eq!(driver.continued, ["fail", "fail"]);
+    assert_eq!(
+        driver.run.visits("fail"),
+        2,
+        "the redriven visit is not refused"
+    );
+    assert_eq!(driver.run.status(), RunStatus::Failed);
+    assert!(
+        driver.run.error().unwrap().contains("no"),
+        "{:?}",
+        driver.run.error()
+    );
+}
+
+/// A run stored before jq steps waited for `Continue` is replayed as it ran: its log has no
+/// `Continue` events.
+#[test]
+fn a_run_started_the_old_way_walks_through_its_jq_steps() {
+    let text = r#"{"steps": [
+        {"id": "one", "type": "transform", "transform": "jq: 1"},
+        {"id": "two", "type": "transform", "transform": "jq: .context.one + 1"}
+    ]}"#;
+    let run = Run::start_settling_jq_inline(workflow(text), json!({})).run;
+    assert_eq!(run.status(), RunStatus::Succeeded);
+    assert_eq!(
+        run.context().data("two").map(|d| (**d).clone()),
+        Some(json!(2))
+    );
+}

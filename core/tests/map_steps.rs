@@ -344,7 +344,11 @@ fn items_that_are_not_an_array_fail_the_step_naming_what_they_gave() {
 
     // A jq program's value is checked the same way.
     let jq = r#"{"steps": [{"id": "each", "type": "map", "items": "jq: .input | length", "agent": "t"}]}"#;
-    let run = Run::start(workflow(jq), json!([1, 2, 3])).run;
+    // Its map step runs jq, so the run waits for its turn to compute before it enters it.
+    let started = Run::start(workflow(jq), json!([1, 2, 3])).run;
+    assert_eq!(started.status(), RunStatus::Running);
+    assert_eq!(started.continuation().map(|s| s.as_ref()), Some("each"));
+    let run = started.apply(Event::Continue).unwrap().run;
     let error = run.error().unwrap();
     assert!(
         error.contains("items must give an array; \"jq: .input | length\" gave a number (3)"),
@@ -497,7 +501,11 @@ fn chain_transforms_read_map_and_an_item_without_data_gives_null() {
             {"id": "stop", "type": "condition", "condition": "true", "else": "calc"}
         ]}
     ]}"#;
-    let run = Run::start(workflow(text), json!(["x", "y"])).run;
+    let run = Run::start(workflow(text), json!(["x", "y"]))
+        .run
+        .apply(Event::Continue)
+        .unwrap()
+        .run;
     assert_eq!(run.status(), RunStatus::Succeeded, "{:?}", run.error());
     assert_eq!(
         context_of(&run, "each"),

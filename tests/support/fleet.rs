@@ -344,6 +344,15 @@ impl Fleet {
         }
     }
 
+    /// The process id of coordinator `n`, which must be running.
+    pub fn coordinator_pid(&self, n: usize) -> u32 {
+        self.coordinators[n]
+            .child
+            .as_ref()
+            .unwrap_or_else(|| panic!("coordinator-{n} is not running"))
+            .id()
+    }
+
     /// SIGKILL: no goodbye to anyone.
     pub fn kill_coordinator(&mut self, n: usize) {
         self.coordinators[n].kill();

@@ -112,6 +112,13 @@ impl From<WaitingFor> for v1::Waiting {
                 served: false,
                 message,
             },
+            WaitingFor::Computation { step_id } => v1::Waiting {
+                kind: "compute".into(),
+                step_id,
+                agent: String::new(),
+                served: false,
+                message: String::new(),
+            },
         }
     }
 }

@@ -21,6 +21,7 @@ impl From<Error> for Status {
             Error::NotAwaitingApproval { .. }
             | Error::RunFinished { .. }
             | Error::NotRetryable { .. }
+            | Error::NotContinuing { .. }
             | Error::Protocol { .. } => Code::FailedPrecondition,
             Error::TaskNotHeld { .. } => Code::PermissionDenied,
             Error::Superseded { .. } | Error::Store(store::Error::Fenced { .. }) => {
@@ -32,7 +33,8 @@ impl From<Error> for Status {
             Error::Store(store::Error::AlreadyExists(_)) => Code::AlreadyExists,
             Error::Store(store::Error::Unavailable(_))
             | Error::Embedding(_)
-            | Error::ShuttingDown => Code::Unavailable,
+            | Error::ShuttingDown
+            | Error::ComputationStopped { .. } => Code::Unavailable,
             Error::Corrupt { .. } | Error::Store(store::Error::Corrupt(_)) => Code::DataLoss,
             Error::TooManyRunning { .. } | Error::TooManyWatchers { .. } => Code::ResourceExhausted,
         };

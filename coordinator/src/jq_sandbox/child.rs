@@ -69,19 +69,22 @@ pub fn serve(memory_bytes: u64) -> ExitCode {
             (Ok(None), _) => return ExitCode::SUCCESS,
             _ => return ExitCode::FAILURE,
         };
+        let mut used_us = 0;
         let result = match serde_json::from_slice::<Request>(&header) {
             Err(error) => Err(format!("jq sandbox: malformed request: {error}")),
             Ok(request) => {
                 let cpu_ns = request.cpu_ms.saturating_mul(1_000_000);
-                deadline.store(cpu_now_ns().saturating_add(cpu_ns), Ordering::SeqCst);
+                let started = cpu_now_ns();
+                deadline.store(started.saturating_add(cpu_ns), Ordering::SeqCst);
                 watchdog.thread().unpark();
                 let result = compiled(&mut programs, &request.program)
                     .and_then(|program| program.run_json(&document, &request.output));
                 deadline.store(0, Ordering::SeqCst);
+                used_us = cpu_now_ns().saturating_sub(started) / 1_000;
                 result
             }
         };
-        if write_frame(&mut output, &reply(&result))
+        if write_frame(&mut output, &reply(&result, used_us))
             .and_then(|()| output.flush())
             .is_err()
         {

@@ -1,8 +1,10 @@
 //! The sandbox protocol: length-prefixed frames on the process's stdin and stdout.
 //!
 //! A request is two frames: a JSON header ([`Request`]) and the document as JSON text. A reply
-//! is one frame whose first byte says `O` (the rest is the output's JSON text) or `E` (the rest
-//! is the error that fails the step).
+//! is one frame whose first byte says `O` (the output's JSON text follows) or `E` (the error
+//! that fails the step follows), then the CPU time the program used, in microseconds (8 bytes,
+//! little-endian), then that text. The pool and its sandboxes are one binary, so both ends
+//! always speak the same version.
 
 use std::io::{self, Read, Write};
 
@@ -46,25 +48,34 @@ pub fn read_frame(input: &mut impl Read) -> io::Result<Option<Vec<u8>>> {
     Ok(Some(bytes))
 }
 
-/// A reply frame's payload: the output or the error.
-pub fn reply(result: &Result<String, String>) -> Vec<u8> {
+/// A reply frame's payload: the output or the error, and the CPU time the program used.
+pub fn reply(result: &Result<String, String>, cpu_us: u64) -> Vec<u8> {
     let (tag, text) = match result {
         Ok(output) => (b'O', output),
         Err(error) => (b'E', error),
     };
-    let mut bytes = Vec::with_capacity(text.len() + 1);
+    let mut bytes = Vec::with_capacity(text.len() + 9);
     bytes.push(tag);
+    bytes.extend_from_slice(&cpu_us.to_le_bytes());
     bytes.extend_from_slice(text.as_bytes());
     bytes
 }
 
-/// What a reply frame says.
-pub fn read_reply(bytes: &[u8]) -> Result<String, String> {
-    let text = |rest: &[u8]| String::from_utf8_lossy(rest).into_owned();
-    match bytes.split_first() {
-        Some((b'O', rest)) => Ok(text(rest)),
-        Some((b'E', rest)) => Err(text(rest)),
-        _ => Err("the jq sandbox sent a malformed reply".to_owned()),
+/// What a reply frame says, and the CPU time (microseconds) the program used.
+pub fn read_reply(bytes: &[u8]) -> (Result<String, String>, u64) {
+    let malformed = || (Err("the jq sandbox sent a malformed reply".to_owned()), 0);
+    let Some((&tag, rest)) = bytes.split_first() else {
+        return malformed();
+    };
+    let Some((cpu, text)) = rest.split_first_chunk::<8>() else {
+        return malformed();
+    };
+    let cpu_us = u64::from_le_bytes(*cpu);
+    let text = String::from_utf8_lossy(text).into_owned();
+    match tag {
+        b'O' => (Ok(text), cpu_us),
+        b'E' => (Err(text), cpu_us),
+        _ => malformed(),
     }
 }
 
@@ -91,9 +102,16 @@ mod tests {
     }
 
     #[test]
-    fn replies_carry_output_or_error() {
-        assert_eq!(read_reply(&reply(&Ok("[1]".into()))), Ok("[1]".into()));
-        assert_eq!(read_reply(&reply(&Err("boom".into()))), Err("boom".into()));
-        assert!(read_reply(b"").is_err());
+    fn replies_carry_output_or_error_and_the_cpu_time() {
+        assert_eq!(
+            read_reply(&reply(&Ok("[1]".into()), 7)),
+            (Ok("[1]".into()), 7)
+        );
+        assert_eq!(
+            read_reply(&reply(&Err("boom".into()), 1 << 40)),
+            (Err("boom".into()), 1 << 40)
+        );
+        assert!(read_reply(b"").0.is_err());
+        assert!(read_reply(b"O123").0.is_err(), "too short for its CPU time");
     }
 }

@@ -19,10 +19,9 @@ mod pool;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use baton_core::eval::{JqOutputLimits, JqProgram, JqRunner, parse_output};
-use serde_json::Value;
+use baton_core::eval::JqOutputLimits;
 
-pub use pool::Pool;
+pub use pool::{Abort, Evaluated, Pool};
 
 /// What one transform may spend.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -62,8 +61,8 @@ impl Launcher {
     }
 }
 
-/// Runs transforms in the pool's processes. Installed once per coordinator process with
-/// [`baton_core::eval::install_jq_runner`].
+/// Runs transforms in the pool's processes: what a coordinator process's jq runner
+/// ([`crate::jq_runs::JqRuns`]) runs them in.
 pub struct Sandboxed {
     pool: Pool,
 }
@@ -77,25 +76,5 @@ impl Sandboxed {
 
     pub fn pool(&self) -> &Pool {
         &self.pool
-    }
-}
-
-impl JqRunner for Sandboxed {
-    fn run(&self, program: &JqProgram, document: &Value) -> Result<Value, String> {
-        let evaluate = || {
-            let document = serde_json::to_vec(document).map_err(|e| format!("jq input: {e}"))?;
-            let text = self.pool.evaluate(program.source(), &document)?;
-            parse_output(&text)
-        };
-        // The engine calls this in an async task: tell Tokio this thread blocks for a while, so
-        // that the runtime moves its other tasks (lease renewals, other runs) to another thread.
-        match tokio::runtime::Handle::try_current() {
-            Ok(runtime)
-                if runtime.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread =>
-            {
-                tokio::task::block_in_place(evaluate)
-            }
-            _ => evaluate(),
-        }
     }
 }

@@ -42,6 +42,9 @@ impl<S: Store> Coordinator<S> {
         let event = Event::Cancel {
             reason: reason.to_owned(),
         };
+        // A jq program the run is running here stops now, its transition dropped, so that the
+        // cancel does not wait for it (the run is locked while it runs).
+        self.inner.aborts.abort(run_id);
         let record = self.apply(run_id, event, None, true, None).await?;
         Ok(record.expect("asked for"))
     }

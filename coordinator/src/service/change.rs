@@ -14,6 +14,7 @@ use super::watch::RunEvent;
 use super::{Coordinator, Error};
 use crate::decisions::Embedded;
 use crate::hub::Assignment;
+use crate::jq_runs::{Evaluation, Live};
 use crate::model::{LoggedEvent, StoredEvent};
 use crate::record::RunRecord;
 use crate::store::{self, Store, TransitionWrite};
@@ -97,8 +98,21 @@ impl<S: Store> Coordinator<S> {
             let mut actions = Vec::new();
             let mut held = Vec::new();
             let mut started = std::time::Instant::now();
+            // A cancel, or this coordinator shutting down, stops a jq program the engine runs
+            // here rather than waiting for it; the transition is then dropped, unwritten.
+            let abort = self.inner.aborts.begin(run_id);
             for change in changes {
-                let transition = match loaded.run.apply_at(change.event.clone(), now) {
+                let live = Live::enter(self.inner.config.jq_run_cpu, loaded.jq_cpu, abort.clone());
+                let applied = loaded.run.apply_at(change.event.clone(), now);
+                let (computed, stopped) = live.finish();
+                if stopped {
+                    self.inner.aborts.end(run_id, &abort);
+                    *guard = None;
+                    return Err(Error::ComputationStopped {
+                        run_id: run_id.to_owned(),
+                    });
+                }
+                let transition = match applied {
                     Ok(transition) => transition,
                     Err(error) => {
                         // A refusal is only as good as the copy of the run it was made on: if
@@ -113,6 +127,7 @@ impl<S: Store> Coordinator<S> {
                         );
                         if stale_refusals < 2 && moved_on {
                             stale_refusals += 1;
+                            self.inner.aborts.end(run_id, &abort);
                             *guard = None;
                             continue 'attempt;
                         }
@@ -122,8 +137,8 @@ impl<S: Store> Coordinator<S> {
                 };
                 started = add_elapsed(&profile.engine_us, started);
                 let logged = LoggedEvent {
-                    at_ms: now,
-                    event: change.stored.clone(),
+                    jq: computed.iter().map(Evaluation::record).collect(),
+                    ..LoggedEvent::new(now, change.stored.clone())
                 };
                 let applied = Applied {
                     event: Some(&logged),
@@ -132,6 +147,7 @@ impl<S: Store> Coordinator<S> {
                     history_before: loaded.run.history().len(),
                     now_ms: now,
                     embedded: change.embedded,
+                    computed: &computed,
                 };
                 let planned = plan(loaded, &applied, &self.holder());
                 held.push(self.held_change(&planned));
@@ -142,6 +158,11 @@ impl<S: Store> Coordinator<S> {
                     actions: transition_actions,
                 } = transition;
                 let next = loaded.take_on(run, planned);
+                let jq_cpu = computed.iter().map(|c| c.cpu).sum::<Duration>();
+                loaded.jq_cpu += jq_cpu;
+                if !jq_cpu.is_zero() {
+                    self.inner.metrics.jq_ran(jq_cpu);
+                }
                 match &mut write {
                     Some(write) => write.then(next),
                     None => write = Some(next),
@@ -150,6 +171,7 @@ impl<S: Store> Coordinator<S> {
                 outcomes.push(Ok(()));
                 started = add_elapsed(&profile.plan_us, started);
             }
+            self.inner.aborts.end(run_id, &abort);
             let Some(write) = write else {
                 // Every event was refused: nothing to write.
                 return Ok((outcomes, None));
@@ -252,6 +274,7 @@ impl<S: Store> Coordinator<S> {
                     RunEvent::approval_requested(step_id, *visit, message)
                 }),
                 Action::Abandon(task) => assignments.extend(self.abandon(run_id, task)),
+                Action::Continue { .. } => self.continue_later(run_id, loaded.jq_cpu),
                 Action::Finished { status, .. } => {
                     let trace_id = traces::trace_id_of(&loaded.header.traceparent);
                     tracing::info!(run_id, status = %status, %trace_id, "run finished");
@@ -297,6 +320,9 @@ fn refused(run_id: &str, error: EngineError, answering: Option<Answering<'_>>) -
         EngineError::NothingToRedrive(error) => Error::NotRetryable {
             run_id: run_id.to_owned(),
             why: format!("it did not fail at a step ({error})"),
+        },
+        EngineError::NotContinuing => Error::NotContinuing {
+            run_id: run_id.to_owned(),
         },
         EngineError::UnknownTask(task) => Error::TaskNotHeld {
             worker_id: answering

@@ -67,6 +67,12 @@ pub struct Config {
     /// Build OpenTelemetry spans of runs, through the global tracer provider (which should use
     /// [`crate::traces::SpanIds`]). Off, nothing is spent on them.
     pub traces: bool,
+    /// The CPU time all of one run's `jq:` programs may use together; past it, the next one
+    /// fails its step. (One program's own budget is the sandbox's, `--jq-cpu-ms`.)
+    pub jq_run_cpu: std::time::Duration,
+    /// How many runs go on with a step's jq program at once (each takes a sandbox process, so
+    /// as many as the sandboxes: `--jq-processes`).
+    pub computations: usize,
     /// Where wall-clock time comes from: the system's, or one that follows Tokio's paused clock
     /// in tests.
     pub clock: Clock,
@@ -101,6 +107,8 @@ impl Default for Config {
             rebalance_after_ms: 1_000,
             run_idle_ms: 300_000,
             traces: false,
+            jq_run_cpu: std::time::Duration::from_secs(60),
+            computations: 2,
             clock: Clock::system(),
         }
     }

@@ -18,6 +18,8 @@
 //! - `submit`: new runs, idempotency keys.
 //! - `answers`: workers' results and payloads asked for again.
 //! - `approvals`: people's decisions and cancels.
+//! - `continuations`: runs waiting for their turn to run a step's jq program, least CPU
+//!   used first.
 //! - `watch`: watch events, their stream, catching up on other coordinators' changes.
 //! - `output`: live output, from the worker holding a task to the store to every watcher.
 //! - `reads`: the run record and the list of runs.
@@ -33,6 +35,7 @@ mod answers;
 mod approvals;
 mod change;
 mod config;
+mod continuations;
 mod group_commit;
 mod health;
 mod inspect;
@@ -54,6 +57,8 @@ use std::sync::Arc;
 
 pub use self::answers::{Answer, Outcome};
 pub use self::config::Config;
+use self::continuations::Continuations;
+pub use self::continuations::Turns;
 use self::group_commit::AnswerQueues;
 pub use self::health::NotReady;
 pub use self::inspect::{ApprovalDetail, AttemptDetail, StepDetail, VisitDetail};
@@ -72,6 +77,7 @@ pub use crate::decisions::StoredDecision;
 use crate::embed::{Embedder, HashedNgrams};
 use crate::error::Error;
 use crate::hub::Hub;
+use crate::jq_runs::{Aborts, JqRuns};
 use crate::metrics::Metrics;
 use crate::store::Store;
 use crate::store::timed::Timed;
@@ -115,6 +121,10 @@ struct Inner<S> {
     traces: Traces,
     /// The workflows parsed last, by the digest of their text.
     workflows: Workflows,
+    /// Runs waiting for their turn to run a step's jq program.
+    continuations: Arc<Continuations>,
+    /// The jq programs of transitions in progress, to stop on a cancel or a shutdown.
+    aborts: Aborts,
 }
 
 impl<S: Store> Coordinator<S> {
@@ -149,10 +159,22 @@ impl<S: Store> Coordinator<S> {
                 leases: LeaseBook::default(),
                 counters: Counters::default(),
                 metrics,
+                continuations: Arc::default(),
+                aborts: Aborts::default(),
             }),
         };
+        // jq programs run in this process's threads unless a budgeted runner (sandboxes) was
+        // installed first, as the `baton` binary does; either way every run's are counted
+        // against its budget and recorded.
+        baton_core::eval::install_jq_runner(Box::new(JqRuns::in_thread()));
         if tokio::runtime::Handle::try_current().is_ok() {
             let inner = Arc::downgrade(&coordinator.inner);
+            for _ in 0..coordinator.inner.config.computations.max(1) {
+                tokio::spawn(continuations::run_turns(
+                    inner.clone(),
+                    coordinator.inner.continuations.clone(),
+                ));
+            }
             tokio::spawn(leases::run_timers(inner.clone()));
             tokio::spawn(output::run_appender(inner.clone()));
             tokio::spawn(output::run_reader(inner));

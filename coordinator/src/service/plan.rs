@@ -12,11 +12,13 @@ use baton_core::handoff::DecisionRecord;
 use baton_core::integrity::ChainLink;
 use baton_core::workflow::StepType;
 use baton_core::{Action, Run, RunStatus, StepRecord, TaskId, Transition, Workflow};
+use bytes::Bytes;
 use serde_json::Value;
 
 use super::json;
 use super::runs::{Loaded, SettledTiming};
 use crate::decisions::{Embedded, StoredDecision};
+use crate::jq_runs::Evaluation;
 use crate::lease;
 use crate::model::{
     AttemptRecord, AttemptUsage, ItemCounts, LoggedEvent, ModelUsage, StepState, StepStatus,
@@ -75,11 +77,15 @@ pub(super) struct Holder<'a> {
     pub id: &'a str,
     pub lease_ms: u64,
     pub serves: Box<dyn Fn(&str) -> bool + 'a>,
+    /// This coordinator goes on with a run whose walk stopped before a step that runs jq
+    /// (not when it is shutting down: then any other one does, at once).
+    pub continues: bool,
 }
 
 /// What happened and when, for [`plan`].
 pub(super) struct Applied<'a> {
-    /// The event the transition applied, `None` for the one that starts the run.
+    /// The event the transition applied ([`StoredEvent::Started`] for the one that starts
+    /// the run); `None` for a write of no event.
     pub event: Option<&'a LoggedEvent>,
     pub answering: Option<Answering<'a>>,
     pub transition: &'a Transition,
@@ -88,6 +94,8 @@ pub(super) struct Applied<'a> {
     pub now_ms: i64,
     /// Vectors of the decisions the event's result reported.
     pub embedded: Option<&'a Embedded>,
+    /// The jq programs the transition ran, in order (their outputs stored under their sites).
+    pub computed: &'a [Evaluation],
 }
 
 /// Turns a transition into the store write that records it.
@@ -226,6 +234,19 @@ pub(super) fn plan(loaded: &Loaded, applied: &Applied<'_>, holder: &Holder<'_>) 
     {
         write.results.push((result.clone(), sent.json.clone()));
     }
+    // A replay reads each jq program's output back from its site instead of running it again.
+    // A transform's is its step's result, stored above; a map step's items, or an output whose
+    // step failed after all (the transition's transforms made too much data), are stored here.
+    for evaluation in applied.computed {
+        if let Ok(output) = &evaluation.outcome
+            && !write.results.iter().any(|(key, _)| *key == evaluation.at)
+        {
+            write.results.push((
+                evaluation.at.clone(),
+                Bytes::copy_from_slice(output.as_bytes()),
+            ));
+        }
+    }
     // The items of the maps under way, as this transition leaves them.
     for progress in run.map_progress() {
         let touched =
@@ -317,7 +338,29 @@ pub(super) fn plan(loaded: &Loaded, applied: &Applied<'_>, holder: &Holder<'_>) 
                 }
             }
             Action::Finished { .. } => {}
+            Action::Continue { .. } => {
+                // Held here for a lease, or (shutting down) due at once for another.
+                let entry = match holder.continues {
+                    true => lease::continuation(holder.id, now, holder.lease_ms),
+                    false => lease::continuation("", now, 0),
+                };
+                write
+                    .tasks_set
+                    .push((lease::CONTINUATION.to_owned(), entry.encode()));
+                tasks_set.push((lease::CONTINUATION.to_owned(), entry));
+            }
         }
+    }
+    // A continuation taken up: its timer goes, unless the walk stopped again (set above).
+    if matches!(
+        applied.event.map(|logged| &logged.event),
+        Some(StoredEvent::Continue)
+    ) && !write
+        .tasks_set
+        .iter()
+        .any(|(key, _)| key == lease::CONTINUATION)
+    {
+        write.tasks_removed.push(lease::CONTINUATION.to_owned());
     }
     write.steps = steps
         .iter()

@@ -142,6 +142,10 @@ pub(super) struct SettledTiming {
     pub parallel_visit: Option<u32>,
 }
 
+/// How long a read waits for a run whose transition is under way here before it reads the
+/// store's copy instead.
+const READ_PATIENCE: std::time::Duration = std::time::Duration::from_millis(100);
+
 /// A run as the coordinator holds it between transitions.
 pub(super) struct Loaded {
     pub header: RunHeader,
@@ -160,6 +164,8 @@ pub(super) struct Loaded {
     /// For each step visit the last transition settled, in history order: when it started and,
     /// for a branch, its parallel step's visit (for its span).
     pub settled: Vec<SettledTiming>,
+    /// The CPU time the run's jq programs have used, against its budget.
+    pub jq_cpu: std::time::Duration,
 }
 
 impl Loaded {
@@ -176,6 +182,7 @@ impl Loaded {
             finished_as: None,
             parts: PartEncoder::default(),
             settled: Vec::new(),
+            jq_cpu: std::time::Duration::ZERO,
         }
     }
 }
@@ -274,12 +281,29 @@ impl<S: Store> Coordinator<S> {
     }
 
     /// Reads the run as the store has it now (reloaded if another coordinator moved it on),
-    /// holding its lock while `read` runs.
+    /// holding its lock while `read` runs. A run whose transition is under way here may hold
+    /// its lock for as long as a jq program runs: past [`READ_PATIENCE`] the read is of the
+    /// store's copy instead, read back apart (which runs none of the run's programs), so that
+    /// a computing run is as readable as any other.
     pub(super) async fn read_fresh<T>(
         &self,
         run_id: &str,
         read: impl FnOnce(&Loaded) -> T,
     ) -> Result<T, Error> {
+        if self.inner.aborts.in_progress(run_id) {
+            match tokio::time::timeout(READ_PATIENCE, self.fresh(run_id)).await {
+                Ok(guard) => return Ok(read(guard?.as_ref().expect("fresh loads the run"))),
+                Err(_) => {
+                    let stored = self
+                        .inner
+                        .store
+                        .load_run(run_id)
+                        .await?
+                        .ok_or_else(|| Error::RunNotFound(run_id.to_owned()))?;
+                    return Ok(read(&self.rebuild(stored).await?));
+                }
+            }
+        }
         let guard = self.fresh(run_id).await?;
         Ok(read(guard.as_ref().expect("fresh loads the run")))
     }
@@ -381,6 +405,7 @@ fn rebuild(stored: StoredRun, workflows: &Workflows) -> Result<(Loaded, chain::C
         version: stored.version,
         steps,
         tasks,
+        jq_cpu: checked.jq_cpu,
         ..Loaded::new(
             stored.header,
             checked.run.clone(),

@@ -108,6 +108,7 @@ impl<S: Store> Coordinator<S> {
             runs_in_memory: self.inner.runs.len(),
             free_slots,
             queues: self.inner.hub.queue_stats(),
+            computations_waiting: self.computations_waiting(),
         }
     }
 }

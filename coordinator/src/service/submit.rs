@@ -11,6 +11,7 @@ use tokio::sync::Mutex as AsyncMutex;
 use super::plan::{Applied, plan};
 use super::runs::Loaded;
 use super::{Coordinator, Error, json};
+use crate::model::{LoggedEvent, StoredEvent};
 use crate::store::{self, Claim, RunHeader, Store};
 
 /// How long an idempotency key names its run: a client retrying within a day gets the same run.
@@ -170,13 +171,18 @@ impl<S: Store> Coordinator<S> {
         let chain_start = genesis_of_digest(&run_id, &known.text_sha256, &submission.input_value);
         let transition = Run::start(workflow, submission.input_value);
         let mut loaded = Loaded::new(header.clone(), transition.run.clone(), now, chain_start);
+        // The first event says the run started the way a replay must start it: its walk stops
+        // before any step that runs jq, which goes on in a transition of its own, once the run
+        // is stored (listed, watchable, cancellable). No submit ever runs a jq program.
+        let started = LoggedEvent::new(now, StoredEvent::Started);
         let applied = Applied {
-            event: None,
+            event: Some(&started),
             answering: None,
             transition: &transition,
             history_before: 0,
             now_ms: now,
             embedded: None,
+            computed: &[],
         };
         let planned = plan(&loaded, &applied, &self.holder());
         match self

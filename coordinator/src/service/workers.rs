@@ -185,7 +185,11 @@ impl<S: Store> Coordinator<S> {
     /// so that the other coordinators claim them at once instead of waiting for the leases.
     pub async fn shutdown(&self) {
         self.inner.leases.stop();
+        // A jq program running now stops, its transition unwritten: its run is taken up again
+        // where it was by the coordinator that claims its continuation (released below).
+        self.inner.aborts.abort_all();
         let _leases = self.inner.leases.writes.lock().await;
+        self.release_continuations().await;
         let queued = self.inner.hub.goodbye();
         for (task, error) in self.release_queued(queued).await.1 {
             tracing::warn!(run_id = %task.run_id(), task = %task.key, %error, "cannot release a queued task; its lease runs out instead");

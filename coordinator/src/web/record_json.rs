@@ -86,6 +86,10 @@ pub fn waiting_to_json(waiting: &[v1::Waiting]) -> Value {
                     format!("step \"{}\" waits for agent \"{}\": no connected worker serves it", w.step_id, w.agent)
                 },
             }),
+            "compute" => json!({
+                "kind": "compute", "step_id": w.step_id,
+                "note": format!("step \"{}\" waits for its turn to run its jq program", w.step_id),
+            }),
             _ => json!({
                 "kind": "approval", "step_id": w.step_id, "message": w.message,
                 "note": format!("step \"{}\" waits for an approval: {}", w.step_id, w.message),

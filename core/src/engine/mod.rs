@@ -114,6 +114,9 @@ pub enum Event {
     /// transform or approval runs again; a map step runs again only its items that did not
     /// succeed, keeping the results of the others.
     Redrive,
+    /// The run is to go on where its walk stopped before a step that runs jq
+    /// ([`Action::Continue`]): it enters that step, and stops again before the next such step.
+    Continue,
 }
 
 /// Something the coordinator must do after a transition.
@@ -136,6 +139,12 @@ pub enum Action {
         status: RunStatus,
         error: Option<String>,
     },
+    /// The walk stopped before `step_id`, which runs a `jq:` program: apply
+    /// [`Event::Continue`] to go on. A jq program never runs in the transition that reaches
+    /// its step (a submit, an agent's answer), only in a transition of its own, so that the
+    /// coordinator chooses when (fairly between runs) and a run that computes is stored,
+    /// listed and cancellable before it does.
+    Continue { step_id: Arc<str> },
 }
 
 /// An agent step ready for a worker. A map item's payload carries its `map` entry.
@@ -243,8 +252,18 @@ impl StepRecord {
 /// What an unfinished run is waiting for.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Waiting {
-    Agent { task: TaskId, agent: String },
-    Approval { step_id: Arc<str>, message: String },
+    Agent {
+        task: TaskId,
+        agent: String,
+    },
+    Approval {
+        step_id: Arc<str>,
+        message: String,
+    },
+    /// A step that runs a `jq:` program, waiting for its turn ([`Event::Continue`]).
+    Computation {
+        step_id: Arc<str>,
+    },
 }
 
 /// Why an event could not be applied. The run is unchanged.
@@ -260,6 +279,8 @@ pub enum EngineError {
     NotFailed(RunStatus),
     #[error("the run cannot be retried: it did not fail at a step ({0})")]
     NothingToRedrive(String),
+    #[error("the run is not waiting to go on with a computation")]
+    NotContinuing,
 }
 
 /// Work the run has started and not yet settled, by step.
@@ -334,6 +355,17 @@ impl Default for MessageHistory {
 /// How one branch settled: its data, or its error.
 type BranchOutcome = Result<Arc<Value>, Arc<str>>;
 
+/// Where a run's walk stopped before a step that runs jq, with what entering it needs: the
+/// error that routed there (`on_error`), and a redrive's exemption from the visit limit and
+/// kept map outcomes, when a redrive's walk stopped.
+#[derive(Debug, Clone)]
+struct Continuation {
+    step: StepIndex,
+    error: Option<ErrorInfo>,
+    redriving: bool,
+    kept: Option<(StepIndex, Vector<Option<BranchOutcome>>)>,
+}
+
 pub use map::MapProgress;
 
 /// One run of a workflow. Immutable: [`Run::apply`] returns a new run.
@@ -355,6 +387,11 @@ pub struct Run {
     now_ms: i64,
     /// Where a failed run would resume ([`Event::Redrive`]), if it failed at a step.
     redrive: Option<redrive::Resume>,
+    /// Where the walk stopped before a step that runs jq, until [`Event::Continue`].
+    continuation: Option<Continuation>,
+    /// Whether steps that run jq wait for [`Event::Continue`]: false only for a run stored
+    /// before they did, replayed as it ran ([`Run::start_settling_jq_inline`]).
+    yields: bool,
 }
 
 /// The outcome of a transition: the new run and what to do about it.
@@ -365,8 +402,20 @@ pub struct Transition {
 }
 
 impl Run {
-    /// Starts a run at the workflow's entry step.
+    /// Starts a run at the workflow's entry step. The walk stops before the first step that
+    /// runs jq ([`Action::Continue`]).
     pub fn start(workflow: Arc<Workflow>, input: Value) -> Transition {
+        Run::start_with(workflow, input, true)
+    }
+
+    /// [`Run::start`] as the engine did before steps that run jq waited for
+    /// [`Event::Continue`]: every transition walks through them. Only to replay a run stored
+    /// then, exactly as it ran.
+    pub fn start_settling_jq_inline(workflow: Arc<Workflow>, input: Value) -> Transition {
+        Run::start_with(workflow, input, false)
+    }
+
+    fn start_with(workflow: Arc<Workflow>, input: Value, yields: bool) -> Transition {
         let run = Run {
             context: Context::new(input),
             workflow,
@@ -381,6 +430,8 @@ impl Run {
             sources: Arc::default(),
             now_ms: 0,
             redrive: None,
+            continuation: None,
+            yields,
         };
         transition::start(run)
     }
@@ -540,8 +591,18 @@ impl Run {
         })
     }
 
-    /// Agent tasks in flight and approvals awaited, in workflow order.
+    /// The step the run's walk stopped before, waiting for [`Event::Continue`].
+    pub fn continuation(&self) -> Option<&Arc<str>> {
+        let continuation = self.continuation.as_ref()?;
+        Some(&self.workflow.step(continuation.step).id)
+    }
+
+    /// Agent tasks in flight, approvals awaited and a computation waiting for its turn, in
+    /// workflow order.
     pub fn waiting(&self) -> Vec<Waiting> {
+        let computing = self.continuation().map(|step_id| Waiting::Computation {
+            step_id: step_id.clone(),
+        });
         self.pending
             .iter()
             .flat_map(|(&index, pending)| {
@@ -564,6 +625,7 @@ impl Run {
                     _ => Vec::new(),
                 }
             })
+            .chain(computing)
             .collect()
     }
 

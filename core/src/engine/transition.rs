@@ -2,7 +2,10 @@
 //!
 //! Transforms and conditions settle as soon as they are entered, so one transition may run
 //! through several of them until it reaches work that waits (an agent, an approval, a parallel
-//! step with such branches) or the end of the run. Visit limits bound that walk.
+//! step with such branches) or the end of the run. Visit limits bound that walk. A top-level
+//! step that runs a `jq:` program is the exception: the walk stops before it
+//! ([`Action::Continue`]), and only [`Event::Continue`] enters it, one such step a transition,
+//! so that the coordinator decides when a computation runs and can stop it between two.
 
 use std::sync::Arc;
 
@@ -12,10 +15,11 @@ use serde_json::{Value, json};
 use super::parallel::failure_summary;
 use super::route::{Outcome, Route, route};
 use super::{
-    Action, AgentTask, BranchOutcome, EngineError, Event, Pending, Run, RunStatus, StepRecord,
-    StepStatus, TaskId, Transition,
+    Action, AgentTask, BranchOutcome, Continuation, EngineError, Event, Pending, Run, RunStatus,
+    StepRecord, StepStatus, TaskId, Transition,
 };
 use crate::context::{Context, StepResult};
+use crate::eval::JqSite;
 use crate::handoff::AgentNotes;
 use crate::limits::MAX_TRANSFORMED_BYTES_PER_TRANSITION;
 use crate::payload::{AgentPayload, ErrorInfo};
@@ -43,6 +47,9 @@ pub(super) struct Builder {
     pub(super) entered_with: Option<ErrorInfo>,
     /// This transition is a redrive: the step it enters again is not held to its visit limit.
     pub(super) redriving: bool,
+    /// This transition applies [`Event::Continue`]: the first step that runs jq it reaches is
+    /// entered (the one the walk stopped before); the walk stops before any other.
+    continuing: bool,
 }
 
 impl Builder {
@@ -56,6 +63,7 @@ impl Builder {
             kept: None,
             entered_with: None,
             redriving: false,
+            continuing: false,
         }
     }
 }
@@ -135,6 +143,19 @@ pub(super) fn apply(run: &Run, event: Event, at_ms: i64) -> Result<Transition, E
         }
         Event::Cancel { reason } => builder.end(RunStatus::Cancelled, Some(reason)),
         Event::Halt { error } => builder.end(RunStatus::Failed, Some(error)),
+        Event::Continue => {
+            let continuation = builder
+                .run
+                .continuation
+                .take()
+                .ok_or(EngineError::NotContinuing)?;
+            builder.continuing = true;
+            builder.redriving = continuation.redriving;
+            builder.kept = continuation.kept;
+            if let Some(settled) = builder.enter(continuation.step, continuation.error) {
+                builder.settle(settled);
+            }
+        }
         Event::Redrive => unreachable!("applied above"),
     }
     Ok(builder.finish())
@@ -214,6 +235,19 @@ impl Builder {
     pub(super) fn enter(&mut self, index: StepIndex, error: Option<ErrorInfo>) -> Option<Settled> {
         let workflow = self.run.workflow.clone();
         let step = workflow.step(index);
+        // A step that runs jq is entered in a transition of its own: the walk stops here.
+        if self.run.yields && workflow.runs_jq(index) && !std::mem::take(&mut self.continuing) {
+            self.run.continuation = Some(Continuation {
+                step: index,
+                error,
+                redriving: std::mem::take(&mut self.redriving),
+                kept: self.kept.take(),
+            });
+            self.actions.push(Action::Continue {
+                step_id: step.id.clone(),
+            });
+            return None;
+        }
         let visit = self.bump_visit(index);
         // A redrive resumes a visit that failed: that entry alone does not count against the
         // limit (the flag is spent by the first step entered, whatever follows in the walk).
@@ -282,10 +316,18 @@ impl Builder {
                 }));
                 None
             }
-            StepKind::Transform { transform, .. } => Some(match transform.evaluate(snapshot) {
-                Ok(data) => self.within_transform_budget(data),
-                Err(error) => Outcome::Failed(error.into()),
-            }),
+            StepKind::Transform { transform, .. } => {
+                let site = JqSite {
+                    step_id: &step.id,
+                    visit,
+                    item: None,
+                    items: false,
+                };
+                Some(match transform.evaluate(snapshot, &site) {
+                    Ok(data) => self.within_transform_budget(data),
+                    Err(error) => Outcome::Failed(error.into()),
+                })
+            }
             StepKind::Condition { condition, .. } => {
                 Some(Outcome::Condition(condition.is_true(snapshot)))
             }
@@ -354,7 +396,8 @@ impl Builder {
                     .extend(run.items_waiting(&map).into_iter().filter_map(
                         |waiting| match waiting {
                             super::Waiting::Agent { task, .. } => Some(Action::Abandon(task)),
-                            super::Waiting::Approval { .. } => None,
+                            super::Waiting::Approval { .. }
+                            | super::Waiting::Computation { .. } => None,
                         },
                     ));
             }
@@ -513,6 +556,7 @@ impl Builder {
                 }
             }
         }
+        self.run.continuation = None;
         self.run.status = status;
         self.run.error = error.clone();
         self.actions.push(Action::Finished { status, error });

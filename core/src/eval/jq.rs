@@ -225,11 +225,49 @@ impl JqOutputLimits {
     }
 }
 
+/// Which evaluation of a run a jq program's run is: the step visit (and map item) whose data it
+/// gives, or the items of a map step's visit. Each is evaluated at most once in a run, so a
+/// runner that records outcomes can name each by [`JqSite::key`] and hand it back on a replay.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct JqSite<'a> {
+    pub step_id: &'a str,
+    pub visit: u32,
+    /// The map item whose chain the transform is in.
+    pub item: Option<u32>,
+    /// The evaluation gives a map step's `items`, not a step's data.
+    pub items: bool,
+}
+
+impl JqSite<'_> {
+    /// `<step>#<visit>`, `<step>[<item>]#<visit>` (the key the step visit's result is stored
+    /// under), or `<step>#<visit>/items` for a map step's items.
+    pub fn key(&self) -> String {
+        use std::fmt::Write as _;
+        let mut key = String::with_capacity(self.step_id.len() + 16);
+        key.push_str(self.step_id);
+        if let Some(item) = self.item {
+            let _ = write!(key, "[{item}]");
+        }
+        let _ = write!(key, "#{}", self.visit);
+        if self.items {
+            key.push_str("/items");
+        }
+        key
+    }
+}
+
 /// Where `jq:` transforms run. Without one installed they run in the calling thread, with no
-/// budget; a coordinator installs one that runs them in processes with a CPU and memory budget.
+/// budget; a coordinator installs one that runs them in processes with a CPU and memory budget,
+/// and records each outcome by its site so that a replay reads it back instead of running the
+/// program again.
 pub trait JqRunner: Send + Sync {
     /// The program's single output on `document`, or the error that fails the step.
-    fn run(&self, program: &JqProgram, document: &Value) -> Result<Value, String>;
+    fn run(
+        &self,
+        site: &JqSite<'_>,
+        program: &JqProgram,
+        document: &Value,
+    ) -> Result<Value, String>;
 }
 
 static RUNNER: OnceLock<Box<dyn JqRunner>> = OnceLock::new();
@@ -243,9 +281,13 @@ pub fn install_jq_runner(runner: Box<dyn JqRunner>) -> bool {
 }
 
 /// Runs `program` through the installed runner, or in this thread.
-pub(crate) fn run_installed(program: &JqProgram, document: &Value) -> Result<Value, String> {
+pub(crate) fn run_installed(
+    site: &JqSite<'_>,
+    program: &JqProgram,
+    document: &Value,
+) -> Result<Value, String> {
     match RUNNER.get() {
-        Some(runner) => runner.run(program, document),
+        Some(runner) => runner.run(site, program, document),
         None => program.run(document),
     }
 }

@@ -11,7 +11,7 @@ mod jq;
 pub mod path;
 mod transform;
 
-pub use jq::{JqOutputLimits, JqProgram, JqRunner, install_jq_runner, parse_output};
+pub use jq::{JqOutputLimits, JqProgram, JqRunner, JqSite, install_jq_runner, parse_output};
 pub use transform::Transform;
 
 use serde_json::Value;

@@ -3,7 +3,7 @@
 use serde_json::Value;
 
 use super::Scope;
-use super::jq::JqProgram;
+use super::jq::{JqProgram, JqSite};
 use super::path::Path;
 
 /// The prefix that marks a transform as a jq program.
@@ -42,14 +42,20 @@ impl Transform {
         }
     }
 
-    /// Produces the step's data, or the error that fails the step.
-    pub fn evaluate(&self, scope: &impl Scope) -> Result<Value, String> {
+    /// Produces the step's data, or the error that fails the step. `site` names the
+    /// evaluation for the jq runner.
+    pub fn evaluate(&self, scope: &impl Scope, site: &JqSite<'_>) -> Result<Value, String> {
         match self {
             Transform::Path(path) => path
                 .resolve_strict(scope)
                 .cloned()
                 .map_err(|error| error.to_string()),
-            Transform::Jq(program) => super::jq::run_installed(program, &scope.to_document()),
+            Transform::Jq(program) => super::jq::run_installed(site, program, &scope.to_document()),
         }
+    }
+
+    /// Whether evaluating it runs a jq program (a path costs next to nothing).
+    pub fn is_jq(&self) -> bool {
+        matches!(self, Transform::Jq(_))
     }
 }

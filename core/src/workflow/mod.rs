@@ -288,6 +288,23 @@ impl Workflow {
         &self.steps[index]
     }
 
+    /// Whether entering step `index` runs a `jq:` program: a jq transform, a map step whose
+    /// items or chain has one, a parallel step with such a branch. The engine enters such a
+    /// top-level step only in a transition of its own ([`crate::Event::Continue`]).
+    pub fn runs_jq(&self, index: StepIndex) -> bool {
+        match &self.step(index).kind {
+            StepKind::Transform { transform, .. } => transform.is_jq(),
+            StepKind::Map(map) => {
+                map.items.is_jq()
+                    || matches!(&map.body, MapBody::Chain(chain) if chain.iter().any(|&s| self.runs_jq(s)))
+            }
+            StepKind::Parallel { branches, .. } => branches.iter().any(|&b| self.runs_jq(b)),
+            StepKind::Agent { .. } | StepKind::Condition { .. } | StepKind::Approval { .. } => {
+                false
+            }
+        }
+    }
+
     pub fn steps(&self) -> &[Step] {
         &self.steps
     }

@@ -25,6 +25,11 @@ pub struct Driver {
     /// The time the next event is applied at (0: none, as before timestamps existed); each
     /// event moves it on by a second when it is set.
     pub now_ms: i64,
+    /// The steps that run jq the walk stopped before, in order: the driver goes on at once
+    /// with [`Event::Continue`], as a coordinator does when its turn comes.
+    pub continued: Vec<String>,
+    /// An [`Action::Continue`] not yet acted on.
+    continuing: bool,
 }
 
 pub fn workflow(text: &str) -> Arc<baton_core::Workflow> {
@@ -53,9 +58,19 @@ impl Driver {
             events: Vec::new(),
             times: Vec::new(),
             now_ms: 0,
+            continued: Vec::new(),
+            continuing: false,
         };
         driver.absorb(transition.actions);
+        driver.go_on();
         driver
+    }
+
+    /// Applies [`Event::Continue`] while the run's walk stopped before a step that runs jq.
+    fn go_on(&mut self) {
+        while std::mem::take(&mut self.continuing) {
+            self.apply(Event::Continue);
+        }
     }
 
     fn absorb(&mut self, actions: Vec<Action>) {
@@ -70,6 +85,10 @@ impl Driver {
                 }
                 Action::Abandon(task) => self.abandoned.push(task),
                 Action::Finished { status, error } => self.finished = Some((status, error)),
+                Action::Continue { step_id } => {
+                    self.continued.push(step_id.to_string());
+                    self.continuing = true;
+                }
             }
         }
     }
@@ -86,6 +105,7 @@ impl Driver {
         }
         self.run = transition.run;
         self.absorb(transition.actions);
+        self.go_on();
     }
 
     /// Answers the oldest pending task of `step_id`.

@@ -391,6 +391,7 @@ async fn example_workflow_runs_end_to_end_with_the_example_agents() {
                 decision: Decision::approve(),
             },
             Action::Abandon(task) => panic!("abandoned {task:?}"),
+            Action::Continue { .. } => Event::Continue,
             Action::Finished { status, error } => {
                 finished = Some((status, error));
                 continue;

@@ -119,6 +119,7 @@ impl<S: Store> Coordinator<S> {
             id: &self.inner.config.coordinator_id,
             lease_ms: self.inner.config.lease_ms,
             serves: Box::new(|agent| !self.inner.leases.stopping() && self.inner.hub.serves(agent)),
+            continues: !self.inner.leases.stopping(),
         }
     }
 
@@ -154,6 +155,20 @@ impl<S: Store> Coordinator<S> {
             .leases
             .held()
             .remove(&(run_id.to_owned(), task_key.to_owned()));
+    }
+
+    /// The continuation timers this coordinator holds, by run.
+    pub(super) fn held_continuations(&self) -> Vec<(String, TaskEntry)> {
+        self.inner
+            .leases
+            .held()
+            .iter()
+            .filter(|((_, key), entry)| {
+                key == crate::lease::CONTINUATION
+                    && entry.state == crate::model::TaskState::Continuing
+            })
+            .map(|((run_id, _), entry)| (run_id.clone(), entry.clone()))
+            .collect()
     }
 
     pub(super) fn held_entry(&self, run_id: &str, task_key: &str) -> Option<TaskEntry> {

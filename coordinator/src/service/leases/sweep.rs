@@ -8,7 +8,7 @@ use tokio::sync::MutexGuard;
 use crate::clock::Instant;
 use crate::hub::ReadyTask;
 use crate::lease::{self, Due};
-use crate::model::TaskEntry;
+use crate::model::{TaskEntry, TaskState};
 use crate::service::plan::Answering;
 use crate::service::tasks::ready_task;
 use crate::service::{Coordinator, Error};
@@ -25,7 +25,8 @@ impl<S: Store> Coordinator<S> {
         if self.inner.leases.stopping() {
             return;
         }
-        // Approval timeouts need no worker: every coordinator sweeps them.
+        // Approval timeouts and runs' continuations need no worker: every coordinator sweeps
+        // them.
         match self
             .inner
             .store
@@ -69,6 +70,10 @@ impl<S: Store> Coordinator<S> {
             tracing::error!(run_id = %due.run_id, task = %due.task_key, "unreadable approval timer; leaving it");
             return;
         };
+        // The same timers hold runs' continuations.
+        if entry.state == TaskState::Continuing {
+            return self.claim_continuation(&due.run_id, due.task, &entry).await;
+        }
         let config = &self.inner.config;
         let Some(claimed) = lease::timing_out(&entry, self.now_ms(), config.lease_ms) else {
             return;

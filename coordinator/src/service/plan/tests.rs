@@ -23,6 +23,7 @@ fn holder(serves: &'static [&'static str]) -> Holder<'static> {
         id: "c1",
         lease_ms: LEASE,
         serves: Box::new(move |agent| serves.contains(&agent)),
+        continues: true,
     }
 }
 
@@ -68,6 +69,7 @@ fn first(transition: &Transition) -> Applied<'_> {
         history_before: 0,
         now_ms: NOW,
         embedded: None,
+        computed: &[],
     }
 }
 
@@ -93,10 +95,7 @@ fn planner_answered_as(data: Value, sent: Option<&Part>) -> (Loaded, Planned) {
         data,
         notes: Default::default(),
     };
-    let logged = LoggedEvent {
-        at_ms: NOW + 5,
-        event: StoredEvent::of(&event, "w1").unwrap(),
-    };
+    let logged = LoggedEvent::new(NOW + 5, StoredEvent::of(&event, "w1").unwrap());
     let transition = loaded.run.apply_at(event, NOW + 5).unwrap();
     let task = plan_task();
     let applied = Applied {
@@ -113,6 +112,7 @@ fn planner_answered_as(data: Value, sent: Option<&Part>) -> (Loaded, Planned) {
         history_before: 0,
         now_ms: NOW + 5,
         embedded: None,
+        computed: &[],
     };
     let planned = take(&mut loaded, &applied, &holder(&["planner"]));
     (loaded, planned)
@@ -266,6 +266,7 @@ fn an_approval_with_a_timeout_gets_a_timer_that_its_decision_removes() {
         history_before: 1,
         now_ms: NOW + 9,
         embedded: None,
+        computed: &[],
     };
     let decided = take(&mut loaded, &applied, &holder(&["coder"]));
     assert!(decided.write.tasks_removed.contains(&"ok#1".to_string()));
@@ -297,6 +298,7 @@ fn a_cancel_abandons_the_task_and_leaves_no_task_or_timer() {
         history_before: 0,
         now_ms: NOW + 1,
         embedded: None,
+        computed: &[],
     };
     let planned = plan(&loaded, &applied, &holder(&["planner"]));
     assert_eq!(planned.write.status, "cancelled");
@@ -370,10 +372,7 @@ fn settling_a_map_item_writes_as_much_at_the_last_item_as_at_the_first() {
             data: json!({"item": i}),
             notes: Default::default(),
         };
-        let logged = LoggedEvent {
-            at_ms: NOW + i64::from(i),
-            event: StoredEvent::of(&event, "w1").unwrap(),
-        };
+        let logged = LoggedEvent::new(NOW + i64::from(i), StoredEvent::of(&event, "w1").unwrap());
         let history_before = loaded.run.history().len();
         let transition = loaded.run.apply_at(event, NOW + i64::from(i)).unwrap();
         let applied = Applied {
@@ -390,6 +389,7 @@ fn settling_a_map_item_writes_as_much_at_the_last_item_as_at_the_first() {
             history_before,
             now_ms: NOW + i64::from(i),
             embedded: None,
+            computed: &[],
         };
         let planned = take(&mut loaded, &applied, &holder(&["tester"]));
         if i + 1 < ITEMS {
@@ -432,8 +432,19 @@ fn a_chain_step_s_state_counts_its_visits_over_every_item() {
         ]}
     ]}"#;
     let input = json!([1, 2, 3]);
-    let (loaded, start) = started_with(text, input);
-    let planned = plan(&loaded, &first(&start), &holder(&[]));
+    let (mut loaded, start) = started_with(text, input);
+    // The map runs jq: the walk stops before it, and its visit is a transition of its own.
+    take(&mut loaded, &first(&start), &holder(&[]));
+    let continued = loaded.run.apply_at(Event::Continue, NOW + 1).unwrap();
+    let logged = LoggedEvent::new(NOW + 1, StoredEvent::Continue);
+    let applied = Applied {
+        event: Some(&logged),
+        transition: &continued,
+        history_before: loaded.run.history().len(),
+        now_ms: NOW + 1,
+        ..first(&continued)
+    };
+    let planned = plan(&loaded, &applied, &holder(&[]));
     for id in ["double", "ok", "keep"] {
         let state = step(&planned, id);
         assert_eq!(
@@ -447,4 +458,75 @@ fn a_chain_step_s_state_counts_its_visits_over_every_item() {
     assert_eq!(each.items.as_ref().unwrap().succeeded, 3);
     // One link per item step visit, each naming its item, and one for the map.
     assert_eq!(planned.write.links.len(), 3 * 3 + 1);
+}
+
+/// Issue 28, hole 3: a run whose walk stopped before a step that runs jq keeps a continuation
+/// timer, held by the coordinator that goes on with it (or by nobody, due at once, when that
+/// one is shutting down); the transition that goes on removes it, or sets it again when the
+/// walk stops once more. The map's items, from a jq program, are stored under their site for
+/// a replay to read back.
+#[test]
+fn a_continuation_has_a_timer_until_the_run_goes_on_and_jq_outputs_are_stored() {
+    let text = r#"{"id": "wf", "steps": [
+        {"id": "each", "type": "map", "items": "jq: .input", "agent": "a"},
+        {"id": "shape", "type": "transform", "transform": "jq: .context.each"}
+    ]}"#;
+    let (mut loaded, start) = started_with(text, json!([1, 2]));
+    let planned = take(&mut loaded, &first(&start), &holder(&[]));
+    let timer = planned
+        .tasks_set
+        .iter()
+        .find(|(key, _)| key == lease::CONTINUATION)
+        .map(|(_, entry)| entry.clone())
+        .expect("a continuation timer");
+    assert_eq!(timer.state, TaskState::Continuing);
+    assert_eq!(
+        (timer.owner.as_str(), timer.due_ms),
+        ("c1", NOW + LEASE as i64)
+    );
+    let stopping = Holder {
+        continues: false,
+        ..holder(&[])
+    };
+    let released = plan(&loaded, &first(&start), &stopping);
+    let (_, entry) = released
+        .tasks_set
+        .iter()
+        .find(|(key, _)| key == lease::CONTINUATION)
+        .unwrap();
+    assert_eq!((entry.owner.as_str(), entry.due_ms), ("", NOW));
+
+    let continued = loaded.run.apply_at(Event::Continue, NOW + 1).unwrap();
+    let logged = LoggedEvent::new(NOW + 1, StoredEvent::Continue);
+    let computed = [crate::jq_runs::Evaluation {
+        at: "each#1/items".into(),
+        cpu: std::time::Duration::from_millis(2),
+        outcome: Ok(std::sync::Arc::from("[1,2]")),
+    }];
+    let applied = Applied {
+        event: Some(&logged),
+        transition: &continued,
+        history_before: loaded.run.history().len(),
+        now_ms: NOW + 1,
+        computed: &computed,
+        ..first(&continued)
+    };
+    let planned = take(&mut loaded, &applied, &holder(&[]));
+    assert!(
+        planned
+            .write
+            .tasks_removed
+            .iter()
+            .any(|k| k == lease::CONTINUATION),
+        "the map waits for agents now: nothing to go on with"
+    );
+    assert!(
+        planned
+            .write
+            .results
+            .iter()
+            .any(|(key, bytes)| key == "each#1/items" && &bytes[..] == b"[1,2]"),
+        "{:?}",
+        planned.write.results
+    );
 }

@@ -334,6 +334,7 @@ function waitingText(group) {
 }
 
 function waitClass(group) {
+  if (group.kind === 'compute') return 'agent';
   return group.kind === 'approval' ? 'approval' : group.served ? 'agent' : 'unserved';
 }
 
@@ -1308,7 +1309,7 @@ class RunPage extends Page {
       h('h2', { class: 'visually-hidden' }, 'Waiting for'),
       h('ul', { class: 'plain' }, groupWaits(waits).map((group) => h('li', { class: `wait-${waitClass(group)}` },
         h('strong', {}, 'Waiting for '), waitingText(group),
-        group.served ? null : h('span', { class: 'muted' }, ` · start a worker that serves agent ${group.agent}, or cancel the run`),
+        group.served || group.kind !== 'agent' ? null : h('span', { class: 'muted' }, ` · start a worker that serves agent ${group.agent}, or cancel the run`),
         group.steps.length > 1
           ? details(`waiting-${group.agent}-${group.served}`, 'Steps', h('p', { class: 'refs' },
             group.steps.slice(0, 200).map((id, i) => [i ? ' ' : '', h('code', {}, id)]),

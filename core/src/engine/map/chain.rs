@@ -12,7 +12,7 @@ use crate::context::{Context, StepResult};
 use crate::engine::route::{Outcome, Route, route};
 use crate::engine::transition::Builder;
 use crate::engine::{Action, BranchOutcome, StepRecord, StepStatus, TaskId};
-use crate::eval::Scope;
+use crate::eval::{JqSite, Scope};
 use crate::payload::ErrorInfo;
 use crate::workflow::{MapBody, MapStep, StepIndex, StepKind, StepType};
 
@@ -184,7 +184,13 @@ impl Builder {
                     context: &item.context,
                     info: &item.info,
                 };
-                match transform.evaluate(&scope) {
+                let site = JqSite {
+                    step_id: &step.id,
+                    visit,
+                    item: Some(i),
+                    items: false,
+                };
+                match transform.evaluate(&scope, &site) {
                     Ok(data) => self.within_transform_budget(data),
                     Err(error) => Outcome::Failed(error.into()),
                 }

@@ -30,6 +30,7 @@ use super::route::Outcome;
 use super::transition::Builder;
 use super::{Action, BranchOutcome, EngineError, Handed, Pending, TaskId};
 use crate::context::Context;
+use crate::eval::JqSite;
 use crate::handoff::Source;
 use crate::limits::{MAP_MAX_IN_FLIGHT, MAX_MAP_ITEMS};
 use crate::messages::MessageUpdate;
@@ -130,7 +131,13 @@ impl Builder {
         let StepKind::Map(map) = &workflow.step(index).kind else {
             unreachable!("only map steps begin as maps");
         };
-        let items = match items_of(map, snapshot) {
+        let site = JqSite {
+            step_id: &workflow.step(index).id,
+            visit,
+            item: None,
+            items: true,
+        };
+        let items = match items_of(map, snapshot, &site) {
             Ok(items) => items,
             Err(error) => return Some(Outcome::Failed(error.into())),
         };
@@ -352,10 +359,10 @@ pub(super) struct ItemHand<'a> {
 }
 
 /// The items of a map step: an array, of at most [`MAX_MAP_ITEMS`].
-fn items_of(map: &MapStep, snapshot: &Context) -> Result<Vec<Value>, String> {
+fn items_of(map: &MapStep, snapshot: &Context, site: &JqSite<'_>) -> Result<Vec<Value>, String> {
     let items = map
         .items
-        .evaluate(snapshot)
+        .evaluate(snapshot, site)
         .map_err(|error| format!("items \"{}\": {error}", map.items_source))?;
     match items {
         Value::Array(items) if items.len() > MAX_MAP_ITEMS => Err(format!(
