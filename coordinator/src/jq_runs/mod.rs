@@ -121,6 +121,9 @@ fn parsed(result: Result<String, String>) -> Result<(Value, String), String> {
 #[derive(Default)]
 pub struct Aborts {
     running: std::sync::Mutex<std::collections::HashMap<String, Arc<Abort>>>,
+    /// Runs being cancelled: their transitions are stopped as soon as they run jq, until the
+    /// cancel is applied (an answer retried at once must not take the run back first).
+    stopped: std::sync::Mutex<std::collections::HashMap<String, usize>>,
     /// Shutting down: every transition from now on is stopped as soon as it runs jq.
     stopping: std::sync::atomic::AtomicBool,
 }
@@ -135,7 +138,9 @@ impl Aborts {
     /// The abort of a transition of `run_id` about to run (its run is locked: one at a time).
     pub fn begin(&self, run_id: &str) -> Arc<Abort> {
         let abort = Arc::new(Abort::default());
-        if self.stopping.load(std::sync::atomic::Ordering::SeqCst) {
+        if self.stopping.load(std::sync::atomic::Ordering::SeqCst)
+            || self.stopped().contains_key(run_id)
+        {
             abort.abort();
         }
         self.running().insert(run_id.to_owned(), abort.clone());
@@ -155,11 +160,23 @@ impl Aborts {
         self.running().contains_key(run_id)
     }
 
-    /// Stops the jq program `run_id`'s transition in progress runs, if any.
-    pub fn abort(&self, run_id: &str) {
+    /// Stops the jq program `run_id`'s transition in progress runs, if any, and those of its
+    /// transitions until the returned guard is dropped (the cancel applied).
+    pub fn stop(&self, run_id: &str) -> Stopped<'_> {
+        *self.stopped().entry(run_id.to_owned()).or_default() += 1;
         if let Some(abort) = self.running().get(run_id) {
             abort.abort();
         }
+        Stopped {
+            aborts: self,
+            run_id: run_id.to_owned(),
+        }
+    }
+
+    fn stopped(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, usize>> {
+        self.stopped
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// Stops every transition's jq program, now and from now on.
@@ -168,6 +185,24 @@ impl Aborts {
             .store(true, std::sync::atomic::Ordering::SeqCst);
         for abort in self.running().values() {
             abort.abort();
+        }
+    }
+}
+
+/// A run's transitions are stopped as soon as they run jq, while this lives.
+pub struct Stopped<'a> {
+    aborts: &'a Aborts,
+    run_id: String,
+}
+
+impl Drop for Stopped<'_> {
+    fn drop(&mut self) {
+        let mut stopped = self.aborts.stopped();
+        if let Some(count) = stopped.get_mut(&self.run_id) {
+            *count -= 1;
+            if *count == 0 {
+                stopped.remove(&self.run_id);
+            }
         }
     }
 }

@@ -160,8 +160,12 @@ impl<S: Store> Coordinator<S> {
         }
         let applied = applied.map(|_| ());
         let assignments = match &applied {
-            // Not recorded: the task goes back to the queue rather than being lost.
-            Err(Error::Store(store::Error::Unavailable(_))) => hub.requeue(worker_id, run_id, &key),
+            // Not recorded: the task goes back to the queue rather than being lost. (A
+            // transition stopped mid-computation, by a cancel or a shutdown, is not recorded
+            // either.)
+            Err(Error::Store(store::Error::Unavailable(_)) | Error::ComputationStopped { .. }) => {
+                hub.requeue(worker_id, run_id, &key)
+            }
             // Recorded, or refused (a stale answer): either way this worker is done with it.
             _ => hub.finish(worker_id, run_id, &key).unwrap_or_default(),
         };

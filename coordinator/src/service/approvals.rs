@@ -43,8 +43,9 @@ impl<S: Store> Coordinator<S> {
             reason: reason.to_owned(),
         };
         // A jq program the run is running here stops now, its transition dropped, so that the
-        // cancel does not wait for it (the run is locked while it runs).
-        self.inner.aborts.abort(run_id);
+        // cancel does not wait for it (the run is locked while it runs); so does any other
+        // transition of the run that would run jq before the cancel is applied.
+        let _stopped = self.inner.aborts.stop(run_id);
         let record = self.apply(run_id, event, None, true, None).await?;
         Ok(record.expect("asked for"))
     }
