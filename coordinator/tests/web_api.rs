@@ -829,11 +829,19 @@ async fn a_bad_parameter_or_body_is_refused_as_json_naming_it() {
     assert_eq!(status, 405, "{wrong}");
     assert_eq!(wrong["error"], "/api/runs does not take POST");
     // A run the store does not have is the coordinator's own 404, unchanged.
-    let (status, missing) = ui.get("/api/runs/no-such-run", None).await;
+    let id = "0191d2a4-7b1c-7def-8abc-0123456789ab";
+    let (status, missing) = ui.get(&format!("/api/runs/{id}"), None).await;
     assert_eq!(status, 404, "{missing}");
+    assert!(missing["error"].as_str().unwrap().contains(id), "{missing}");
+    // What cannot be a run id is refused as such, never looked for.
+    let (status, malformed) = ui.get("/api/runs/no-such-run", None).await;
+    assert_eq!(status, 400, "{malformed}");
     assert!(
-        missing["error"].as_str().unwrap().contains("no-such-run"),
-        "{missing}"
+        malformed["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("run id: \"no-such-run\" is not a run id"),
+        "{malformed}"
     );
 }
 

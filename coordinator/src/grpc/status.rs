@@ -16,13 +16,14 @@ impl From<Error> for Status {
             | Error::Digest(_)
             | Error::NoHello
             | Error::UnknownRunStatus { .. }
-            | Error::MalformedPageToken { .. } => Code::InvalidArgument,
+            | Error::MalformedPageToken { .. }
+            | Error::InvalidField { .. } => Code::InvalidArgument,
             Error::RunNotFound(_) | Error::StepNotFound { .. } => Code::NotFound,
             Error::NotAwaitingApproval { .. }
             | Error::RunFinished { .. }
             | Error::NotRetryable { .. }
             | Error::Protocol { .. } => Code::FailedPrecondition,
-            Error::TaskNotHeld { .. } => Code::PermissionDenied,
+            Error::TaskNotHeld { .. } | Error::NotOwner { .. } => Code::PermissionDenied,
             Error::Superseded { .. } | Error::Store(store::Error::Fenced { .. }) => {
                 Code::FailedPrecondition
             }
