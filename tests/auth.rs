@@ -1,8 +1,16 @@
 //! Principals and roles at the gRPC surface: every RPC against every role, workers limited to
-//! their agents, who did what recorded as the principal, limits, and the tokens file reloaded.
+//! their agents, who did what recorded as the principal, limits, and the tokens file reloaded;
+//! and whose runs a principal may change: its own, or anyone's as an operator, over gRPC and
+//! the web API alike.
 //!
 //! The coordinator runs in this process (memory store, gRPC on loopback) with a tokens file,
 //! exactly as `baton coordinator --auth-tokens FILE` serves; clients are real gRPC clients.
+//! Who owns a run is checked against the real `baton coordinator` process, on both its ports.
+
+#[path = "support/cluster.rs"]
+mod harness;
+#[path = "support/spec.rs"]
+mod spec;
 
 use std::path::Path;
 use std::time::Duration;
@@ -16,7 +24,7 @@ use baton_proto::v1::run_service_client::RunServiceClient;
 use baton_proto::v1::worker_service_client::WorkerServiceClient;
 use baton_proto::v1::{
     CancelRunRequest, DecideApprovalRequest, GetRunRequest, GetStatsRequest, ListRunsRequest,
-    QueryDecisionsRequest, SubmitRunRequest, VerifyRunRequest, WatchRunRequest,
+    QueryDecisionsRequest, RetryRunRequest, SubmitRunRequest, VerifyRunRequest, WatchRunRequest,
     WorkerQueryDecisionsRequest,
 };
 use baton_worker::Worker;
@@ -35,6 +43,7 @@ fn tokens_file(extra: &str) -> String {
         ("reader", "\"read\"", ""),
         ("submitter", "\"submit\"", ""),
         ("approver", "\"approve\", \"read\"", ""),
+        ("operator", "\"operate\"", ""),
         ("pool", "\"worker\"", "agents = [\"planner\"]\n"),
         ("root", "\"admin\"", ""),
         ("slow", "\"submit\"", "submits_per_second = 0.01\n"),
@@ -105,7 +114,8 @@ fn submit_request(workflow: &Value) -> SubmitRunRequest {
 async fn call(url: &str, token: Option<&str>, rpc: &str) -> Code {
     let mut client = runs(url, token).await;
     let mut worker = WorkerServiceClient::new(connection(url, token).await);
-    let missing = "no-such-run".to_owned();
+    // Well formed, so that a call the gate lets through reaches the service (and is not found).
+    let missing = "0191d2a4-7b1c-7def-8abc-0123456789ab".to_owned();
     let code = |result: Result<(), tonic::Status>| result.err().map_or(Code::Ok, |s| s.code());
     match rpc {
         "SubmitRun" => code(
@@ -143,6 +153,12 @@ async fn call(url: &str, token: Option<&str>, rpc: &str) -> Code {
                     run_id: missing,
                     reason: String::new(),
                 })
+                .await
+                .map(drop),
+        ),
+        "RetryRun" => code(
+            client
+                .retry_run(RetryRunRequest { run_id: missing })
                 .await
                 .map(drop),
         ),
@@ -190,18 +206,21 @@ async fn call(url: &str, token: Option<&str>, rpc: &str) -> Code {
     }
 }
 
-const RPCS: [(&str, &str); 11] = [
-    ("SubmitRun", "submit"),
-    ("GetRun", "read"),
-    ("ListRuns", "read"),
-    ("WatchRun", "read"),
-    ("CancelRun", "submit"),
-    ("DecideApproval", "approve"),
-    ("GetStats", "read"),
-    ("QueryDecisions", "read"),
-    ("VerifyRun", "read"),
-    ("TaskStream", "worker"),
-    ("WorkerQueryDecisions", "worker"),
+/// Each RPC and the roles that let a principal call it (CancelRun and RetryRun: of its own runs
+/// with `submit`, of anyone's with `operate`; the service checks whose the run is).
+const RPCS: [(&str, &[&str]); 12] = [
+    ("SubmitRun", &["submit"]),
+    ("GetRun", &["read"]),
+    ("ListRuns", &["read"]),
+    ("WatchRun", &["read"]),
+    ("CancelRun", &["submit", "operate"]),
+    ("RetryRun", &["submit", "operate"]),
+    ("DecideApproval", &["approve"]),
+    ("GetStats", &["read"]),
+    ("QueryDecisions", &["read"]),
+    ("VerifyRun", &["read"]),
+    ("TaskStream", &["worker"]),
+    ("WorkerQueryDecisions", &["worker"]),
 ];
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -212,17 +231,25 @@ async fn every_rpc_answers_each_role_as_the_table_says() {
             "reader" => &["read"],
             "submitter" => &["submit"],
             "approver" => &["approve", "read"],
+            "operator" => &["operate"],
             "pool" => &["worker"],
-            "root" => &["read", "submit", "approve", "worker"],
+            "root" => &["read", "submit", "approve", "operate", "worker"],
             _ => unreachable!(),
         }
     };
     let mut checked = 0;
-    for (rpc, role) in RPCS {
-        for principal in ["reader", "submitter", "approver", "pool", "root"] {
+    for (rpc, roles) in RPCS {
+        for principal in [
+            "reader",
+            "submitter",
+            "approver",
+            "operator",
+            "pool",
+            "root",
+        ] {
             let token = format!("{principal}-token");
             let code = call(&server.url, Some(&token), rpc).await;
-            if roles_of(principal).contains(&role) {
+            if roles.iter().any(|role| roles_of(principal).contains(role)) {
                 assert!(
                     !matches!(code, Code::PermissionDenied | Code::Unauthenticated),
                     "{principal} may call {rpc}, got {code:?}"
@@ -243,7 +270,7 @@ async fn every_rpc_answers_each_role_as_the_table_says() {
             "{rpc} with an unknown token"
         );
     }
-    assert_eq!(checked, 55);
+    assert_eq!(checked, 72);
 
     // The refusal names the role that is missing.
     let refused = runs(&server.url, Some("reader-token"))
@@ -254,6 +281,15 @@ async fn every_rpc_answers_each_role_as_the_table_says() {
     assert_eq!(
         refused.message(),
         "principal `reader` may not call DecideApproval: that needs the `approve` role, and it has `read`"
+    );
+    let refused = runs(&server.url, Some("approver-token"))
+        .await
+        .retry_run(RetryRunRequest::default())
+        .await
+        .unwrap_err();
+    assert_eq!(
+        refused.message(),
+        "principal `approver` may not call RetryRun: that needs the `submit` or `operate` role, and it has `read`, `approve`"
     );
     // Health checking stays open for probes.
     let channel = tonic::transport::Endpoint::from_shared(server.url.clone())
@@ -483,4 +519,341 @@ fn rewrite(path: &Path, text: &str) {
     let next = path.with_extension("next");
     std::fs::write(&next, text).unwrap();
     std::fs::rename(&next, path).unwrap();
+}
+
+/// A `baton coordinator --memory --auth-tokens FILE` process, on a gRPC port and an HTTP port
+/// (web UI and API) of its own; killed on drop.
+struct Secured {
+    child: std::process::Child,
+    grpc: String,
+    http: String,
+    log: std::path::PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Secured {
+    async fn start(tokens: &str) -> Secured {
+        // reqwest is built without a TLS provider of its own; plain HTTP needs one all the same.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("tokens.toml");
+        std::fs::write(&file, tokens).unwrap();
+        let log = dir.path().join("coordinator.log");
+        let (grpc_port, http_port) = (harness::free_port(), harness::free_port());
+        let child = harness::baton()
+            .args(["coordinator", "--memory", "--listen"])
+            .arg(format!("127.0.0.1:{grpc_port}"))
+            .arg("--metrics-listen")
+            .arg(format!("127.0.0.1:{http_port}"))
+            .arg("--auth-tokens")
+            .arg(&file)
+            .stdout(std::fs::File::create(&log).unwrap())
+            .stderr(std::fs::File::create(dir.path().join("stderr.log")).unwrap())
+            .spawn()
+            .expect("start baton coordinator");
+        let mut secured = Secured {
+            child,
+            grpc: format!("http://127.0.0.1:{grpc_port}"),
+            http: format!("http://127.0.0.1:{http_port}"),
+            log,
+            _dir: dir,
+        };
+        let deadline = tokio::time::Instant::now() + harness::DEADLINE;
+        let http = reqwest::Client::new();
+        loop {
+            if let Some(status) = secured.child.try_wait().unwrap() {
+                panic!("the coordinator exited with {status}:\n{}", secured.logs());
+            }
+            let ready = http.get(format!("{}/readyz", secured.http)).send().await;
+            if ready.is_ok_and(|response| response.status().is_success())
+                && std::net::TcpStream::connect(("127.0.0.1", grpc_port)).is_ok()
+            {
+                return secured;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the coordinator never got ready:\n{}",
+                secured.logs()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    fn logs(&self) -> String {
+        let stderr = self.log.with_file_name("stderr.log");
+        format!(
+            "{}{}",
+            std::fs::read_to_string(&self.log).unwrap_or_default(),
+            std::fs::read_to_string(stderr).unwrap_or_default()
+        )
+    }
+
+    /// `POST /api/<path>` with a JSON body as the holder of `token`, as the run's page sends
+    /// it: the status and the JSON answer.
+    async fn post(&self, path: &str, body: Value, token: &str) -> (u16, Value) {
+        let response = reqwest::Client::new()
+            .post(format!("{}/api/{path}", self.http))
+            .bearer_auth(token)
+            .header("content-type", "application/json")
+            .body(body.to_string())
+            .send()
+            .await
+            .unwrap();
+        let status = response.status().as_u16();
+        (status, response.json().await.unwrap())
+    }
+}
+
+impl Drop for Secured {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if std::thread::panicking() {
+            eprintln!("the coordinator's log:\n{}", self.logs());
+        }
+    }
+}
+
+/// Two submitters, an operator, an admin: each may read.
+fn owners_tokens() -> String {
+    [
+        ("alice", "\"submit\", \"read\""),
+        ("bob", "\"submit\", \"read\""),
+        ("ops", "\"operate\", \"read\""),
+        ("root", "\"admin\""),
+    ]
+    .iter()
+    .map(|(name, roles)| {
+        format!(
+            "[principals.{name}]\ntoken_sha256 = \"{}\"\nroles = [{roles}]\n\n",
+            sha(&format!("{name}-token"))
+        )
+    })
+    .collect()
+}
+
+async fn submit_as(url: &str, token: &str, workflow: &Value) -> String {
+    runs(url, Some(token))
+        .await
+        .submit_run(submit_request(workflow))
+        .await
+        .unwrap()
+        .into_inner()
+        .run_id
+}
+
+async fn status_of(url: &str, run_id: &str) -> String {
+    runs(url, Some("root-token"))
+        .await
+        .get_run(GetRunRequest {
+            run_id: run_id.into(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .status
+}
+
+fn not_owner(principal: &str, change: &str, run_id: &str) -> String {
+    format!(
+        "principal `{principal}` may not {change} run {run_id}: it belongs to `alice`, who \
+         submitted it; changing another principal's run needs the `operate` role (or `admin`)"
+    )
+}
+
+/// The attack: any principal with `submit` cancelled (and retried) anyone's run. Now `bob`
+/// is refused on alice's runs over gRPC and the web API, naming himself, the owner and the
+/// role that would do, and the run is untouched; alice, an operator and an admin may.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bob_may_not_cancel_or_retry_alices_run_an_operator_or_admin_may() {
+    let server = Secured::start(&owners_tokens()).await;
+    let url = server.grpc.as_str();
+    let waits = json!({"id": "waits", "steps": [
+        {"id": "gate", "type": "approval", "message": "go?"}
+    ]});
+    // A path into a string: the step fails, and so does the run.
+    let fails = json!({"id": "fails", "steps": [
+        {"id": "t", "type": "transform", "transform": "input.no.such.field"}
+    ]});
+
+    // Cancel, over gRPC.
+    let first = submit_as(url, "alice-token", &waits).await;
+    let refused = runs(url, Some("bob-token"))
+        .await
+        .cancel_run(CancelRunRequest {
+            run_id: first.clone(),
+            reason: "mine now".into(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), Code::PermissionDenied);
+    assert_eq!(refused.message(), not_owner("bob", "cancel", &first));
+    assert_eq!(status_of(url, &first).await, "running");
+    // Over the web API, as the run's page sends it.
+    let (status, body) = server
+        .post(
+            &format!("runs/{first}/cancel"),
+            json!({"reason": "mine now"}),
+            "bob-token",
+        )
+        .await;
+    assert_eq!(status, 403, "{body}");
+    assert_eq!(body["error"], not_owner("bob", "cancel", &first));
+    assert_eq!(status_of(url, &first).await, "running");
+    // An operator may, over gRPC; the run records who.
+    let cancelled = runs(url, Some("ops-token"))
+        .await
+        .cancel_run(CancelRunRequest {
+            run_id: first.clone(),
+            reason: "stuck".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(cancelled.status, "cancelled");
+    assert_eq!(cancelled.error, "cancelled by `ops`: stuck");
+    // An admin may, over the web API; and the owner may.
+    let second = submit_as(url, "alice-token", &waits).await;
+    let (status, body) = server
+        .post(&format!("runs/{second}/cancel"), json!({}), "root-token")
+        .await;
+    assert_eq!(
+        (status, &body["status"]),
+        (200, &json!("cancelled")),
+        "{body}"
+    );
+    let third = submit_as(url, "alice-token", &waits).await;
+    let (status, body) = server
+        .post(&format!("runs/{third}/cancel"), json!({}), "alice-token")
+        .await;
+    assert_eq!(
+        (status, &body["error"]),
+        (200, &json!("cancelled by `alice`")),
+        "{body}"
+    );
+
+    // Retry, over gRPC and the web API.
+    let failed = submit_as(url, "alice-token", &fails).await;
+    wait_for_status(url, "root-token", &failed, "failed").await;
+    let refused = runs(url, Some("bob-token"))
+        .await
+        .retry_run(RetryRunRequest {
+            run_id: failed.clone(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), Code::PermissionDenied);
+    assert_eq!(refused.message(), not_owner("bob", "retry", &failed));
+    let (status, body) = server
+        .post(&format!("runs/{failed}/retry"), json!({}), "bob-token")
+        .await;
+    assert_eq!(status, 403, "{body}");
+    assert_eq!(body["error"], not_owner("bob", "retry", &failed));
+    assert_eq!(
+        status_of(url, &failed).await,
+        "failed",
+        "bob's retry changed nothing"
+    );
+    // The owner may over gRPC, an operator over the web API: each is a redrive (the step
+    // fails again, as a new visit).
+    runs(url, Some("alice-token"))
+        .await
+        .retry_run(RetryRunRequest {
+            run_id: failed.clone(),
+        })
+        .await
+        .unwrap();
+    let record = wait_for_status(url, "root-token", &failed, "failed").await;
+    assert_eq!(record.steps[0].visits, 2, "{record:?}");
+    let (status, body) = server
+        .post(&format!("runs/{failed}/retry"), json!({}), "ops-token")
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let record = wait_for_status(url, "root-token", &failed, "failed").await;
+    assert_eq!(record.steps[0].visits, 3, "{record:?}");
+}
+
+/// A reason or comment is kept with the run for good: a 10 MiB one made every read of the run
+/// carry it. Refused, naming the field and the limit, and the run is untouched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ten_mebibyte_cancel_reason_or_comment_is_refused_naming_the_field_and_the_limit() {
+    let server = server().await;
+    let waits = json!({"steps": [{"id": "gate", "type": "approval", "message": "go?"}]});
+    let run_id = submit_as(&server.url, "root-token", &waits).await;
+    let mut client = runs(&server.url, Some("root-token")).await;
+    let huge = "x".repeat(10 << 20);
+    let refused = client
+        .cancel_run(CancelRunRequest {
+            run_id: run_id.clone(),
+            reason: huge.clone(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), Code::InvalidArgument);
+    assert_eq!(
+        refused.message(),
+        "reason is 10485760 bytes; the limit is 4096"
+    );
+    let refused = client
+        .decide_approval(DecideApprovalRequest {
+            run_id: run_id.clone(),
+            step_id: "gate".into(),
+            approved: true,
+            comment: huge,
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), Code::InvalidArgument);
+    assert_eq!(
+        refused.message(),
+        "comment is 10485760 bytes; the limit is 16384"
+    );
+    let record = wait_for_status(&server.url, "root-token", &run_id, "running").await;
+    assert!(record.error.is_empty(), "{record:?}");
+}
+
+/// Ids a client names reach the store's keys only as ids could be: a run id that is no UUID,
+/// a workflow filter with a brace or an escape, are refused as invalid arguments, and a
+/// well-formed id of no run is not found.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ids_and_filters_that_could_name_nothing_are_invalid_arguments() {
+    let server = server().await;
+    let mut client = runs(&server.url, Some("root-token")).await;
+    let refused = client
+        .get_run(GetRunRequest {
+            run_id: "{x}".into(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), Code::InvalidArgument);
+    assert!(
+        refused
+            .message()
+            .starts_with("run_id: \"{x}\" is not a run id"),
+        "{}",
+        refused.message()
+    );
+    let missing = client
+        .get_run(GetRunRequest {
+            run_id: "0191d2a4-7b1c-7def-8abc-0123456789ab".into(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(missing.code(), Code::NotFound);
+    let refused = client
+        .list_runs(ListRunsRequest {
+            workflow_id: "x}:runs\u{1b}[2J".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), Code::InvalidArgument);
+    assert!(
+        refused
+            .message()
+            .starts_with("workflow_id: a workflow id \"x}:runs\\u{1b}[2J\" holds an unprintable"),
+        "{}",
+        refused.message()
+    );
 }

@@ -1,6 +1,12 @@
-//! `baton validate`, run as a user runs it.
+//! `baton validate`, run as a user runs it; and what `baton submit` and a coordinator refuse
+//! of a workflow, an input or an agent's result that `validate` would refuse too.
 
 mod support;
+
+#[path = "support/cluster.rs"]
+mod harness;
+#[path = "support/spec.rs"]
+mod spec;
 
 use std::fs;
 
@@ -101,4 +107,125 @@ fn a_missing_file_is_an_error_not_a_crash() {
         .unwrap();
     assert_eq!(output.status.code(), Some(1));
     assert!(stdout(&output).contains("cannot read the file"));
+}
+
+/// A workflow file with workflow id `id` (written JSON-escaped, as an editor would save it).
+fn workflow_with_id(dir: &std::path::Path, id: &str) -> std::path::PathBuf {
+    let file = dir.join("workflow.json");
+    let document = serde_json::json!({
+        "id": id,
+        "steps": [{"id": "t", "type": "transform", "transform": "input"}]
+    });
+    fs::write(&file, document.to_string()).unwrap();
+    file
+}
+
+/// The attack: a workflow id holding an escape sequence cleared the terminal of whoever ran
+/// `baton runs list`. `validate` refuses it at `$.id`, and prints it escaped, never raw.
+#[test]
+fn a_workflow_id_holding_an_ansi_escape_is_refused_at_its_path_and_printed_escaped() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = workflow_with_id(dir.path(), "\u{1b}[2J\u{1b}[1;31mpayments");
+    let output = baton().arg("validate").arg(&file).output().unwrap();
+    let out = stdout(&output);
+    assert_eq!(output.status.code(), Some(1), "{out}");
+    assert!(
+        out.contains(
+            "error: $.id: workflow id \"\\u{1b}[2J\\u{1b}[1;31mpayments\" holds an unprintable \
+             character (U+001B) at byte 0"
+        ),
+        "{out}"
+    );
+    assert!(
+        !out.contains('\u{1b}'),
+        "the escape reached the terminal: {out:?}"
+    );
+}
+
+/// `baton submit` of a workflow whose id holds braces (which would pick the Redis Cluster slot
+/// of its run index) is refused by the coordinator naming `$.id`, as `validate` refuses it; so
+/// is an input with an integer beyond 64 bits, naming its path, rather than rounded on the way.
+#[tokio::test]
+async fn submit_refuses_braces_in_the_id_and_big_integers_in_the_input_naming_their_paths() {
+    let cluster = harness::Cluster::start_memory().await;
+    let dir = tempfile::tempdir().unwrap();
+    let braces = workflow_with_id(dir.path(), "{payments}");
+    let submit = |file: &std::path::Path, input: &str| {
+        let mut command = harness::baton();
+        command
+            .arg("submit")
+            .arg(file)
+            .args(["--coordinator", cluster.url(), "--input", input]);
+        harness::output(&mut command, None)
+    };
+    let refused = submit(&braces, "null");
+    let err = support::stderr(&refused);
+    assert!(!refused.status.success(), "{err}");
+    assert!(
+        err.contains("error: $.id: workflow id \"{payments}\" holds a brace at byte 0"),
+        "{err}"
+    );
+    let validated = baton().arg("validate").arg(&braces).output().unwrap();
+    assert!(stdout(&validated).contains("error: $.id: workflow id \"{payments}\" holds a brace"));
+
+    let fine = workflow_with_id(dir.path(), "payments");
+    let refused = submit(
+        &fine,
+        r#"{"order": {"id": 123456789012345678901234567890}}"#,
+    );
+    let err = support::stderr(&refused);
+    assert!(!refused.status.success(), "{err}");
+    assert!(
+        err.contains(
+            "the input at $.order.id: integer 123456789012345678901234567890 is beyond 64 bits"
+        ) && err.contains("write it as a string"),
+        "{err}"
+    );
+    // What fits goes through, written as it was.
+    let accepted = submit(&fine, r#"{"order": {"id": 18446744073709551615}}"#);
+    assert!(accepted.status.success(), "{}", support::stderr(&accepted));
+}
+
+/// An agent that prints an integer beyond 64 bits fails its step naming where, instead of
+/// handing the next step a rounded float.
+#[tokio::test]
+async fn an_agent_returning_an_integer_beyond_64_bits_fails_its_step_naming_the_path() {
+    let mut cluster = harness::Cluster::start_memory().await;
+    let agents = cluster.dir().join("agents.toml");
+    fs::write(
+        &agents,
+        r#"[agents.ledger]
+kind = "command"
+command = ["sh", "-c", "cat > /dev/null; echo '{\"balance\": {\"cents\": 123456789012345678901234567890}}'"]
+"#,
+    )
+    .unwrap();
+    cluster.start_worker("w1", &agents, 1);
+    cluster.wait_for_workers(&["w1"]).await;
+    let file = cluster.dir().join("workflow.json");
+    fs::write(
+        &file,
+        r#"{"id": "ledger", "steps": [{"id": "read", "type": "agent", "agent": "ledger"}]}"#,
+    )
+    .unwrap();
+    let mut command = harness::baton();
+    command
+        .arg("submit")
+        .arg(&file)
+        .args(["--coordinator", cluster.url(), "--json"]);
+    let finished = harness::output(&mut command, None);
+    let record: serde_json::Value = serde_json::from_str(&stdout(&finished))
+        .unwrap_or_else(|e| panic!("{e}: {}", support::stderr(&finished)));
+    assert_eq!(record["status"], "failed", "{record}");
+    let error = record["steps"][0]["error"].as_str().unwrap();
+    assert!(
+        error.contains(
+            "stdout at $.balance.cents: integer 123456789012345678901234567890 is beyond 64 bits"
+        ),
+        "{error}"
+    );
+    assert!(
+        !record.to_string().contains("1.2345678901234568e29"),
+        "the rounded number went on: {record}"
+    );
 }

@@ -103,11 +103,11 @@ pub struct SubmitArgs {
 pub async fn submit(args: SubmitArgs) -> anyhow::Result<ExitCode> {
     let workflow = std::fs::read(&args.workflow)
         .with_context(|| format!("cannot read {}", args.workflow.display()))?;
-    let input = crate::input::parse(&args.input);
+    let input = crate::input::json(&args.input);
     let mut client = connect(&args.target).await?;
     let mut request = tonic::Request::new(SubmitRunRequest {
         workflow,
-        input: Some(Json::new(serde_json::to_vec(&input)?)),
+        input: Some(Json::new(input)),
         idempotency_key: args.idempotency_key.clone().unwrap_or_default(),
     });
     let span = crate::telemetry::ClientSpan::start("baton submit").await?;

@@ -67,7 +67,7 @@ async fn run_locally(args: Args, traces: bool) -> anyhow::Result<ExitCode> {
     let workflow = std::fs::read(&args.workflow)
         .with_context(|| format!("cannot read {}", args.workflow.display()))?;
     let agents = AgentsFile::load(&args.agents)?;
-    let input = crate::input::parse(&args.input);
+    let input = crate::input::json(&args.input);
 
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let url = format!("http://{}", listener.local_addr()?);
@@ -148,7 +148,7 @@ async fn run_locally(args: Args, traces: bool) -> anyhow::Result<ExitCode> {
     let run_id = client
         .submit_run(SubmitRunRequest {
             workflow,
-            input: Some(Json::new(serde_json::to_vec(&input)?)),
+            input: Some(Json::new(input)),
             idempotency_key: String::new(),
         })
         .await

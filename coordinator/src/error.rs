@@ -42,6 +42,28 @@ pub enum Error {
     /// A continuation that was taken up already (by this coordinator, or another).
     #[error("run {run_id} is not waiting to go on with a computation")]
     NotContinuing { run_id: String },
+    /// A principal asked to change a run that is not its own, without the role to change any
+    /// (`service::ownership`).
+    #[error(
+        "principal `{principal}` may not {change} run {run_id}: {}; changing another principal's run needs the `operate` role (or `admin`)",
+        if owner.is_empty() {
+            "it was submitted without authentication and belongs to no principal".to_owned()
+        } else {
+            format!("it belongs to `{owner}`, who submitted it")
+        }
+    )]
+    NotOwner {
+        principal: String,
+        owner: String,
+        run_id: String,
+        change: &'static str,
+    },
+    /// A field of a request that cannot be what it names; `problem` says why.
+    #[error("{field}: {problem}")]
+    InvalidField {
+        field: &'static str,
+        problem: String,
+    },
     #[error("worker {worker_id} does not hold task {task_id}")]
     TaskNotHeld { worker_id: String, task_id: String },
     /// A late answer: the attempt it answers was superseded (its lease ran out and the task

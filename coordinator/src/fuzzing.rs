@@ -366,8 +366,9 @@ pub fn worker_query(data: &[u8]) {
 ///
 /// Invariants: an accepted submission keeps its workflow and input bytes, the input read is
 /// the JSON sent, within the depth; a valid workflow validates the same again; a decision
-/// query names exactly one scope; a traceparent that reads writes back to one that reads the
-/// same.
+/// query names exactly one scope; an accepted decision or cancel reason is within its limits
+/// and names the caller; a run id accepted is a UUID's 36 characters; a traceparent that reads
+/// writes back to one that reads the same.
 pub fn client_request(data: &[u8]) {
     let Some((&kind, rest)) = data.split_first() else {
         return;
@@ -393,14 +394,33 @@ pub fn client_request(data: &[u8]) {
             let Ok(request) = v1::DecideApprovalRequest::decode(rest) else {
                 return;
             };
-            let decision = requests::decision(&request, Some("fuzzer"));
-            assert_eq!(decision.approved, request.approved);
+            let _ = requests::run_id("run_id", &request.run_id);
+            let _ = requests::step_id("step_id", &request.step_id, config);
+            match requests::decision(&request, Some("fuzzer"), config) {
+                Ok(decision) => {
+                    assert_eq!(decision.approved, request.approved);
+                    assert!(request.comment.len() <= config.max_comment_bytes);
+                    assert!(request.approver.len() <= config.limits.max_id_len);
+                    assert_eq!(decision.approver.as_deref(), Some("fuzzer"));
+                }
+                Err(error) => refused(error),
+            }
         }
         3 => {
             let Ok(request) = v1::CancelRunRequest::decode(rest) else {
                 return;
             };
-            let _ = requests::cancel_reason(&request.reason, Some("fuzzer"));
+            match requests::run_id("run_id", &request.run_id) {
+                Ok(run_id) => assert_eq!(run_id.len(), 36),
+                Err(error) => refused(error),
+            }
+            match requests::cancel_reason(&request.reason, Some("fuzzer"), config) {
+                Ok(reason) => {
+                    assert!(request.reason.len() <= config.max_reason_bytes);
+                    assert!(reason.starts_with("cancelled by `fuzzer`"));
+                }
+                Err(error) => refused(error),
+            }
         }
         _ => {
             let header = String::from_utf8_lossy(rest);

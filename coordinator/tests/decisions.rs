@@ -625,9 +625,23 @@ async fn bad_queries_are_refused_naming_the_field() {
         .await
         .expect("100 is allowed");
 
-    let unknown = refused(query_run("no-such-run", "theme", 5)).await;
+    // A well-formed id of no run is not found; what cannot be a run id is not looked for.
+    let missing = "0191d2a4-7b1c-7def-8abc-0123456789ab";
+    let unknown = refused(query_run(missing, "theme", 5)).await;
     assert_eq!(unknown.code(), tonic::Code::NotFound, "{unknown:?}");
-    assert!(unknown.message().contains("no-such-run"), "{unknown:?}");
+    assert!(unknown.message().contains(missing), "{unknown:?}");
+    let malformed = refused(query_run("no-such-run", "theme", 5)).await;
+    assert_eq!(
+        malformed.code(),
+        tonic::Code::InvalidArgument,
+        "{malformed:?}"
+    );
+    assert!(
+        malformed
+            .message()
+            .starts_with("run_id: \"no-such-run\" is not a run id"),
+        "{malformed:?}"
+    );
 }
 
 #[tokio::test]

@@ -457,7 +457,7 @@ async fn a_cancelled_run_leaves_no_timer_behind() {
     ]})
     .to_string();
     let run_id = submit(&coordinator, &workflow).await;
-    coordinator.cancel(&run_id, "no").await.unwrap();
+    coordinator.cancel(&run_id, "no", None).await.unwrap();
     assert!(store.due_tasks("", i64::MAX, 10).await.unwrap().is_empty());
 }
 

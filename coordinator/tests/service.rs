@@ -376,7 +376,7 @@ async fn cancel_drops_queued_tasks_and_ends_the_run() {
     let coordinator = Coordinator::new(MemoryStore::new(), Config::default());
     let run_id = start(&coordinator, "toggle").await;
     let record = coordinator
-        .cancel(&run_id, "changed my mind")
+        .cancel(&run_id, "changed my mind", None)
         .await
         .unwrap();
     assert_eq!(
@@ -388,7 +388,10 @@ async fn cancel_drops_queued_tasks_and_ends_the_run() {
         worker.try_recv().is_err(),
         "the cancelled run's task is not sent"
     );
-    let again = coordinator.cancel(&run_id, "twice").await.unwrap_err();
+    let again = coordinator
+        .cancel(&run_id, "twice", None)
+        .await
+        .unwrap_err();
     assert_eq!(
         tonic::Status::from(again).code(),
         tonic::Code::FailedPrecondition
@@ -439,7 +442,7 @@ async fn cancelling_frees_the_slot_for_a_task_of_another_run() {
     assert_eq!(first_task.run_id, first);
     assert!(stream.try_recv().is_err(), "one slot: the second run waits");
     coordinator
-        .cancel(&first, "no longer needed")
+        .cancel(&first, "no longer needed", None)
         .await
         .unwrap();
     // The worker is told to stop the cancelled run's task, then gets the waiting one.

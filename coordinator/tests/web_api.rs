@@ -819,6 +819,56 @@ async fn a_bad_parameter_or_body_is_refused_as_json_naming_it() {
         too_big["error"].as_str().unwrap().contains("65536 bytes"),
         "{too_big}"
     );
+    // Within the body's limit, the fields are held to gRPC's: a reason, a comment, a filter.
+    let (status, long) = ui
+        .post(
+            &format!("/api/runs/{run_id}/cancel"),
+            json!({"reason": "x".repeat(5000)}),
+            None,
+        )
+        .await;
+    assert_eq!(status, 400, "{long}");
+    assert_eq!(long["error"], "reason is 5000 bytes; the limit is 4096");
+    let (status, comment) = ui
+        .post(
+            &path,
+            json!({"approved": true, "comment": "ok\u{1b}[2J"}),
+            None,
+        )
+        .await;
+    assert_eq!(status, 400, "{comment}");
+    assert!(
+        comment["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("comment: holds an unprintable character (U+001B) at byte 2"),
+        "{comment}"
+    );
+    let (status, filter) = ui.get("/api/runs?workflow=%7Bx%7D", None).await;
+    assert_eq!(status, 400, "{filter}");
+    assert!(
+        filter["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("workflow: a workflow id \"{x}\" holds a brace"),
+        "{filter}"
+    );
+    let (status, step) = ui
+        .get(&format!("/api/runs/{run_id}/steps/%7Bplan%7D"), None)
+        .await;
+    assert_eq!(status, 400, "{step}");
+    assert!(
+        step["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("step id: a step id"),
+        "{step}"
+    );
+    assert_eq!(
+        ui.get(&format!("/api/runs/{run_id}"), None).await.1["status"],
+        "running",
+        "nothing refused changed the run"
+    );
 
     // A path the API does not have, or a method a path does not take: JSON too.
     let (status, nowhere) = ui.get("/api/rnus", None).await;
@@ -829,11 +879,19 @@ async fn a_bad_parameter_or_body_is_refused_as_json_naming_it() {
     assert_eq!(status, 405, "{wrong}");
     assert_eq!(wrong["error"], "/api/runs does not take POST");
     // A run the store does not have is the coordinator's own 404, unchanged.
-    let (status, missing) = ui.get("/api/runs/no-such-run", None).await;
+    let id = "0191d2a4-7b1c-7def-8abc-0123456789ab";
+    let (status, missing) = ui.get(&format!("/api/runs/{id}"), None).await;
     assert_eq!(status, 404, "{missing}");
+    assert!(missing["error"].as_str().unwrap().contains(id), "{missing}");
+    // What cannot be a run id is refused as such, never looked for.
+    let (status, malformed) = ui.get("/api/runs/no-such-run", None).await;
+    assert_eq!(status, 400, "{malformed}");
     assert!(
-        missing["error"].as_str().unwrap().contains("no-such-run"),
-        "{missing}"
+        malformed["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("run id: \"no-such-run\" is not a run id"),
+        "{malformed}"
     );
 }
 

@@ -2,6 +2,8 @@
 
 use std::fmt;
 
+use crate::workflow::names::is_unprintable;
+
 /// How bad a problem is: errors stop a workflow from being accepted, warnings do not.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum Severity {
@@ -57,11 +59,29 @@ impl fmt::Display for Diagnostic {
             Severity::Error => "error",
             Severity::Warning => "warning",
         };
-        write!(f, "{severity}: {}", self.path)?;
+        write!(f, "{severity}: {}", Printable(&self.path))?;
         if let Some(step_id) = &self.step_id {
-            write!(f, " (step \"{step_id}\")")?;
+            write!(f, " (step \"{}\")", Printable(step_id))?;
         }
-        write!(f, ": {}", self.message)
+        write!(f, ": {}", Printable(&self.message))
+    }
+}
+
+/// Text written with its unprintable characters escaped (`\u{1b}`): a diagnostic quotes what
+/// the document says, and is printed to terminals, where an escape sequence in a step id would
+/// otherwise act.
+struct Printable<'a>(&'a str);
+
+impl fmt::Display for Printable<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for c in self.0.chars() {
+            if is_unprintable(c) {
+                write!(f, "{}", c.escape_unicode())?;
+            } else {
+                write!(f, "{c}")?;
+            }
+        }
+        Ok(())
     }
 }
 

@@ -16,6 +16,8 @@
 //!   run programs in budgeted sandbox processes).
 //! - [`manifest`]: a payload by reference: the manifest of a payload, spliced back together.
 //! - [`notes`]: an agent's notes, and their messages merged into a history.
+//! - [`big_integers_in`]: JSON text scanned for integers beyond 64 bits, as every input, result
+//!   and workflow is.
 //!
 //! [`json_value`] and [`string`] draw JSON and text from [`Unstructured`] data for these targets
 //! and those of the other crates.
@@ -27,6 +29,7 @@ use arbitrary::Unstructured;
 use serde_json::{Map, Number, Value, json};
 use sha2::{Digest, Sha256};
 
+use crate::big_integers::{big_integers, first_big_integer};
 use crate::eval::expr::Expr;
 use crate::eval::path::Path;
 use crate::eval::{JqProgram, JqRunner, JqSite, Scope, install_jq_runner};
@@ -52,6 +55,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("jq", jq),
     ("manifest", manifest),
     ("notes", notes),
+    ("big_integers", big_integers_in),
 ];
 
 /// The largest workflow a coordinator accepts (`Config::max_workflow_bytes`).
@@ -81,8 +85,11 @@ pub fn workflow(data: &[u8]) {
                 "a rejected workflow names an error: {error}"
             );
             let _ = error.to_string();
-            // The depth of the text is checked before it is read as JSON; a value is not.
-            if text_nesting_depth(&text) > limits.max_json_depth {
+            // The depth of the text is checked before it is read as JSON; a value is not. Nor
+            // does a value hold the integers beyond 64 bits its text did: they were rounded.
+            if text_nesting_depth(&text) > limits.max_json_depth
+                || big_integers(text.as_bytes()).next().is_some()
+            {
                 return;
             }
             if let Ok(value) = serde_json::from_str::<Value>(&text) {
@@ -820,4 +827,91 @@ pub fn json_value(u: &mut Unstructured, depth: u32) -> arbitrary::Result<Value> 
 pub fn string(u: &mut Unstructured, max_chars: usize) -> arbitrary::Result<String> {
     let text: String = u.arbitrary()?;
     Ok(text.chars().take(max_chars).collect())
+}
+
+/// JSON text scanned for integer literals beyond 64 bits ([`crate::big_integers`]).
+///
+/// Invariants: every literal found is an integer that fits in no 64-bit integer and its path
+/// starts at `$`; text serde_json reads holds one exactly when the scan of it, guarded by the
+/// value read, finds one, and the value at that path is the float it was rounded to.
+pub fn big_integers_in(data: &[u8]) {
+    for found in big_integers(data).take(1_000) {
+        let digits = found.literal.strip_prefix('-').unwrap_or(found.literal);
+        assert!(digits.bytes().all(|b| b.is_ascii_digit()), "{found:?}");
+        assert!(
+            found.literal.parse::<i64>().is_err() && found.literal.parse::<u64>().is_err(),
+            "{found:?}"
+        );
+        assert!(found.path.starts_with('$'), "{found:?}");
+        let _ = found.problem();
+    }
+    let Ok(value) = serde_json::from_slice::<Value>(data) else {
+        return;
+    };
+    // With a key repeated, the value keeps the last member, so a literal of an earlier one
+    // may be gone from it (and nothing was rounded that anyone reads).
+    if serde_json::from_slice::<UniqueKeys>(data).is_err() {
+        return;
+    }
+    // The guard (no float in the value, so no scan) skips nothing the scan would find.
+    assert_eq!(first_big_integer(data, &value), big_integers(data).next());
+}
+
+/// JSON whose objects repeat no key; reading anything else fails.
+struct UniqueKeys;
+
+impl<'de> serde::Deserialize<'de> for UniqueKeys {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_any(UniqueKeysVisitor)
+    }
+}
+
+struct UniqueKeysVisitor;
+
+impl<'de> serde::de::Visitor<'de> for UniqueKeysVisitor {
+    type Value = UniqueKeys;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("JSON without repeated keys")
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<UniqueKeys, E> {
+        Ok(UniqueKeys)
+    }
+
+    fn visit_i64<E>(self, _: i64) -> Result<UniqueKeys, E> {
+        Ok(UniqueKeys)
+    }
+
+    fn visit_u64<E>(self, _: u64) -> Result<UniqueKeys, E> {
+        Ok(UniqueKeys)
+    }
+
+    fn visit_f64<E>(self, _: f64) -> Result<UniqueKeys, E> {
+        Ok(UniqueKeys)
+    }
+
+    fn visit_str<E>(self, _: &str) -> Result<UniqueKeys, E> {
+        Ok(UniqueKeys)
+    }
+
+    fn visit_unit<E>(self) -> Result<UniqueKeys, E> {
+        Ok(UniqueKeys)
+    }
+
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<UniqueKeys, A::Error> {
+        while seq.next_element::<UniqueKeys>()?.is_some() {}
+        Ok(UniqueKeys)
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<UniqueKeys, A::Error> {
+        let mut keys = std::collections::HashSet::new();
+        while let Some(key) = map.next_key::<String>()? {
+            if !keys.insert(key) {
+                return Err(serde::de::Error::custom("a repeated key"));
+            }
+            map.next_value::<UniqueKeys>()?;
+        }
+        Ok(UniqueKeys)
+    }
 }

@@ -3,6 +3,8 @@
 //! Layout (a module without a link is private; what other crates need of it is re-exported here):
 //! - [`workflow`]: the JSON workflow model, its parser and validator.
 //! - [`diagnostics`]: problems found in a workflow, each with its JSON path and step id.
+//! - [`big_integers`]: integer literals beyond 64 bits found in JSON text, to be refused
+//!   rather than rounded.
 //! - [`eval`]: paths, conditions and jq transforms, evaluated without `eval`.
 //! - [`fuzzing`]: fuzz targets for every parser here that a client or a worker can reach.
 //! - `context`: the run's immutable, structurally shared context ([`Context`]).
@@ -15,6 +17,7 @@
 //! - `engine`: the run state machine, `(Run, Event) -> (Run, [Action])` ([`Run`]).
 //! - `limits`: ceilings on every size a workflow author controls ([`Limits`]).
 
+pub mod big_integers;
 mod blob_cache;
 mod context;
 pub mod diagnostics;

@@ -9,7 +9,8 @@
 pub struct Limits {
     /// Steps in one workflow, parallel branches included.
     pub max_steps: usize,
-    /// Characters in a step id or an `output` alias.
+    /// Characters in a step id or an `output` alias (ASCII only), and bytes in a workflow id
+    /// or an agent name.
     pub max_id_len: usize,
     /// Characters in a path or condition expression.
     pub max_expression_len: usize,

@@ -78,6 +78,16 @@ fn notes() {
     .run();
 }
 
+#[test]
+fn big_integers() {
+    Fuzz {
+        name: "big_integers",
+        target: fuzzing::big_integers_in,
+        cases: 20_000,
+    }
+    .run();
+}
+
 /// Every target of the crate is run above.
 #[test]
 fn every_target_is_fuzzed() {
@@ -91,7 +101,8 @@ fn every_target_is_fuzzed() {
             "path",
             "jq",
             "manifest",
-            "notes"
+            "notes",
+            "big_integers"
         ]
     );
 }

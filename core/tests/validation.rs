@@ -547,24 +547,210 @@ fn ids_may_only_hold_letters_digits_underscores_and_hyphens() {
 #[test]
 fn ids_longer_than_the_limit_are_errors() {
     assert_eq!(Limits::default().max_id_len, 128);
+    // The agent named apart: `agent(id)` names it after the id, past its own limit.
+    let step = |id: &str| with(agent(id), json!({"agent": "planner"}));
     let long = "a".repeat(129);
     only_error(
-        &doc(json!([agent(&long)])),
+        &doc(json!([step(&long)])),
         "$.steps[0].id",
         Some(long.as_str()),
         "step id is 129 characters long; the limit is 128",
     );
-    accepted(&doc(json!([agent(&"a".repeat(128))])));
+    accepted(&doc(json!([step(&"a".repeat(128))])));
 }
 
 #[test]
 fn a_short_non_ascii_id_is_rejected_for_its_characters_not_its_length() {
     let id = "é".repeat(65);
     only_error(
-        &doc(json!([agent(&id)])),
+        &doc(json!([with(agent(&id), json!({"agent": "planner"}))])),
         "$.steps[0].id",
         Some(id.as_str()),
         "may only contain ASCII letters",
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
+// Workflow ids, agent names and numbers (issue 28: ANSI escapes in a workflow id reached
+// `baton runs list`, braces reached Redis keys, and integers beyond 64 bits were rounded)
+// ---------------------------------------------------------------------------------------------
+
+/// A document with workflow id `id` (JSON-escaped as it must be).
+fn with_id(id: &str) -> String {
+    json!({ "id": id, "steps": [agent("plan")] }).to_string()
+}
+
+#[test]
+fn a_workflow_id_with_an_escape_sequence_is_refused_at_its_path_and_shown_escaped() {
+    // What the attack submitted: `runs list` cleared the screen and painted a fake row.
+    let hostile = "\u{1b}[2J\u{1b}[31mpayments-prod";
+    let error = only_error(
+        &with_id(hostile),
+        "$.id",
+        None,
+        "workflow id \"\\u{1b}[2J\\u{1b}[31mpayments-prod\" holds an unprintable character (U+001B) at byte 0",
+    );
+    assert!(!error.to_string().contains('\u{1b}'), "{error}");
+    for (id, needle) in [
+        ("line\nbreak", "(U+000A) at byte 4"),
+        ("del\u{7f}", "(U+007F) at byte 3"),
+        ("csi\u{9b}31m", "(U+009B) at byte 3"),
+        ("txt\u{202e}fdp.exe", "(U+202E) at byte 3"),
+        ("zero\u{200b}width", "(U+200B) at byte 4"),
+    ] {
+        only_error(&with_id(id), "$.id", None, needle);
+    }
+}
+
+#[test]
+fn a_workflow_id_with_braces_is_refused_since_braces_pick_a_redis_cluster_slot() {
+    for (id, at) in [("{run}", 0), ("a}b", 1), ("x:{i1}", 2)] {
+        only_error(
+            &with_id(id),
+            "$.id",
+            None,
+            &format!("holds a brace at byte {at}; names are part of storage keys"),
+        );
+    }
+}
+
+#[test]
+fn a_workflow_id_is_bounded_in_bytes_and_not_empty() {
+    only_error(
+        &with_id(&"a".repeat(129)),
+        "$.id",
+        None,
+        "workflow id is 129 bytes long; the limit is 128",
+    );
+    only_error(
+        &with_id(&"é".repeat(65)),
+        "$.id",
+        None,
+        "workflow id is 130 bytes long; the limit is 128",
+    );
+    only_error(&with_id(""), "$.id", None, "workflow id is empty");
+    for fine in ["a".repeat(128), "Feature dev: v2 (équipe/α)".to_owned()] {
+        let parsed = accepted(&with_id(&fine));
+        assert_eq!(parsed.workflow.id.as_deref(), Some(fine.as_str()));
+    }
+}
+
+#[test]
+fn agent_names_follow_the_rules_of_workflow_ids() {
+    for (name, needle) in [
+        (
+            "{planner}",
+            "agent name \"{planner}\" holds a brace at byte 0",
+        ),
+        (
+            "plan\u{1b}]0;owned\u{7}",
+            "holds an unprintable character (U+001B) at byte 4",
+        ),
+    ] {
+        only_error(
+            &doc(json!([with(agent("plan"), json!({ "agent": name }))])),
+            "$.steps[0].agent",
+            Some("plan"),
+            needle,
+        );
+        // A map step's agent too.
+        only_error(
+            &doc(json!([{
+                "id": "each", "type": "map", "items": "input", "agent": name
+            }])),
+            "$.steps[0].agent",
+            Some("each"),
+            needle,
+        );
+    }
+    only_error(
+        &doc(json!([with(
+            agent("plan"),
+            json!({ "agent": "p".repeat(129) })
+        )])),
+        "$.steps[0].agent",
+        Some("plan"),
+        "agent name is 129 bytes long; the limit is 128",
+    );
+    accepted(&doc(json!([with(
+        agent("plan"),
+        json!({ "agent": "planner v2.1/α" })
+    )])));
+}
+
+#[test]
+fn integers_beyond_64_bits_are_refused_naming_their_path_and_step() {
+    let text = r#"{
+        "steps": [
+            { "id": "plan", "type": "agent", "agent": "planner" },
+            { "id": "code", "type": "agent", "agent": "coder",
+              "timeout_ms": 123456789012345678901234567890 },
+            { "id": "tests", "type": "parallel", "steps": [
+                { "id": "unit", "type": "agent", "agent": "tester",
+                  "retry": { "max_attempts": -9223372036854775809 } }
+            ] }
+        ]
+    }"#;
+    let diagnostics = rejected(text);
+    for (path, step_id, literal) in [
+        (
+            "$.steps[1].timeout_ms",
+            Some("code"),
+            "123456789012345678901234567890",
+        ),
+        (
+            "$.steps[2].steps[0].retry.max_attempts",
+            Some("unit"),
+            "-9223372036854775809",
+        ),
+    ] {
+        // Only this one: not serde's complaint about the float it was rounded to.
+        let found = at(&diagnostics, path);
+        assert_eq!(found.step_id.as_deref(), step_id, "{found}");
+        assert_eq!(
+            found.message,
+            format!(
+                "integer {literal} is beyond 64 bits, which JSON readers round to a float; \
+                 write it as a string (\"{literal}\")"
+            )
+        );
+    }
+    // Outside any step, at the document's own fields.
+    let top = r#"{"max_visits": 18446744073709551616, "steps": [{"id": "a", "type": "agent", "agent": "x"}]}"#;
+    only_error(
+        top,
+        "$.max_visits",
+        None,
+        "integer 18446744073709551616 is beyond 64 bits",
+    );
+    // The largest integers that fit are not flagged, nor floats however large.
+    let fits = doc(json!([with(
+        agent("plan"),
+        json!({ "timeout_ms": u64::MAX, "description": "1e400 in a string" })
+    )]));
+    assert!(
+        parse_workflow(&fits)
+            .err()
+            .is_none_or(|e| !e.to_string().contains("beyond 64 bits")),
+    );
+}
+
+#[test]
+fn a_document_of_many_big_integers_names_twenty_and_says_there_are_more() {
+    let many = vec!["123456789012345678901234567890"; 30].join(", ");
+    let text =
+        format!(r#"{{"steps": [{{"id": "a", "type": "agent", "agent": "x"}}], "k": [{many}]}}"#);
+    let diagnostics = rejected(&text);
+    let named = diagnostics
+        .iter()
+        .filter(|d| d.message.contains("is beyond 64 bits"))
+        .count();
+    assert_eq!(named, 20, "{}", list(&diagnostics));
+    expect_error(
+        &diagnostics,
+        "$",
+        None,
+        "more integers beyond 64 bits than the 20 named",
     );
 }
 

@@ -311,7 +311,10 @@ async fn cancelling_a_run_stops_its_running_handler_and_frees_the_slot() {
         .run_id;
     eventually("the handler starting", || started.load(Ordering::SeqCst)).await;
     assert!(!stopped.load(Ordering::SeqCst));
-    let record = coordinator.cancel(&run_id, "not needed").await.unwrap();
+    let record = coordinator
+        .cancel(&run_id, "not needed", None)
+        .await
+        .unwrap();
     assert_eq!(record.status, "cancelled");
     eventually("the handler stopping", || stopped.load(Ordering::SeqCst)).await;
     // The only slot is free again: the next task runs.
@@ -360,7 +363,10 @@ async fn cancelling_a_run_kills_its_command_agents_process() {
             .is_ok_and(|stat| stat.split_whitespace().nth(2) != Some("Z"))
     };
     assert!(alive(), "the agent runs");
-    coordinator.cancel(&run_id, "not needed").await.unwrap();
+    coordinator
+        .cancel(&run_id, "not needed", None)
+        .await
+        .unwrap();
     eventually("the agent's process ending", || !alive()).await;
 }
 

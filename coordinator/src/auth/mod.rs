@@ -8,7 +8,9 @@
 //! handlers record who submitted, approved or cancelled, and which agents a worker may serve.
 //!
 //! - `principals`: the `--auth-tokens` file: principals, roles, limits.
-//! - `rpcs`: which role each RPC needs.
+//! - `rpcs`: which role each RPC needs. Which runs a principal may change (its own, or any
+//!   with `operate`) depends on the run, so the service decides that
+//!   (`service::ownership`).
 //! - `gate`: the layer, the tokens file reloaded on change, submit rate limits.
 
 mod gate;
@@ -162,14 +164,12 @@ pub fn admit(path: &str, credentials: &Credentials, access: &Access) -> Result<C
             }
         }
     };
-    if let Needs::Role(role) = needs
-        && !principal.has(role)
-    {
+    if !needs.met_by(&principal) {
         return Err(AuthError::PermissionDenied(format!(
-            "principal `{}` may not call {}: that needs the `{}` role, and it has {}",
+            "principal `{}` may not call {}: that needs the {} role, and it has {}",
             principal.name,
             rpcs::method(path),
-            role.name(),
+            needs.roles(),
             principal
                 .roles
                 .iter()

@@ -28,10 +28,12 @@ use super::AuthError;
 pub enum Role {
     /// GetRun, ListRuns, WatchRun, QueryDecisions, VerifyRun, GetStats.
     Read,
-    /// SubmitRun, CancelRun.
+    /// SubmitRun; CancelRun and RetryRun of the runs it submitted.
     Submit,
-    /// DecideApproval.
+    /// DecideApproval, of any run: approvers decide runs others submitted.
     Approve,
+    /// CancelRun and RetryRun of any run, whoever submitted it: an operator's role.
+    Operate,
     /// WorkerService: take tasks and answer them.
     Worker,
     Admin,
@@ -43,6 +45,7 @@ impl Role {
             Role::Read => "read",
             Role::Submit => "submit",
             Role::Approve => "approve",
+            Role::Operate => "operate",
             Role::Worker => "worker",
             Role::Admin => "admin",
         }

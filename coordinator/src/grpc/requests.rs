@@ -6,15 +6,18 @@
 //! a request means (a workflow's validity, a run's state, who holds a task) is the service's.
 
 use baton_core::Decision;
+use baton_core::big_integers::first_big_integer;
 use baton_core::handoff::AgentNotes;
+use baton_core::workflow::names::{is_unprintable, name_problem, step_id_problem};
 use baton_proto::{Json, v1};
 use serde_json::Value;
 
+use crate::auth::{Caller, Role};
 use crate::error::Error;
 use crate::model::ModelUsage;
 use crate::parts::Part;
 use crate::service::{
-    Answer, Config, DecisionQuery, Outcome, Scope, Submission, WorkerHello, WorkerQuery,
+    Answer, Config, DecisionQuery, Outcome, Requester, Scope, Submission, WorkerHello, WorkerQuery,
 };
 use crate::store::{RunCursor, RunQuery, run_status};
 use crate::task_ref::TaskRef;
@@ -59,6 +62,7 @@ pub fn submission(
     let input_value: Value = serde_json::from_slice(&input.json)
         .map_err(|e| Error::InvalidInput(format!("the input is not valid JSON: {e}")))?;
     check_depth("the input", &input_value, config)?;
+    exact_integers("the input", &input.json, &input_value)?;
     Ok(Submission {
         workflow: request.workflow,
         input: input.json.to_vec(),
@@ -69,9 +73,9 @@ pub fn submission(
     })
 }
 
-/// A `ListRuns` request: its status filter and page token read, its limit left to the service
-/// (0 is its default).
-pub fn run_query(request: v1::ListRunsRequest) -> Result<RunQuery, Error> {
+/// A `ListRuns` request: its status filter, workflow filter and page token read, its limit
+/// left to the service (0 is its default).
+pub fn run_query(request: v1::ListRunsRequest, config: &Config) -> Result<RunQuery, Error> {
     let status = match request.status.as_str() {
         "" => None,
         name => Some(run_status(name).ok_or_else(|| Error::UnknownRunStatus {
@@ -92,13 +96,84 @@ pub fn run_query(request: v1::ListRunsRequest) -> Result<RunQuery, Error> {
         limit: request.limit as usize,
         after,
         status,
-        workflow_id: (!request.workflow_id.is_empty()).then_some(request.workflow_id),
+        workflow_id: workflow_filter("workflow_id", request.workflow_id, config)?,
     })
 }
 
 /// A value a client sent, as an error shows it: its first 100 characters.
 fn shown(value: &str) -> String {
     value.chars().take(100).collect()
+}
+
+/// The length of a run id: a UUID written as `baton submit` prints it.
+const RUN_ID_LEN: usize = 36;
+
+/// A run id a client names, in field `field`: a UUID as the coordinator writes them
+/// (8-4-4-4-12 lowercase hex digits), so that nothing else reaches the store's keys, which
+/// embed it in a Redis Cluster hash tag (`{<run id>}`). A well-formed id that names no run is
+/// the service's `NotFound`.
+pub fn run_id<'a>(field: &'static str, value: &'a str) -> Result<&'a str, Error> {
+    let well_formed = value.len() == RUN_ID_LEN
+        && value.bytes().enumerate().all(|(i, b)| match i {
+            8 | 13 | 18 | 23 => b == b'-',
+            _ => b.is_ascii_digit() || (b'a'..=b'f').contains(&b),
+        });
+    if well_formed {
+        return Ok(value);
+    }
+    let problem = if value.is_empty() {
+        "a run id is needed: the one `baton submit` printed".to_owned()
+    } else {
+        format!(
+            "{:?} is not a run id; a run id is a UUID as `baton submit` printed it (8-4-4-4-12 \
+             lowercase hex digits)",
+            shown(value)
+        )
+    };
+    Err(Error::InvalidField { field, problem })
+}
+
+/// A step id a client names (an approval step): what a workflow may call a step.
+pub fn step_id<'a>(field: &'static str, value: &'a str, config: &Config) -> Result<&'a str, Error> {
+    match step_id_problem("a step id", value, config.limits.max_id_len) {
+        None => Ok(value),
+        Some(problem) => Err(Error::InvalidField { field, problem }),
+    }
+}
+
+/// A filter by workflow id (empty: none): only what a workflow could be called, so that a
+/// filter reaches the store's per-workflow keys only as a workflow's id would.
+pub fn workflow_filter(
+    field: &'static str,
+    value: String,
+    config: &Config,
+) -> Result<Option<String>, Error> {
+    name_filter(field, "a workflow id", value, config)
+}
+
+/// A filter by a name (empty: none), under the rules of workflow ids and agent names.
+fn name_filter(
+    field: &'static str,
+    what: &str,
+    value: String,
+    config: &Config,
+) -> Result<Option<String>, Error> {
+    if value.is_empty() {
+        return Ok(None);
+    }
+    match name_problem(what, &value, config.limits.max_id_len) {
+        None => Ok(Some(value)),
+        Some(problem) => Err(Error::InvalidField { field, problem }),
+    }
+}
+
+/// The principal asking to change a run, as the service's ownership check needs it; `None`
+/// when the coordinator does not authenticate.
+pub fn requester(caller: &Caller) -> Option<Requester> {
+    caller.0.as_ref().map(|principal| Requester {
+        name: principal.name.clone(),
+        operates: principal.has(Role::Operate),
+    })
 }
 
 /// A worker's hello, the first message of its stream.
@@ -216,6 +291,7 @@ fn read_data(
     let value: Value = serde_json::from_slice(bytes)
         .map_err(|e| Error::InvalidInput(format!("the result is not valid JSON: {e}")))?;
     check_depth("the result", &value, config)?;
+    exact_integers("the result", bytes, &value)?;
     let notes = match notes {
         None => AgentNotes::default(),
         Some(notes) => {
@@ -224,6 +300,7 @@ fn read_data(
                 Error::InvalidInput(format!("the result's notes are not JSON: {e}"))
             })?;
             check_depth("the result's notes", &value, config)?;
+            exact_integers("the result's notes", bytes, &value)?;
             AgentNotes::from_json(bytes)
                 .map_err(|e| Error::InvalidInput(format!("the result's notes: {e}")))?
         }
@@ -321,9 +398,15 @@ pub fn decision_query(
     config: &Config,
 ) -> Result<DecisionQuery, Error> {
     let (text, agent, k) = query_text(request.text, request.agent, request.k, config)?;
+    let agent = match agent {
+        Some(agent) => name_filter("agent", "an agent name", agent, config)?,
+        None => None,
+    };
     let scope = match (request.run_id.is_empty(), request.workflow_id.is_empty()) {
-        (false, true) => Scope::Run(request.run_id),
-        (true, false) => Scope::Workflow(request.workflow_id),
+        (false, true) => Scope::Run(run_id("run_id", &request.run_id)?.to_owned()),
+        (true, false) => Scope::Workflow(
+            workflow_filter("workflow_id", request.workflow_id, config)?.expect("not empty"),
+        ),
         _ => {
             return Err(Error::InvalidInput(
                 "run_id, workflow_id: give exactly one of them".into(),
@@ -378,24 +461,81 @@ fn query_text(
     Ok((text, (!agent.is_empty()).then_some(agent), k))
 }
 
-/// A person's decision on an approval step.
 /// An approval decision. With authentication on, the approver is the principal that called,
-/// whatever the request's `approver` says; without it, the request names its approver.
-pub fn decision(request: &v1::DecideApprovalRequest, principal: Option<&str>) -> Decision {
+/// whatever the request's `approver` says; without it, the request names its approver. The
+/// comment and the approver are kept in the run's context for good, so both are bounded: a
+/// comment is text of people (lines and tabs, no control characters), an approver a name.
+pub fn decision(
+    request: &v1::DecideApprovalRequest,
+    principal: Option<&str>,
+    config: &Config,
+) -> Result<Decision, Error> {
+    person_text("comment", &request.comment, config.max_comment_bytes)?;
+    if !request.approver.is_empty() {
+        within("approver", request.approver.len(), config.limits.max_id_len)?;
+        if let Some(problem) =
+            name_problem("an approver", &request.approver, config.limits.max_id_len)
+        {
+            return Err(Error::InvalidField {
+                field: "approver",
+                problem,
+            });
+        }
+    }
     let named = (!request.approver.is_empty()).then(|| request.approver.clone());
-    Decision {
+    Ok(Decision {
         approved: request.approved,
         comment: (!request.comment.is_empty()).then(|| request.comment.clone()),
         approver: principal.map(str::to_owned).or(named),
-    }
+    })
 }
 
-/// A cancel's reason, naming the principal that cancelled when authentication is on.
-pub fn cancel_reason(reason: &str, principal: Option<&str>) -> String {
-    match (principal, reason.is_empty()) {
+/// A cancel's reason, bounded as a comment is, naming the principal that cancelled when
+/// authentication is on: it becomes the run's error, shown wherever the run is.
+pub fn cancel_reason(
+    reason: &str,
+    principal: Option<&str>,
+    config: &Config,
+) -> Result<String, Error> {
+    person_text("reason", reason, config.max_reason_bytes)?;
+    Ok(match (principal, reason.is_empty()) {
         (None, _) => reason.to_owned(),
         (Some(name), true) => format!("cancelled by `{name}`"),
         (Some(name), false) => format!("cancelled by `{name}`: {reason}"),
+    })
+}
+
+/// Text a person wrote, in field `field`: at most `limit` bytes, and nothing a terminal would
+/// act on (lines and tabs are text; an escape sequence is not).
+fn person_text(field: &'static str, text: &str, limit: usize) -> Result<(), Error> {
+    within(field, text.len(), limit)?;
+    let unprintable = text
+        .char_indices()
+        .find(|&(_, c)| !matches!(c, '\n' | '\r' | '\t') && is_unprintable(c));
+    if let Some((at, c)) = unprintable {
+        return Err(Error::InvalidField {
+            field,
+            problem: format!(
+                "holds an unprintable character (U+{:04X}) at byte {at}; it is shown in \
+                 terminals and web pages, so it may hold lines and tabs but no control or \
+                 direction characters",
+                u32::from(c)
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// Integers beyond 64 bits in `what` (`bytes`, read as `value`) are refused, naming where:
+/// read as floats, they would be changed for every later reader.
+fn exact_integers(what: &str, bytes: &[u8], value: &Value) -> Result<(), Error> {
+    match first_big_integer(bytes, value) {
+        None => Ok(()),
+        Some(found) => Err(Error::InvalidInput(format!(
+            "{what} at {}: {}",
+            found.path,
+            found.problem()
+        ))),
     }
 }
 
@@ -434,3 +574,6 @@ fn json_depth(value: &Value) -> usize {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod client_tests;

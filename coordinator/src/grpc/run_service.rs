@@ -102,8 +102,9 @@ impl<S: Store> RunService for Runs<S> {
         &self,
         request: Request<v1::GetRunRequest>,
     ) -> Result<Response<v1::RunRecord>, Status> {
-        let run_id = request.into_inner().run_id;
-        let record = self.coordinator.record(&run_id).await?;
+        let request = request.into_inner();
+        let run_id = requests::run_id("run_id", &request.run_id)?;
+        let record = self.coordinator.record(run_id).await?;
         Ok(Response::new(record.into()))
     }
 
@@ -111,7 +112,7 @@ impl<S: Store> RunService for Runs<S> {
         &self,
         request: Request<v1::ListRunsRequest>,
     ) -> Result<Response<v1::ListRunsResponse>, Status> {
-        let query = requests::run_query(request.into_inner())?;
+        let query = requests::run_query(request.into_inner(), self.coordinator.config())?;
         let page = self.coordinator.list(query).await?;
         Ok(Response::new(page.into()))
     }
@@ -122,8 +123,9 @@ impl<S: Store> RunService for Runs<S> {
         &self,
         request: Request<v1::WatchRunRequest>,
     ) -> Result<Response<Self::WatchRunStream>, Status> {
-        let run_id = request.into_inner().run_id;
-        let events = self.coordinator.watch(&run_id).await?;
+        let request = request.into_inner();
+        let run_id = requests::run_id("run_id", &request.run_id)?;
+        let events = self.coordinator.watch(run_id).await?;
         let events = events
             .map(|event| event.map(Into::into).map_err(Status::from))
             .take_until(super::stopped(self.stop.clone()));
@@ -136,8 +138,13 @@ impl<S: Store> RunService for Runs<S> {
     ) -> Result<Response<v1::RunRecord>, Status> {
         let caller = Caller::of(&request);
         let request = request.into_inner();
-        let reason = requests::cancel_reason(&request.reason, caller.name());
-        let record = self.coordinator.cancel(&request.run_id, &reason).await?;
+        let run_id = requests::run_id("run_id", &request.run_id)?;
+        let reason =
+            requests::cancel_reason(&request.reason, caller.name(), self.coordinator.config())?;
+        let record = self
+            .coordinator
+            .cancel(run_id, &reason, requests::requester(&caller).as_ref())
+            .await?;
         Ok(Response::new(record.into()))
     }
 
@@ -147,12 +154,10 @@ impl<S: Store> RunService for Runs<S> {
     ) -> Result<Response<v1::RunRecord>, Status> {
         let caller = Caller::of(&request);
         let request = request.into_inner();
-        if request.run_id.is_empty() {
-            return Err(Error::Request("retry needs a run_id".into()).into());
-        }
+        let run_id = requests::run_id("run_id", &request.run_id)?;
         let record = self
             .coordinator
-            .retry(&request.run_id, caller.name().unwrap_or_default())
+            .retry(run_id, requests::requester(&caller).as_ref())
             .await?;
         Ok(Response::new(record.into()))
     }
@@ -176,8 +181,9 @@ impl<S: Store> RunService for Runs<S> {
         &self,
         request: Request<v1::VerifyRunRequest>,
     ) -> Result<Response<v1::VerifyRunResponse>, Status> {
-        let run_id = request.into_inner().run_id;
-        let verified = self.coordinator.verify(&run_id).await?;
+        let request = request.into_inner();
+        let run_id = requests::run_id("run_id", &request.run_id)?;
+        let verified = self.coordinator.verify(run_id).await?;
         Ok(Response::new(verified.into()))
     }
 
@@ -187,11 +193,11 @@ impl<S: Store> RunService for Runs<S> {
     ) -> Result<Response<v1::RunRecord>, Status> {
         let caller = Caller::of(&request);
         let request = request.into_inner();
-        let decision = requests::decision(&request, caller.name());
-        let record = self
-            .coordinator
-            .decide(&request.run_id, &request.step_id, decision)
-            .await?;
+        let config = self.coordinator.config();
+        let run_id = requests::run_id("run_id", &request.run_id)?;
+        let step_id = requests::step_id("step_id", &request.step_id, config)?;
+        let decision = requests::decision(&request, caller.name(), config)?;
+        let record = self.coordinator.decide(run_id, step_id, decision).await?;
         Ok(Response::new(record.into()))
     }
 }

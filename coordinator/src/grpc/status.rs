@@ -16,14 +16,15 @@ impl From<Error> for Status {
             | Error::Digest(_)
             | Error::NoHello
             | Error::UnknownRunStatus { .. }
-            | Error::MalformedPageToken { .. } => Code::InvalidArgument,
+            | Error::MalformedPageToken { .. }
+            | Error::InvalidField { .. } => Code::InvalidArgument,
             Error::RunNotFound(_) | Error::StepNotFound { .. } => Code::NotFound,
             Error::NotAwaitingApproval { .. }
             | Error::RunFinished { .. }
             | Error::NotRetryable { .. }
             | Error::NotContinuing { .. }
             | Error::Protocol { .. } => Code::FailedPrecondition,
-            Error::TaskNotHeld { .. } => Code::PermissionDenied,
+            Error::TaskNotHeld { .. } | Error::NotOwner { .. } => Code::PermissionDenied,
             Error::Superseded { .. } | Error::Store(store::Error::Fenced { .. }) => {
                 Code::FailedPrecondition
             }

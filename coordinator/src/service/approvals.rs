@@ -1,8 +1,10 @@
 //! What people decide about a run: an approval step's decision, cancelling the run, and retrying
-//! a failed one.
+//! a failed one. Cancelling and retrying are for the run's owner or an operator
+//! ([`super::ownership`]); deciding an approval is for any approver, as the gate checks.
 
 use baton_core::{Decision, Event};
 
+use super::ownership::{Requester, RunChange, may_change};
 use super::{Coordinator, Error};
 use crate::model::StoredEvent;
 use crate::record::RunRecord;
@@ -36,8 +38,15 @@ impl<S: Store> Coordinator<S> {
         Ok(record.expect("asked for"))
     }
 
-    /// Stops a run now; tasks queued or running for it are dropped.
-    pub async fn cancel(&self, run_id: &str, reason: &str) -> Result<RunRecord, Error> {
+    /// Stops a run now; tasks queued or running for it are dropped. `by` must own the run or
+    /// operate ([`may_change`]); `None` when the coordinator does not authenticate.
+    pub async fn cancel(
+        &self,
+        run_id: &str,
+        reason: &str,
+        by: Option<&Requester>,
+    ) -> Result<RunRecord, Error> {
+        self.check_owner(run_id, by, RunChange::Cancel).await?;
         let reason = if reason.is_empty() { CANCELLED } else { reason };
         let event = Event::Cancel {
             reason: reason.to_owned(),
@@ -50,10 +59,12 @@ impl<S: Store> Coordinator<S> {
         Ok(record.expect("asked for"))
     }
 
-    /// Resumes a failed run from the step that failed ([`Event::Redrive`]), at `requested_by`'s
-    /// request (empty without authentication): logged with the run's events, a `redriven`
-    /// link on its state chain, and the run running again.
-    pub async fn retry(&self, run_id: &str, requested_by: &str) -> Result<RunRecord, Error> {
+    /// Resumes a failed run from the step that failed ([`Event::Redrive`]), at `by`'s request
+    /// (`None` without authentication; it must own the run or operate, [`may_change`]): logged
+    /// with the run's events, a `redriven` link on its state chain, and the run running again.
+    pub async fn retry(&self, run_id: &str, by: Option<&Requester>) -> Result<RunRecord, Error> {
+        self.check_owner(run_id, by, RunChange::Retry).await?;
+        let requested_by = by.map_or("", |by| by.name.as_str());
         let stored = StoredEvent::Redrive {
             requested_by: requested_by.to_owned(),
         };
@@ -66,5 +77,25 @@ impl<S: Store> Coordinator<S> {
             "run retried from the step that failed"
         );
         Ok(record.expect("asked for"))
+    }
+
+    /// Refuses `change` of `run_id` unless `by` may ask for it, judged against the principal
+    /// stored as the run's submitter. Read before the change, apart from it: who submitted a
+    /// run never changes.
+    async fn check_owner(
+        &self,
+        run_id: &str,
+        by: Option<&Requester>,
+        change: RunChange,
+    ) -> Result<(), Error> {
+        if by.is_none() {
+            return Ok(());
+        }
+        let owner = {
+            let (_, guard) = self.locked(run_id).await?;
+            let loaded = guard.as_ref().expect("locked loads the run");
+            loaded.header.submitted_by.clone()
+        };
+        may_change(by, &owner, run_id, change)
     }
 }

@@ -31,6 +31,11 @@ pub struct Config {
     pub max_query_bytes: usize,
     /// How long a SubmitRun idempotency key may be, in bytes.
     pub max_idempotency_key_bytes: usize,
+    /// How long a cancel's reason may be, in bytes: it becomes the run's error, kept and shown
+    /// with the run for good.
+    pub max_reason_bytes: usize,
+    /// How long an approval's comment may be, in bytes: kept in the run's context for good.
+    pub max_comment_bytes: usize,
     /// How long one piece of live output may be, in bytes (workers send at most 8 KiB).
     pub max_output_piece_bytes: usize,
     /// How many calls to models one result may report, and how long a model's name may be.
@@ -95,6 +100,8 @@ impl Default for Config {
             max_query_runs: 1_000,
             max_watchers: 10_000,
             max_idempotency_key_bytes: 256,
+            max_reason_bytes: 4 << 10,
+            max_comment_bytes: 16 << 10,
             max_output_piece_bytes: 64 << 10,
             max_usage_entries: 64,
             max_model_name_bytes: 256,

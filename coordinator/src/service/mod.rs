@@ -20,6 +20,7 @@
 //! - `approvals`: people's decisions and cancels.
 //! - `continuations`: runs waiting for their turn to run a step's jq program, least CPU
 //!   used first.
+//! - `ownership`: who may cancel or retry a run: its owner, or an operator (pure).
 //! - `watch`: watch events, their stream, catching up on other coordinators' changes.
 //! - `output`: live output, from the worker holding a task to the store to every watcher.
 //! - `reads`: the run record and the list of runs.
@@ -42,6 +43,7 @@ mod inspect;
 mod integrity;
 mod leases;
 mod output;
+mod ownership;
 mod plan;
 mod queries;
 mod reads;
@@ -65,6 +67,7 @@ pub use self::inspect::{ApprovalDetail, AttemptDetail, StepDetail, VisitDetail};
 pub use self::integrity::Verification;
 use self::leases::LeaseBook;
 use self::output::OutputFeed;
+pub use self::ownership::{Requester, RunChange, may_change};
 pub use self::queries::{DecisionMatches, DecisionQuery, Scope, WorkerQuery};
 use self::runs::RunCache;
 use self::stats::Counters;

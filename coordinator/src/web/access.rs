@@ -115,7 +115,7 @@ pub fn same_origin_change(headers: &HeaderMap) -> Result<(), ApiError> {
 /// The roles the caller has, by name: every role that concerns the UI when the coordinator
 /// does not authenticate.
 pub fn roles(caller: &Caller) -> Vec<&'static str> {
-    let all = [Role::Read, Role::Submit, Role::Approve];
+    let all = [Role::Read, Role::Submit, Role::Approve, Role::Operate];
     all.into_iter()
         .filter(|role| {
             caller
@@ -219,7 +219,7 @@ mod tests {
             None,
         )
         .unwrap();
-        assert_eq!(roles(&local), ["read", "submit", "approve"]);
+        assert_eq!(roles(&local), ["read", "submit", "approve", "operate"]);
         let remote = admit(
             &gate,
             Rpc::GetRun,

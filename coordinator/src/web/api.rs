@@ -100,7 +100,11 @@ pub async fn list_runs<S: Store>(
         limit: params.limit.unwrap_or(DEFAULT_PAGE).clamp(1, MAX_PAGE),
         after,
         status,
-        workflow_id: params.workflow.filter(|w| !w.is_empty()),
+        workflow_id: requests::workflow_filter(
+            "workflow",
+            params.workflow.unwrap_or_default(),
+            web.coordinator.config(),
+        )?,
     };
     let page = web.coordinator.list(query).await?;
     let running: Vec<String> = page
@@ -144,7 +148,8 @@ pub async fn get_run<S: Store>(
     ApiPath(run_id): ApiPath<String>,
 ) -> Result<Json<Value>, ApiError> {
     web.admit(Rpc::GetRun, &Call { peer, headers })?;
-    Ok(record_json(web.coordinator.record_live(&run_id).await?))
+    let run_id = requests::run_id("run id", &run_id)?;
+    Ok(record_json(web.coordinator.record_live(run_id).await?))
 }
 
 pub async fn run_graph<S: Store>(
@@ -154,7 +159,8 @@ pub async fn run_graph<S: Store>(
     ApiPath(run_id): ApiPath<String>,
 ) -> Result<Json<graph::Graph>, ApiError> {
     web.admit(Rpc::GetRun, &Call { peer, headers })?;
-    let workflow = web.coordinator.workflow(&run_id).await?;
+    let run_id = requests::run_id("run id", &run_id)?;
+    let workflow = web.coordinator.workflow(run_id).await?;
     Ok(Json(graph::layout(&workflow)))
 }
 
@@ -165,7 +171,9 @@ pub async fn step<S: Store>(
     ApiPath((run_id, step_id)): ApiPath<(String, String)>,
 ) -> Result<Json<crate::service::StepDetail>, ApiError> {
     web.admit(Rpc::GetRun, &Call { peer, headers })?;
-    Ok(Json(web.coordinator.inspect_step(&run_id, &step_id).await?))
+    let run_id = requests::run_id("run id", &run_id)?;
+    let step_id = requests::step_id("step id", &step_id, web.coordinator.config())?;
+    Ok(Json(web.coordinator.inspect_step(run_id, step_id).await?))
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -184,6 +192,9 @@ pub async fn decide<S: Store>(
     body: Body,
 ) -> Result<Json<Value>, ApiError> {
     let caller = web.admit_change(Rpc::DecideApproval, &Call { peer, headers })?;
+    let config = web.coordinator.config();
+    requests::run_id("run id", &run_id)?;
+    requests::step_id("step id", &step_id, config)?;
     let decided: DecisionBody = json_body(&body)?;
     let approved = decided.approved.ok_or_else(|| {
         ApiError::invalid("the request body: `approved` (true or false) is missing")
@@ -195,7 +206,7 @@ pub async fn decide<S: Store>(
         comment: decided.comment,
         approver: String::new(),
     };
-    let decision = requests::decision(&request, caller.name());
+    let decision = requests::decision(&request, caller.name(), config)?;
     Ok(record_json(
         web.coordinator.decide(&run_id, &step_id, decision).await?,
     ))
@@ -216,9 +227,13 @@ pub async fn cancel<S: Store>(
     body: Body,
 ) -> Result<Json<Value>, ApiError> {
     let caller = web.admit_change(Rpc::CancelRun, &Call { peer, headers })?;
+    let run_id = requests::run_id("run id", &run_id)?;
     let cancel: CancelBody = json_body(&body)?;
-    let reason = requests::cancel_reason(&cancel.reason, caller.name());
-    Ok(record_json(web.coordinator.cancel(&run_id, &reason).await?))
+    let reason = requests::cancel_reason(&cancel.reason, caller.name(), web.coordinator.config())?;
+    let by = requests::requester(&caller);
+    Ok(record_json(
+        web.coordinator.cancel(run_id, &reason, by.as_ref()).await?,
+    ))
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -233,11 +248,11 @@ pub async fn retry<S: Store>(
     body: Body,
 ) -> Result<Json<Value>, ApiError> {
     let caller = web.admit_change(Rpc::RetryRun, &Call { peer, headers })?;
+    let run_id = requests::run_id("run id", &run_id)?;
     let Empty {} = json_body(&body)?;
+    let by = requests::requester(&caller);
     Ok(record_json(
-        web.coordinator
-            .retry(&run_id, caller.name().unwrap_or_default())
-            .await?,
+        web.coordinator.retry(run_id, by.as_ref()).await?,
     ))
 }
 
@@ -249,8 +264,9 @@ pub async fn verify<S: Store>(
     body: Body,
 ) -> Result<Json<Value>, ApiError> {
     web.admit_change(Rpc::VerifyRun, &Call { peer, headers })?;
+    let run_id = requests::run_id("run id", &run_id)?;
     let Empty {} = json_body(&body)?;
-    let verified = web.coordinator.verify(&run_id).await?;
+    let verified = web.coordinator.verify(run_id).await?;
     let text = |text: String| (!text.is_empty()).then_some(text);
     Ok(Json(json!({
         "ok": verified.ok,

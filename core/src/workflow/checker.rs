@@ -94,6 +94,22 @@ impl<'l> Checker<'l> {
         self.push(node, |step_id| Diagnostic::warning(path, step_id, message));
     }
 
+    /// Drops the errors found at `path`: serde's complaint about the float an integer beyond
+    /// 64 bits was rounded to names a number the author never wrote.
+    pub(super) fn drop_errors_at(&mut self, path: &str) {
+        let mut keep = self
+            .diagnostics
+            .0
+            .iter()
+            .map(|d| !(d.is_error() && d.path == path))
+            .collect::<Vec<_>>()
+            .into_iter();
+        self.owners.retain(|_| keep.next().unwrap_or(true));
+        self.diagnostics
+            .0
+            .retain(|d| !(d.is_error() && d.path == path));
+    }
+
     /// Keeps the diagnostic with the step it belongs to, named by that step's id.
     fn push(&mut self, node: Option<usize>, diagnostic: impl FnOnce(Option<&str>) -> Diagnostic) {
         self.owners.push(node);

@@ -112,11 +112,9 @@ impl Checker<'_> {
                 );
                 None
             }
-            (Some(agent), None) if agent.trim().is_empty() => {
-                self.error(format!("{path}.agent"), Some(n), "agent name is empty");
-                None
-            }
-            (Some(agent), None) => Some(MapBody::Agent(agent.clone())),
+            (Some(agent), None) => self
+                .check_agent_name(&format!("{path}.agent"), n, agent)
+                .then(|| MapBody::Agent(agent.clone())),
             (None, Some(chain)) if chain.is_empty() => {
                 self.error(
                     format!("{path}.steps"),

@@ -9,6 +9,8 @@
 //! - `validate`: the rules that need the whole document: ids, references, expressions, limits,
 //!   reachability, and "did you mean" hints.
 //! - `maps`: the rules only map steps and their chains have.
+//! - [`names`]: what may be a step id, a workflow id or an agent name (printable, no braces,
+//!   bounded); the coordinator checks the names clients filter by with it too.
 //! - `checker`: what the passes share: the steps as found, and each problem with its step.
 //! - `graph`: routing edges between top-level steps, for reachability.
 //!
@@ -18,6 +20,7 @@ mod checker;
 mod graph;
 pub(crate) mod json;
 mod maps;
+pub mod names;
 pub mod parse;
 mod raw;
 mod steps;

@@ -13,6 +13,7 @@ use super::checker::{Checker, json_path};
 use super::json::read_json;
 use super::raw::{RawWorkflow, WORKFLOW_FIELDS};
 use super::steps::Checked;
+use crate::big_integers::{BigInteger, big_integers};
 use crate::diagnostics::{Diagnostic, Diagnostics};
 use crate::limits::{DEFAULT_MAX_VISITS, Limits};
 
@@ -35,18 +36,36 @@ pub fn parse_workflow(text: &str) -> Result<Parsed, ParseError> {
     parse_workflow_with(text, &Limits::default())
 }
 
+/// How many integers beyond 64 bits one document's errors name (a document of nothing else
+/// would otherwise make a message larger than itself).
+const MAX_BIG_INTEGERS_REPORTED: usize = 20;
+
 /// Parses and validates workflow text.
 pub fn parse_workflow_with(text: &str, limits: &Limits) -> Result<Parsed, ParseError> {
     let value = read_json(text, limits).map_err(|diagnostic| ParseError {
         diagnostics: Diagnostics(vec![diagnostic]),
     })?;
-    parse_workflow_value(&value, limits)
+    // Only the text tells them: its JSON value holds them as the floats they were rounded to.
+    let big: Vec<BigInteger> = big_integers(text.as_bytes())
+        .take(MAX_BIG_INTEGERS_REPORTED + 1)
+        .collect();
+    check_document(&value, limits, &big)
 }
 
 /// Validates a workflow already read as JSON.
 pub fn parse_workflow_value(document: &Value, limits: &Limits) -> Result<Parsed, ParseError> {
+    check_document(document, limits, &[])
+}
+
+/// Validates `document`, whose text holds the integers beyond 64 bits of `big`.
+fn check_document(
+    document: &Value,
+    limits: &Limits,
+    big: &[BigInteger],
+) -> Result<Parsed, ParseError> {
     let mut checker = Checker::new(limits);
     let workflow = checker.check(document);
+    checker.report_big_integers(big);
     checker.sort_in_document_order();
     match workflow {
         Some(workflow) if !checker.diagnostics.has_errors() => Ok(Parsed {
@@ -80,6 +99,9 @@ impl Checker<'_> {
             }
         };
         self.unknown_fields("$", None, &raw.unknown, WORKFLOW_FIELDS);
+        if let Some(id) = &raw.id {
+            self.check_label("$.id", None, "workflow id", id);
+        }
         let max_visits = self.check_max_visits("$.max_visits", None, raw.max_visits);
         let Some(steps) = raw.steps.as_ref() else {
             self.error("$", None, "a workflow needs a \"steps\" array");
@@ -117,5 +139,32 @@ impl Checker<'_> {
         };
         self.warn_unreachable(&workflow);
         Some(workflow)
+    }
+
+    /// Each integer beyond 64 bits, as an error of the step it is in (the deepest whose path
+    /// starts its path); past [`MAX_BIG_INTEGERS_REPORTED`], one error says there are more.
+    fn report_big_integers(&mut self, big: &[BigInteger]) {
+        for found in big.iter().take(MAX_BIG_INTEGERS_REPORTED) {
+            let owner = (0..self.nodes.len())
+                .filter(|&n| {
+                    let step = &self.nodes[n].path;
+                    found.path.strip_prefix(step.as_str()).is_some_and(|rest| {
+                        rest.is_empty() || rest.starts_with('.') || rest.starts_with('[')
+                    })
+                })
+                .max_by_key(|&n| self.nodes[n].path.len());
+            self.drop_errors_at(&found.path);
+            self.error(found.path.clone(), owner, found.problem());
+        }
+        if big.len() > MAX_BIG_INTEGERS_REPORTED {
+            self.error(
+                "$",
+                None,
+                format!(
+                    "more integers beyond 64 bits than the {MAX_BIG_INTEGERS_REPORTED} named; \
+                     write each as a string"
+                ),
+            );
+        }
     }
 }

@@ -222,13 +222,11 @@ impl Checker<'_> {
         let missing = |field: &str| format!("{} step needs \"{field}\"", with_article(step_type));
         match step_type {
             StepType::Agent => match &raw.agent {
-                Some(agent) if !agent.trim().is_empty() => Some(StepKind::Agent {
-                    agent: agent.clone(),
-                }),
-                Some(_) => {
-                    self.error(format!("{path}.agent"), Some(n), "agent name is empty");
-                    None
-                }
+                Some(agent) => self
+                    .check_agent_name(&format!("{path}.agent"), n, agent)
+                    .then(|| StepKind::Agent {
+                        agent: agent.clone(),
+                    }),
                 None => {
                     self.error(path.to_owned(), Some(n), missing("agent"));
                     None

@@ -7,6 +7,7 @@ use std::collections::{BTreeMap, HashMap};
 use serde_json::Value;
 
 use super::checker::{Checker, Node};
+use super::names::{name_problem, step_id_problem};
 use super::{MapBody, MapStep, StepKind, StepType, Workflow, graph};
 use crate::diagnostics::did_you_mean;
 use crate::eval::Transform;
@@ -44,29 +45,8 @@ impl Checker<'_> {
     }
 
     pub(super) fn check_name(&mut self, path: &str, n: usize, what: &str, name: &str) {
-        let valid_chars = name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
-        if name.is_empty() {
-            self.error(path.to_owned(), Some(n), format!("{what} is empty"));
-        } else if !valid_chars || name.starts_with('-') {
-            let shown: String = name.chars().take(40).collect();
-            self.error(
-                path.to_owned(),
-                Some(n),
-                format!("{what} \"{shown}\" may only contain ASCII letters, digits, \"_\" and \"-\" (not first)"),
-            );
-        } else if name.len() > self.limits.max_id_len {
-            // Only ASCII is left here, so bytes are characters.
-            self.error(
-                path.to_owned(),
-                Some(n),
-                format!(
-                    "{what} is {} characters long; the limit is {}",
-                    name.len(),
-                    self.limits.max_id_len
-                ),
-            );
+        if let Some(problem) = step_id_problem(what, name, self.limits.max_id_len) {
+            self.error(path.to_owned(), Some(n), problem);
         } else if RESERVED_KEYS.contains(&name) {
             self.error(
                 path.to_owned(),
@@ -77,6 +57,25 @@ impl Checker<'_> {
                 ),
             );
         }
+    }
+
+    /// A workflow id or an agent name: printable, brace-free and bounded ([`name_problem`]).
+    pub(super) fn check_label(&mut self, path: &str, n: Option<usize>, what: &str, name: &str) {
+        if let Some(problem) = name_problem(what, name, self.limits.max_id_len) {
+            self.error(path.to_owned(), n, problem);
+        }
+    }
+
+    /// Whether `agent` may name an agent (reported at `path` if not): not blank, and a name
+    /// like a workflow id, since it is part of storage keys and shown wherever its tasks are.
+    pub(super) fn check_agent_name(&mut self, path: &str, n: usize, agent: &str) -> bool {
+        if agent.trim().is_empty() {
+            self.error(path.to_owned(), Some(n), "agent name is empty");
+            return false;
+        }
+        let errors = self.diagnostics.len();
+        self.check_label(path, Some(n), "agent name", agent);
+        self.diagnostics.len() == errors
     }
 
     /// `next`, `then`, ... must name a step of the same scope: a top-level step from a

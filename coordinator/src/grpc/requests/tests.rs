@@ -234,10 +234,14 @@ fn list_request(status: &str, workflow_id: &str, page_token: &str) -> v1::ListRu
 
 #[test]
 fn a_list_request_reads_its_filters_and_page_token() {
-    let query = run_query(list_request("", "", "")).unwrap();
+    let query = run_query(list_request("", "", ""), &Config::default()).unwrap();
     assert_eq!(query, crate::store::RunQuery::newest(7));
 
-    let query = run_query(list_request("failed", "nightly", "1700000000000.run-9")).unwrap();
+    let query = run_query(
+        list_request("failed", "nightly", "1700000000000.run-9"),
+        &Config::default(),
+    )
+    .unwrap();
     assert_eq!(query.status, Some(baton_core::RunStatus::Failed));
     assert_eq!(query.workflow_id.as_deref(), Some("nightly"));
     assert_eq!(
@@ -251,7 +255,7 @@ fn a_list_request_reads_its_filters_and_page_token() {
 
 #[test]
 fn a_list_request_names_the_field_it_cannot_read() {
-    let error = run_query(list_request("done", "", "")).unwrap_err();
+    let error = run_query(list_request("done", "", ""), &Config::default()).unwrap_err();
     assert!(
         matches!(&error, Error::UnknownRunStatus { field: "status", value } if value == "done"),
         "{error}"
@@ -263,7 +267,7 @@ fn a_list_request_names_the_field_it_cannot_read() {
     );
 
     for token in ["17000", "x.run", "1.", "+1.run"] {
-        let error = run_query(list_request("", "", token)).unwrap_err();
+        let error = run_query(list_request("", "", token), &Config::default()).unwrap_err();
         assert!(
             matches!(
                 &error,

@@ -452,6 +452,15 @@ const app = {
     return Boolean(this.session?.roles?.includes(role));
   },
 
+  // Cancel and retry: an operator's on any run, a submitter's on its own (the coordinator
+  // decides; this only hides what it would refuse). Without authentication there is no
+  // principal and nothing is anyone's.
+  mayChange(record) {
+    if (this.can('operate')) return true;
+    const principal = this.session?.principal;
+    return this.can('submit') && (!principal || record.submitted_by === principal);
+  },
+
   renderSession() {
     const box = document.getElementById('session');
     const principal = this.session?.principal;
@@ -1267,8 +1276,8 @@ class RunPage extends Page {
   renderActions() {
     const record = this.record;
     const wanted = [];
-    if (record.status === 'running' && app.can('submit')) wanted.push('cancel');
-    if (record.status === 'failed' && app.can('submit')) wanted.push('retry');
+    if (record.status === 'running' && app.mayChange(record)) wanted.push('cancel');
+    if (record.status === 'failed' && app.mayChange(record)) wanted.push('retry');
     wanted.push('verify');
     const key = wanted.join(',');
     if (key === this.actionsKey) return;

@@ -3,6 +3,7 @@
 
 use std::process::ExitStatus;
 
+use baton_core::big_integers::first_big_integer;
 use serde_json::Value;
 
 use crate::Output;
@@ -45,6 +46,13 @@ pub(super) fn interpret(
             ),
         )
     })?;
+    // serde_json read an integer beyond 64 bits as a float; sent on, it would be another number.
+    if let Some(found) = first_big_integer(stdout, &value) {
+        return Err(bad_output(
+            agent,
+            format!("stdout at {}: {}", found.path, found.problem()),
+        ));
+    }
     if envelope {
         Output::from_envelope(value).map_err(|reason| bad_output(agent, reason))
     } else {
@@ -186,6 +194,29 @@ mod tests {
         assert!(
             message.contains(r#""Here is the plan: {\"files\": []}""#),
             "{message}"
+        );
+    }
+
+    /// serde_json would read it as 1.2345678901234568e29 and the step would go on with it.
+    #[tokio::test]
+    async fn an_integer_beyond_64_bits_is_bad_output_naming_where_not_a_rounded_float() {
+        let (_dir, file) = script_agent(
+            r#"cat > /dev/null; echo '{"data": {"id": 123456789012345678901234567890}}'"#,
+            "output = \"envelope\"",
+        );
+        let err = run(&file, &json!({})).await.unwrap_err();
+        assert!(matches!(err, AgentError::BadOutput { .. }), "{err:?}");
+        assert_eq!(
+            err.to_string(),
+            "agent \"a\" returned bad output: stdout at $.data.id: integer \
+             123456789012345678901234567890 is beyond 64 bits, which JSON readers round to a \
+             float; write it as a string (\"123456789012345678901234567890\")"
+        );
+        let (_dir, file) = script_agent(r#"echo '[18446744073709551615, 1e30]'"#, "");
+        assert_eq!(
+            run(&file, &json!({})).await.unwrap(),
+            json!([u64::MAX, 1e30]),
+            "what fits, and floats, are kept"
         );
     }
 

@@ -1,6 +1,7 @@
 //! What an `llm` agent makes of a model's reply: the step's answer, or what is wrong with it,
 //! in words a repair request can put to the model. Pure functions.
 
+use baton_core::big_integers::first_big_integer;
 use serde_json::{Value, json};
 
 use crate::output::Output;
@@ -98,7 +99,7 @@ pub(super) fn answer(
 /// ignored.
 pub(super) fn extract_json(reply: &str) -> Result<Value, String> {
     if let Ok(value) = serde_json::from_str(reply.trim()) {
-        return Ok(value);
+        return exact(value, reply.trim(), "the reply");
     }
     let (holder, text) = match fenced_json(reply) {
         Some(fenced) => ("the ```json block", fenced),
@@ -108,12 +109,26 @@ pub(super) fn extract_json(reply: &str) -> Result<Value, String> {
     let start = json_start(text).ok_or_else(nothing)?;
     let mut values = serde_json::Deserializer::from_str(&text[start..]).into_iter::<Value>();
     match values.next() {
-        Some(Ok(value)) => Ok(value),
+        Some(Ok(value)) => exact(
+            value,
+            &text[start..start + values.byte_offset()],
+            &format!("the JSON in {holder}"),
+        ),
         Some(Err(error)) if error.is_eof() => Err(format!(
             "the JSON in {holder} ends before it is complete ({error})"
         )),
         Some(Err(error)) => Err(format!("the JSON in {holder} is not valid ({error})")),
         None => Err(nothing()),
+    }
+}
+
+/// `value`, read from `text`, unless `text` holds an integer beyond 64 bits: serde_json read it
+/// as a float, and the step would get another number than the model wrote. Refused naming
+/// where, so that a repair can ask for it as a string.
+fn exact(value: Value, text: &str, holder: &str) -> Result<Value, String> {
+    match first_big_integer(text.as_bytes(), &value) {
+        None => Ok(value),
+        Some(found) => Err(format!("{holder} at {}: {}", found.path, found.problem())),
     }
 }
 
@@ -210,6 +225,33 @@ mod tests {
             let err = extract_json(reply).unwrap_err();
             assert!(err.starts_with(expected), "{reply}: {err}");
         }
+    }
+
+    #[test]
+    fn an_integer_beyond_64_bits_is_named_for_a_repair_not_rounded() {
+        for (reply, expected) in [
+            (
+                "{\"id\": 123456789012345678901234567890}",
+                "the reply at $.id: integer 123456789012345678901234567890 is beyond 64 bits",
+            ),
+            (
+                "Here: {\"ids\": [1, -99999999999999999999]} and {\"n\": 123456789012345678901234567890}",
+                "the JSON in the reply at $.ids[1]: integer -99999999999999999999",
+            ),
+            (
+                "```json\n[18446744073709551616]\n```",
+                "the JSON in the ```json block at $[0]: integer 18446744073709551616",
+            ),
+        ] {
+            let err = extract_json(reply).unwrap_err();
+            assert!(err.starts_with(expected), "{reply}: {err}");
+            assert!(err.contains("write it as a string"), "{err}");
+        }
+        // What comes after the value read is not the step's: it is not looked at.
+        assert_eq!(
+            extract_json("{\"a\": 1} then 123456789012345678901234567890").unwrap(),
+            json!({"a": 1})
+        );
     }
 
     fn schema() -> Schema {
