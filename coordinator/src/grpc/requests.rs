@@ -10,6 +10,7 @@ use baton_core::handoff::AgentNotes;
 use baton_proto::{Json, v1};
 use serde_json::Value;
 
+use crate::bounded;
 use crate::error::Error;
 use crate::model::ModelUsage;
 use crate::parts::Part;
@@ -101,7 +102,9 @@ fn shown(value: &str) -> String {
     value.chars().take(100).collect()
 }
 
-/// A worker's hello, the first message of its stream.
+/// A worker's hello, the first message of its stream: every field bounded ([`worker`] has the
+/// limits), each refusal naming the field and its limit. Its principal is who sent it, which
+/// the caller fills in.
 impl TryFrom<v1::Hello> for WorkerHello {
     type Error = Error;
 
@@ -118,8 +121,10 @@ impl TryFrom<v1::Hello> for WorkerHello {
                 "hello.worker_id: a worker needs an id".into(),
             ));
         }
+        worker::check_hello(&hello)?;
         Ok(WorkerHello {
             worker_id: hello.worker_id,
+            principal: String::new(),
             protocol: hello.protocol,
             agents: hello.agents,
             capacity: hello.capacity.max(1) as usize,
@@ -129,11 +134,21 @@ impl TryFrom<v1::Hello> for WorkerHello {
     }
 }
 
+/// A worker's `ResendTask`: the task it names, and its reason cut to
+/// [`Config::max_error_bytes`] (on giving up, the reason becomes the step's error).
+pub fn resend_request(
+    request: v1::ResendTask,
+    config: &Config,
+) -> Result<(TaskRef, String), Error> {
+    let task = worker::task_id("resend.task_id", &request.task_id)?;
+    Ok((task, bounded::cut(&request.reason, config.max_error_bytes)))
+}
+
 /// A worker's answer. Only a task id that does not parse is refused outright: a result that
 /// cannot be taken as data still settles its task, so it comes through as
 /// [`Outcome::Refused`] with the reason.
 pub fn answer(result: v1::TaskResult, config: &Config) -> Result<Answer, Error> {
-    let task: TaskRef = result.task_id.parse()?;
+    let task = worker::task_id("result.task_id", &result.task_id)?;
     let retryable = !result.non_retryable;
     let usage = read_usage(&result.usage, config);
     let outcome = match result.outcome {
@@ -151,7 +166,11 @@ pub fn answer(result: v1::TaskResult, config: &Config) -> Result<Answer, Error> 
                 Err(reason) => Outcome::Refused { reason, retryable },
             }
         }
-        Some(v1::task_result::Outcome::Error(error)) => Outcome::Failed { error, retryable },
+        // An error is the agent's own text: kept, but only up to its limit.
+        Some(v1::task_result::Outcome::Error(error)) => Outcome::Failed {
+            error: bounded::cut(&error, config.max_error_bytes),
+            retryable,
+        },
         None => Outcome::Refused {
             reason: Error::InvalidInput("a result needs data or an error".into()),
             retryable,
@@ -306,7 +325,7 @@ pub fn output_piece(
     output: v1::TaskOutput,
     config: &Config,
 ) -> Result<(TaskRef, String, bool), Error> {
-    let task: TaskRef = output.task_id.parse()?;
+    let task = worker::task_id("output.task_id", &output.task_id)?;
     within(
         "a piece of live output",
         output.text.len(),
@@ -343,10 +362,13 @@ pub fn worker_query(
     request: v1::WorkerQueryDecisionsRequest,
     config: &Config,
 ) -> Result<WorkerQuery, Error> {
-    let task: TaskRef = request.task_id.parse()?;
+    let task = worker::task_id("task_id", &request.task_id)?;
+    worker::check_worker_id("worker_id", &request.worker_id)?;
     let (text, agent, k) = query_text(request.text, request.agent, request.k, config)?;
     Ok(WorkerQuery {
         worker_id: request.worker_id,
+        // Who asks is the caller's to fill in, from the call.
+        principal: String::new(),
         task,
         workflow_scope: request.workflow_scope,
         text,
@@ -431,6 +453,8 @@ fn json_depth(value: &Value) -> usize {
     }
     deepest
 }
+
+pub mod worker;
 
 #[cfg(test)]
 mod tests;
