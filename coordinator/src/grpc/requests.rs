@@ -144,9 +144,10 @@ pub fn resend_request(
     Ok((task, bounded::cut(&request.reason, config.max_error_bytes)))
 }
 
-/// A worker's answer. Only a task id that does not parse is refused outright: a result that
-/// cannot be taken as data still settles its task, so it comes through as
-/// [`Outcome::Refused`] with the reason.
+/// A worker's answer. Only a task id that does not parse (or is too long to be one) is refused
+/// outright: a result that cannot be taken as data still settles its task, so it comes through
+/// as [`Outcome::Refused`] with the reason. An agent's error is cut to
+/// [`Config::max_error_bytes`].
 pub fn answer(result: v1::TaskResult, config: &Config) -> Result<Answer, Error> {
     let task = worker::task_id("result.task_id", &result.task_id)?;
     let retryable = !result.non_retryable;
