@@ -78,6 +78,34 @@ async fn finished(fleet: &Fleet, n: usize, run_id: &str) -> RunRecord {
     }
 }
 
+/// Waits until the store's entry of the run's task `key` names `worker` as running it: what a
+/// lease renewal (every third of the lease) writes down. Only a task written down is taken over
+/// by another coordinator: before that, nobody can tell who runs it.
+async fn written_down(fleet: &Fleet, run_id: &str, key: &str, worker: &str) {
+    let mut redis = fleet.redis_connection().await;
+    let deadline = Instant::now() + harness::DEADLINE;
+    loop {
+        let entry: Option<String> = redis::cmd("HGET")
+            .arg(format!("baton:run:{{{run_id}}}:tasks"))
+            .arg(key)
+            .query_async(&mut redis)
+            .await
+            .expect("HGET");
+        let named = entry
+            .as_deref()
+            .and_then(|e| serde_json::from_str::<Value>(e).ok())
+            .is_some_and(|e| e["worker_id"] == worker);
+        if named {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{key} was never written down as {worker}'s: {entry:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 fn context(record: &RunRecord) -> Value {
     serde_json::from_slice(&record.context.as_ref().unwrap().json).unwrap()
 }
@@ -86,14 +114,17 @@ fn context(record: &RunRecord) -> Value {
 async fn a_killed_coordinators_run_is_carried_on_by_the_other_without_running_anything_twice() {
     let mut fleet = Fleet::start(2, TIMING).await;
     let records = Records::new(fleet.dir().join("records"));
-    // Its first address is coordinator-0.
-    fleet.start_logged_worker(&records, "w1", "1", 2);
+    // Its first address is coordinator-0. Its agent takes long enough for a renewal to write
+    // down who runs the first step before the coordinator is killed.
+    fleet.start_logged_worker(&records, "w1", "2", 2);
     fleet.wait_for_workers(1).await;
     let run_id = submit(&fleet, 0).await;
     let first = started(&records, "first").await;
+    written_down(&fleet, &run_id, "first#1", "w1").await;
 
     // kill -9 while the agent runs. The worker reconnects to coordinator-1, still running the
-    // task, and coordinator-1 takes its lease over: the answer is accepted there.
+    // task, and coordinator-1 takes its lease over (the store says w1 runs it): the answer is
+    // accepted there.
     fleet.kill_coordinator(0);
     let record = finished(&fleet, 1, &run_id).await;
     assert_eq!(record.status, "succeeded", "{}", record.error);

@@ -13,6 +13,10 @@
 //!   mutated protobuf seldom decodes, so this is the target that reaches the checks of data
 //!   and notes.
 //! - [`worker_query`]: an agent's decision query, through its worker.
+//! - [`worker_request`]: a hello, a resend, a piece of live output, an agent's error or a
+//!   decision query built from the input as a structure, with its names, lists and texts on
+//!   both sides of each limit, encoded, then as [`worker_message`] or [`worker_query`]: the
+//!   target that reaches the bounds of a worker's messages (issue 28).
 //! - [`client_request`]: a client's `SubmitRun` (its workflow parsed as the service parses
 //!   it), `QueryDecisions`, `DecideApproval` or `CancelRun`, or a `traceparent` header.
 
@@ -25,7 +29,7 @@ use baton_proto::{Json, sha256_hex};
 use prost::Message;
 use serde_json::{Value, json};
 
-use crate::grpc::requests;
+use crate::grpc::requests::{self, worker};
 use crate::service::{Config, Outcome, WorkerHello};
 use crate::task_ref::TaskRef;
 
@@ -34,6 +38,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("worker_message", worker_message),
     ("worker_answer", worker_answer),
     ("worker_query", worker_query),
+    ("worker_request", worker_request),
     ("client_request", client_request),
 ];
 
@@ -47,10 +52,13 @@ fn config() -> &'static Config {
 /// for a result, again with the digests of its data and notes made right.
 ///
 /// Invariants: a message re-encodes to one that decodes the same; a hello that is accepted
-/// keeps the worker's id and held tasks, with a capacity of at least 1; a result is refused
-/// outright only for a task id that does not read, and data accepted is the JSON sent, within
-/// the depth and the limits on notes; task ids that read write back as ids that read the
-/// same; a piece of live output accepted is within its size.
+/// keeps the worker's id and held tasks, with a capacity of at least 1, and is within every
+/// bound of a hello (a printable id, at most 256 printable agents, 10,000 slots and held
+/// tasks of 1 KiB), naming no principal (who sent it is not the wire's to say); a result is
+/// refused outright only for a task id that does not read (or is too long to be one), data
+/// accepted is the JSON sent, within the depth and the limits on notes, and an agent's error
+/// is kept within its limit (whole if it was); a resend's reason too; task ids that read write
+/// back as ids that read the same; a piece of live output accepted is within its size.
 pub fn worker_message(data: &[u8]) {
     let Ok(message) = v1::WorkerMessage::decode(data) else {
         return;
@@ -77,6 +85,7 @@ pub fn worker_message(data: &[u8]) {
                         check_task_ref(task, id);
                     }
                 }
+                check_hello_bounds(&accepted, &hello);
             }
             Err(error) => refused(error),
         },
@@ -95,8 +104,21 @@ pub fn worker_message(data: &[u8]) {
             }
         }
         Some(worker_message::Message::Resend(resend)) => {
-            if let Ok(task) = resend.task_id.parse::<TaskRef>() {
-                check_task_ref(&task, &resend.task_id);
+            let sent = resend.clone();
+            match requests::resend_request(resend, config) {
+                Ok((task, reason)) => {
+                    check_task_ref(&task, &sent.task_id);
+                    assert!(sent.task_id.len() <= worker::MAX_TASK_ID_BYTES);
+                    check_cut(&sent.reason, &reason, config.max_error_bytes);
+                }
+                Err(error) => {
+                    assert!(
+                        sent.task_id.len() > worker::MAX_TASK_ID_BYTES
+                            || sent.task_id.parse::<TaskRef>().is_err(),
+                        "only its task id refuses a resend: {error}"
+                    );
+                    refused(error);
+                }
             }
         }
         Some(worker_message::Message::Output(output)) => {
@@ -264,11 +286,15 @@ fn check_answer(result: v1::TaskResult, config: &Config) {
         Some(v1::task_result::Outcome::Data(data)) => Some(data.json.clone()),
         _ => None,
     };
+    let sent_error = match &result.outcome {
+        Some(v1::task_result::Outcome::Error(error)) => Some(error.clone()),
+        _ => None,
+    };
     let answer = match requests::answer(result, config) {
         Ok(answer) => answer,
         Err(error) => {
             assert!(
-                task_id.parse::<TaskRef>().is_err(),
+                task_id.len() > worker::MAX_TASK_ID_BYTES || task_id.parse::<TaskRef>().is_err(),
                 "only a task id that does not read refuses a result outright: {error}"
             );
             return refused(error);
@@ -301,9 +327,46 @@ fn check_answer(result: v1::TaskResult, config: &Config) {
             // The notes go into the run's history as they are: they must write out again.
             assert!(serde_json::to_vec(&notes).is_ok());
         }
-        Outcome::Failed { .. } => {}
+        Outcome::Failed { error, .. } => {
+            let sent = sent_error.expect("a failure comes from a result with an error");
+            check_cut(&sent, &error, config.max_error_bytes);
+        }
         Outcome::Refused { reason, .. } => assert!(!reason.to_string().is_empty()),
     }
+}
+
+/// An accepted hello is within every bound of one.
+fn check_hello_bounds(accepted: &WorkerHello, hello: &v1::Hello) {
+    let printable = |text: &str| !text.chars().any(char::is_control);
+    assert!(accepted.worker_id.len() <= worker::MAX_WORKER_ID_BYTES);
+    assert!(printable(&accepted.worker_id));
+    assert!(accepted.agents.len() <= worker::MAX_AGENTS);
+    for agent in &accepted.agents {
+        assert!(!agent.trim().is_empty() && agent.len() <= worker::MAX_AGENT_NAME_BYTES);
+        assert!(printable(agent), "{agent:?}");
+    }
+    assert!(hello.capacity <= worker::MAX_CAPACITY);
+    assert!(hello.held.len() <= worker::MAX_HELD);
+    assert!(
+        hello
+            .held
+            .iter()
+            .all(|id| id.len() <= worker::MAX_TASK_ID_BYTES)
+    );
+    assert_eq!(accepted.principal, "", "the wire never names the principal");
+}
+
+/// `kept` is `sent` if that was within `limit`, and otherwise within the limit, starting as
+/// `sent` did and naming its length.
+fn check_cut(sent: &str, kept: &str, limit: usize) {
+    if sent.len() <= limit {
+        assert_eq!(kept, sent);
+        return;
+    }
+    assert!(kept.len() <= limit, "{} bytes kept of {limit}", kept.len());
+    let (head, _) = kept.split_once(" [... cut: ").expect("a marker");
+    assert!(sent.starts_with(head));
+    assert!(kept.contains(&format!("cut: {} bytes in all", sent.len())));
 }
 
 /// How deep a JSON value nests (1 for a scalar), without recursion.
@@ -341,7 +404,8 @@ fn refused(error: crate::Error) {
 
 /// An agent's decision query, as its worker sends it.
 ///
-/// Invariants: an accepted query has text within its limit and between 1 and 100 matches.
+/// Invariants: an accepted query has text within its limit and between 1 and 100 matches, and
+/// names a printable worker id within its limit and no principal (who asks is the call's).
 pub fn worker_query(data: &[u8]) {
     let Ok(request) = v1::WorkerQueryDecisionsRequest::decode(data) else {
         return;
@@ -355,9 +419,196 @@ pub fn worker_query(data: &[u8]) {
             assert!(query.text.len() <= config.max_query_bytes);
             assert!((1..=100).contains(&query.k));
             assert_ne!(query.agent.as_deref(), Some(""));
+            assert!(query.worker_id.len() <= worker::MAX_WORKER_ID_BYTES);
+            assert!(!query.worker_id.trim().is_empty());
+            assert!(!query.worker_id.chars().any(char::is_control));
+            assert_eq!(query.principal, "");
         }
         Err(error) => refused(error),
     }
+}
+
+/// A worker's message built from the input as a structure, chosen by its first choice: a
+/// hello, a resend, a piece of live output, an agent's error, or a decision query; names,
+/// lists and texts drawn on both sides of each limit (and with control characters now and
+/// then). Encoded, it goes through [`worker_message`] or [`worker_query`] and their invariants.
+pub fn worker_request(data: &[u8]) {
+    let u = &mut Unstructured::new(data);
+    let Ok(kind) = u.choose_index(5) else {
+        return;
+    };
+    let message = match kind {
+        0 => arbitrary_hello(u).map(worker_message::Message::Hello),
+        1 => arbitrary_resend(u).map(worker_message::Message::Resend),
+        2 => arbitrary_output(u).map(worker_message::Message::Output),
+        3 => arbitrary_failure(u).map(worker_message::Message::Result),
+        _ => {
+            if let Ok(query) = arbitrary_query(u) {
+                worker_query(&query.encode_to_vec());
+            }
+            return;
+        }
+    };
+    if let Ok(message) = message {
+        let message = v1::WorkerMessage {
+            message: Some(message),
+        };
+        worker_message(&message.encode_to_vec());
+    }
+}
+
+/// A length around `limit` (one of a few either side) one time in `rare`, else up to `small`
+/// (the first choice, which an input that has run out makes, is the common one).
+fn around(
+    u: &mut Unstructured,
+    limit: usize,
+    rare: usize,
+    small: usize,
+) -> arbitrary::Result<usize> {
+    Ok(if u.choose_index(rare)? == rare - 1 {
+        (limit + u.choose_index(5)?).saturating_sub(2)
+    } else {
+        u.choose_index(small + 1)?
+    })
+}
+
+/// A name of `len` bytes: `fill` repeated, or an arbitrary string, with a control character
+/// (an escape, a newline, a NUL) put in now and then.
+fn name(u: &mut Unstructured, len: usize, fill: char) -> arbitrary::Result<String> {
+    let drawn = if len <= 40 && u.choose_index(2)? == 1 {
+        string(u, len)?
+    } else {
+        String::new()
+    };
+    // Empty only when `len` is: an input that ran out draws no string.
+    let mut text = if drawn.is_empty() {
+        fill.to_string().repeat(len)
+    } else {
+        drawn
+    };
+    if u.choose_index(8)? == 7 {
+        let control = ['\u{1b}', '\n', '\0', '\u{7f}'][u.choose_index(4)?];
+        let at = (0..=text.len())
+            .filter(|&i| text.is_char_boundary(i))
+            .nth(u.choose_index(text.len() + 1)?)
+            .unwrap_or(0);
+        text.insert(at, control);
+    }
+    Ok(text)
+}
+
+/// A task id that reads (`<run>/<step>#<visit>@<attempt>`, its step id long now and then),
+/// or text that does not.
+fn task_id(u: &mut Unstructured) -> arbitrary::Result<String> {
+    if u.choose_index(10)? == 9 {
+        return string(u, 40);
+    }
+    let step = around(u, worker::MAX_TASK_ID_BYTES - 24, 8, 12)?;
+    Ok(format!(
+        "{}/{}#{}@{}",
+        string(u, 12)?.replace('/', ""),
+        "s".repeat(step.max(1)),
+        u.arbitrary::<u32>()?,
+        u.arbitrary::<u32>()?
+    ))
+}
+
+/// A worker id's length: about its limit now and then, empty seldom, else short.
+fn id_len(u: &mut Unstructured) -> arbitrary::Result<usize> {
+    Ok(match around(u, worker::MAX_WORKER_ID_BYTES, 6, 20)? {
+        0 if u.choose_index(10)? != 9 => 8,
+        len => len,
+    })
+}
+
+fn arbitrary_hello(u: &mut Unstructured) -> arbitrary::Result<v1::Hello> {
+    let id_len = id_len(u)?;
+    let worker_id = name(u, id_len, 'w')?;
+    let agents = around(u, worker::MAX_AGENTS, 6, 4)?;
+    let agents = (0..agents)
+        .map(|n| {
+            let len = around(u, worker::MAX_AGENT_NAME_BYTES, 20, 12)?;
+            let agent = name(u, len, 'a')?;
+            // Blank seldom: a hello names its agents.
+            if agent.trim().is_empty() && u.choose_index(10)? != 9 {
+                return Ok(format!("agent-{n}"));
+            }
+            Ok(agent)
+        })
+        .collect::<arbitrary::Result<Vec<String>>>()?;
+    let capacity = match u.choose_index(8)? {
+        7 => around(u, worker::MAX_CAPACITY as usize, 1, 0)? as u32,
+        6 => u.arbitrary()?,
+        _ => u.choose_index(9)? as u32,
+    };
+    let held = around(u, worker::MAX_HELD, 20, 3)?;
+    let held = (0..held)
+        .map(|_| task_id(u))
+        .collect::<arbitrary::Result<Vec<String>>>()?;
+    let protocol = match u.choose_index(6)? {
+        5 => u.arbitrary()?,
+        4 => baton_proto::OLDEST_WORKER_PROTOCOL,
+        _ => baton_proto::WORKER_PROTOCOL,
+    };
+    Ok(v1::Hello {
+        worker_id,
+        agents,
+        capacity,
+        cache_bytes: u.arbitrary()?,
+        protocol,
+        held,
+    })
+}
+
+/// A text of about `limit` bytes now and then (either side of it), else a short one.
+fn long_text(u: &mut Unstructured, limit: usize) -> arbitrary::Result<String> {
+    let len = around(u, limit, 4, 0)?;
+    if len == 0 {
+        return string(u, 80);
+    }
+    // Multi-byte characters, so that a cut must find character boundaries.
+    let unit = ["e", "é", "€", "𝄞"][u.choose_index(4)?];
+    Ok(unit.repeat(len / unit.len() + 1))
+}
+
+fn arbitrary_resend(u: &mut Unstructured) -> arbitrary::Result<v1::ResendTask> {
+    Ok(v1::ResendTask {
+        task_id: task_id(u)?,
+        reason: long_text(u, config().max_error_bytes)?,
+    })
+}
+
+fn arbitrary_output(u: &mut Unstructured) -> arbitrary::Result<v1::TaskOutput> {
+    Ok(v1::TaskOutput {
+        task_id: task_id(u)?,
+        text: long_text(u, config().max_output_piece_bytes)?,
+        restart: u.arbitrary()?,
+    })
+}
+
+fn arbitrary_failure(u: &mut Unstructured) -> arbitrary::Result<v1::TaskResult> {
+    Ok(v1::TaskResult {
+        task_id: task_id(u)?,
+        outcome: Some(v1::task_result::Outcome::Error(long_text(
+            u,
+            config().max_error_bytes,
+        )?)),
+        notes: None,
+        non_retryable: u.arbitrary()?,
+        usage: Vec::new(),
+    })
+}
+
+fn arbitrary_query(u: &mut Unstructured) -> arbitrary::Result<v1::WorkerQueryDecisionsRequest> {
+    let id_len = id_len(u)?;
+    Ok(v1::WorkerQueryDecisionsRequest {
+        worker_id: name(u, id_len, 'w')?,
+        task_id: task_id(u)?,
+        text: long_text(u, config().max_query_bytes)?,
+        agent: string(u, 12)?,
+        k: u.choose_index(120)? as u32,
+        workflow_scope: u.arbitrary()?,
+    })
 }
 
 /// A client's request, chosen by the first byte: `SubmitRun` (with the workflow parsed and

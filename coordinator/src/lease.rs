@@ -99,20 +99,38 @@ pub fn dispatched(agent: &str, owner: Option<&str>, now_ms: i64, lease_ms: u64) 
     }
 }
 
+/// A connected worker as a task entry names it: its id, and the principal it connected as
+/// (empty when the coordinator does not authenticate).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Worker {
+    pub id: String,
+    pub principal: String,
+}
+
+impl Worker {
+    pub fn new(id: &str, principal: &str) -> Self {
+        Worker {
+            id: id.to_owned(),
+            principal: principal.to_owned(),
+        }
+    }
+}
+
 /// Where the holder has the task now.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Holding {
     /// On this worker's stream.
-    Worker(String),
+    Worker(Worker),
     /// In the hub's queue, with a worker connected that serves the agent.
     Queued,
     /// Nowhere useful: no worker for its agent is connected any more.
     Nowhere,
 }
 
-/// The entry after its holder renews it: the lease pushed out (and the worker written down,
-/// so that every coordinator's view shows it), or given up so that a coordinator with a worker
-/// for the agent takes it at once.
+/// The entry after its holder renews it: the lease pushed out (and the worker and its principal
+/// written down, so that every coordinator's view shows it and a coordinator this worker moves
+/// to can tell it is the one running the task), or given up so that a coordinator with a
+/// worker for the agent takes it at once.
 pub fn renewed(entry: &TaskEntry, holding: &Holding, now_ms: i64, lease_ms: u64) -> TaskEntry {
     let until = now_ms + lease_ms as i64;
     // A continuation waits for its turn here, never for a worker.
@@ -123,15 +141,17 @@ pub fn renewed(entry: &TaskEntry, holding: &Holding, now_ms: i64, lease_ms: u64)
         };
     }
     match holding {
-        Holding::Worker(worker_id) => TaskEntry {
+        Holding::Worker(worker) => TaskEntry {
             state: TaskState::Running,
-            worker_id: worker_id.clone(),
+            worker_id: worker.id.clone(),
+            principal: worker.principal.clone(),
             due_ms: until,
             ..entry.clone()
         },
         Holding::Queued => TaskEntry {
             state: TaskState::Queued,
             worker_id: String::new(),
+            principal: String::new(),
             due_ms: until,
             ..entry.clone()
         },
@@ -146,6 +166,7 @@ pub fn released(entry: &TaskEntry, now_ms: i64) -> TaskEntry {
     TaskEntry {
         state: TaskState::Queued,
         worker_id: String::new(),
+        principal: String::new(),
         owner: String::new(),
         due_ms: now_ms,
         ..entry.clone()
@@ -175,6 +196,7 @@ pub fn on_due(entry: &TaskEntry, me: &str, now_ms: i64, lease_ms: u64, max_lost:
     let claimed = TaskEntry {
         state: TaskState::Queued,
         worker_id: String::new(),
+        principal: String::new(),
         attempt: entry.attempt + 1,
         owner: me.to_owned(),
         due_ms: now_ms + lease_ms as i64,
@@ -194,6 +216,7 @@ pub fn lost(entry: &TaskEntry, now_ms: i64, lease_ms: u64, max_lost: u32) -> Due
     let again = TaskEntry {
         state: TaskState::Queued,
         worker_id: String::new(),
+        principal: String::new(),
         attempt: entry.attempt + 1,
         due_ms: now_ms + lease_ms as i64,
         lost: entry.lost + 1,
@@ -251,6 +274,7 @@ pub fn after_failure(
         entry: TaskEntry {
             state: TaskState::Retrying,
             worker_id: String::new(),
+            principal: String::new(),
             owner: String::new(),
             due_ms: now_ms + backoff_ms as i64,
             failures,
@@ -261,20 +285,76 @@ pub fn after_failure(
     }
 }
 
-/// A worker that reconnected (to `me`) still runs `attempt` of the task: `me` takes over its
-/// lease if that attempt is still the current one. `None`: the attempt was superseded, or the
-/// task is waiting to be retried, and the worker must drop it.
+/// Why a worker that names a task in its hello (`Hello.held`) does not take it over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// Its attempt is no longer the current one (the task went to another worker), or the
+    /// task waits to be retried: a late worker, not necessarily a hostile one.
+    Superseded,
+    /// No worker is written down for it: its holder died before its first renewal wrote the
+    /// worker down. Nobody can tell who runs it, so it is delivered again when its lease runs
+    /// out.
+    NotWrittenDown,
+    /// The entry names another worker id.
+    OtherWorker,
+    /// The entry names this worker id under another principal: a worker of another principal
+    /// that took the id.
+    OtherPrincipal,
+    /// This worker does not serve the task's agent (so its principal may not, or it did not
+    /// offer it).
+    AgentNotServed,
+}
+
+impl Refusal {
+    /// What the worker is told in its `CancelTask`.
+    pub fn reason(self) -> &'static str {
+        match self {
+            Refusal::Superseded => "superseded: the task was given to another worker",
+            Refusal::NotWrittenDown => {
+                "no worker is recorded as running it; it is delivered again when its lease runs out"
+            }
+            Refusal::OtherWorker | Refusal::OtherPrincipal => {
+                "refused: the coordinator's record names another worker as running it"
+            }
+            Refusal::AgentNotServed => "refused: this worker does not serve the task's agent",
+        }
+    }
+}
+
+/// A worker that reconnected (to `me`) says it still runs `attempt` of the task. `me` takes
+/// over its lease only if the stored entry says this very worker runs it: the attempt is the
+/// current one, the entry names this worker id and the principal it connected as, and the
+/// worker serves the task's agent (`serves_agent`: an agent its hello offered, which the edge
+/// checked its principal may serve). Anything else is refused, and the worker must drop it.
+///
+/// An entry that names no worker yet (written by a dispatch, not yet by a renewal) is refused
+/// too: whoever names it cannot be told from the worker that runs it.
 pub fn adopted(
     entry: &TaskEntry,
     attempt: u32,
+    worker: &Worker,
+    serves_agent: bool,
     me: &str,
-    worker_id: &str,
     now_ms: i64,
     lease_ms: u64,
-) -> Option<TaskEntry> {
-    (entry.attempt == attempt && entry.state != TaskState::Retrying).then(|| TaskEntry {
+) -> Result<TaskEntry, Refusal> {
+    if entry.attempt != attempt || entry.state == TaskState::Retrying {
+        return Err(Refusal::Superseded);
+    }
+    if entry.worker_id.is_empty() {
+        return Err(Refusal::NotWrittenDown);
+    }
+    if entry.worker_id != worker.id {
+        return Err(Refusal::OtherWorker);
+    }
+    if entry.principal != worker.principal {
+        return Err(Refusal::OtherPrincipal);
+    }
+    if !serves_agent {
+        return Err(Refusal::AgentNotServed);
+    }
+    Ok(TaskEntry {
         state: TaskState::Running,
-        worker_id: worker_id.to_owned(),
         owner: me.to_owned(),
         due_ms: now_ms + lease_ms as i64,
         ..entry.clone()
@@ -328,7 +408,7 @@ mod tests {
 
     #[test]
     fn renewing_pushes_the_lease_out_and_names_the_worker() {
-        let entry = renewed(&held_by("c1"), &Holding::Worker("w1".into()), 5_000, LEASE);
+        let entry = renewed(&held_by("c1"), &Holding::Worker(w1()), 5_000, LEASE);
         assert_eq!(entry.due_ms, 15_000);
         assert_eq!(
             (entry.state, entry.worker_id.as_str()),
@@ -342,7 +422,7 @@ mod tests {
 
     #[test]
     fn an_expired_lease_is_a_lost_delivery_and_a_new_attempt() {
-        let entry = renewed(&held_by("c1"), &Holding::Worker("w1".into()), 1_000, LEASE);
+        let entry = renewed(&held_by("c1"), &Holding::Worker(w1()), 1_000, LEASE);
         assert_eq!(on_due(&entry, "c2", 10_999, LEASE, 10), Due::NotYet);
         let Due::Deliver(claimed) = on_due(&entry, "c2", 11_000, LEASE, 10) else {
             panic!("due");
@@ -422,19 +502,147 @@ mod tests {
         );
     }
 
+    fn w1() -> Worker {
+        Worker::new("w1", "pool")
+    }
+
+    #[test]
+    fn renewing_writes_down_the_worker_and_its_principal_and_queueing_clears_them() {
+        let running = renewed(&held_by("c1"), &Holding::Worker(w1()), 1_000, LEASE);
+        assert_eq!(
+            (running.worker_id.as_str(), running.principal.as_str()),
+            ("w1", "pool")
+        );
+        for next in [
+            renewed(&running, &Holding::Queued, 2_000, LEASE),
+            renewed(&running, &Holding::Nowhere, 2_000, LEASE),
+            released(&running, 2_000),
+        ] {
+            assert_eq!((next.worker_id.as_str(), next.principal.as_str()), ("", ""));
+        }
+        let Due::Deliver(claimed) = on_due(&running, "c2", 20_000, LEASE, 10) else {
+            panic!("due");
+        };
+        assert_eq!(claimed.principal, "", "a new attempt runs on no worker yet");
+        let Due::Deliver(again) = lost(&running, 2_000, LEASE, 10) else {
+            panic!("delivered again");
+        };
+        assert_eq!(again.principal, "");
+        let AfterFailure::Retry { entry, .. } =
+            after_failure(&running, Some(&policy(3)), "boom", true, 2_000, 0.5)
+        else {
+            panic!("retry");
+        };
+        assert_eq!(
+            (entry.worker_id.as_str(), entry.principal.as_str()),
+            ("", "")
+        );
+    }
+
+    #[test]
+    fn an_entry_written_before_principals_were_recorded_reads_with_none() {
+        let old = br#"{"agent":"coder","state":"running","worker_id":"w1","attempt":1}"#;
+        let entry: TaskEntry = serde_json::from_slice(old).unwrap();
+        assert_eq!(
+            (entry.worker_id.as_str(), entry.principal.as_str()),
+            ("w1", "")
+        );
+        // And an entry without a principal writes none, as before.
+        let text = String::from_utf8(released(&entry, 0).encode()).unwrap();
+        assert!(!text.contains("principal"), "{text}");
+    }
+
     #[test]
     fn a_reconnecting_worker_keeps_only_a_current_attempt() {
-        let entry = renewed(&held_by("c1"), &Holding::Worker("w1".into()), 1_000, LEASE);
-        let taken = adopted(&entry, 1, "c2", "w1", 2_000, LEASE).expect("current");
+        let entry = renewed(&held_by("c1"), &Holding::Worker(w1()), 1_000, LEASE);
+        let taken = adopted(&entry, 1, &w1(), true, "c2", 2_000, LEASE).expect("current");
         assert_eq!(
-            (taken.owner.as_str(), taken.worker_id.as_str()),
-            ("c2", "w1")
+            (
+                taken.owner.as_str(),
+                taken.worker_id.as_str(),
+                taken.principal.as_str()
+            ),
+            ("c2", "w1", "pool")
         );
-        assert_eq!(taken.attempt, 1);
-        assert_eq!(adopted(&entry, 0, "c2", "w1", 2_000, LEASE), None);
+        assert_eq!((taken.attempt, taken.due_ms), (1, 12_000));
+        assert_eq!(
+            adopted(&entry, 0, &w1(), true, "c2", 2_000, LEASE),
+            Err(Refusal::Superseded)
+        );
         let Due::Deliver(moved_on) = on_due(&entry, "c3", 20_000, LEASE, 10) else {
             panic!("due");
         };
-        assert_eq!(adopted(&moved_on, 1, "c2", "w1", 20_000, LEASE), None);
+        assert_eq!(
+            adopted(&moved_on, 1, &w1(), true, "c2", 20_000, LEASE),
+            Err(Refusal::Superseded)
+        );
+        let AfterFailure::Retry {
+            entry: retrying, ..
+        } = after_failure(&entry, Some(&policy(3)), "boom", true, 2_000, 0.5)
+        else {
+            panic!("retry");
+        };
+        assert_eq!(
+            adopted(&retrying, 1, &w1(), true, "c2", 2_000, LEASE),
+            Err(Refusal::Superseded),
+            "a task waiting for its retry is nobody's"
+        );
+    }
+
+    /// The attack of issue 28: a worker of principal `planner-pool`, allowed only the planner,
+    /// names another worker's coder task in its hello. Only the worker the entry names, under
+    /// the principal it connected as, serving the agent, takes it over.
+    #[test]
+    fn a_held_task_is_taken_over_only_by_the_worker_and_principal_the_entry_names() {
+        let entry = renewed(&held_by("c1"), &Holding::Worker(w1()), 1_000, LEASE);
+        let adopt =
+            |worker: &Worker, serves| adopted(&entry, 1, worker, serves, "c2", 2_000, LEASE);
+        assert_eq!(
+            adopt(&Worker::new("hostile", "planner-pool"), true),
+            Err(Refusal::OtherWorker)
+        );
+        assert_eq!(
+            adopt(&Worker::new("w1", "planner-pool"), true),
+            Err(Refusal::OtherPrincipal),
+            "the same id under another principal is a squatter"
+        );
+        assert_eq!(
+            adopt(&Worker::new("w1", ""), true),
+            Err(Refusal::OtherPrincipal),
+            "nor is an unauthenticated worker the principal's"
+        );
+        assert_eq!(adopt(&w1(), false), Err(Refusal::AgentNotServed));
+        assert!(adopt(&w1(), true).is_ok());
+    }
+
+    #[test]
+    fn a_task_no_renewal_wrote_down_is_nobody_s_to_take_over() {
+        // Its coordinator died within the first third of the lease: the entry names no worker.
+        let dispatched = held_by("c1");
+        assert_eq!(
+            adopted(&dispatched, 1, &w1(), true, "c2", 2_000, LEASE),
+            Err(Refusal::NotWrittenDown)
+        );
+        // Its lease runs out and another coordinator delivers it again.
+        assert!(matches!(
+            on_due(&dispatched, "c2", 11_000, LEASE, 10),
+            Due::Deliver(again) if again.attempt == 2
+        ));
+    }
+
+    #[test]
+    fn without_authentication_the_worker_id_alone_names_the_holder() {
+        let unauthenticated = Worker::new("w1", "");
+        let entry = renewed(
+            &held_by("c1"),
+            &Holding::Worker(unauthenticated.clone()),
+            1_000,
+            LEASE,
+        );
+        assert!(adopted(&entry, 1, &unauthenticated, true, "c2", 2_000, LEASE).is_ok());
+        assert_eq!(
+            adopted(&entry, 1, &Worker::new("w2", ""), true, "c2", 2_000, LEASE),
+            Err(Refusal::OtherWorker)
+        );
     }
 }

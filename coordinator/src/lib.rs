@@ -5,6 +5,7 @@
 //! - [`grpc`]: the tonic services: proto in, domain types to [`service`], proto out; TLS.
 //! - [`fuzzing`]: fuzz targets for what the edge decodes from workers and clients.
 //! - [`auth`]: who may call, as whom: principals, roles, protected mode.
+//! - [`bounded`]: texts from outside cut to a limit with a marker, names checked.
 //!
 //! The logic, in domain types:
 //! - [`service`]: the [`Coordinator`] handle and its rooms: submit, answers, approvals, watch,
@@ -32,6 +33,7 @@
 //! - `error`: the coordinator's [`Error`]s.
 
 pub mod auth;
+pub mod bounded;
 mod chain;
 pub mod clock;
 mod decisions;

@@ -20,6 +20,39 @@ type Labels = Vec<(String, String)>;
 /// `operation="..."`, static, so that timing a store call allocates nothing.
 type OperationLabel = [(&'static str, &'static str); 1];
 
+/// A worker's message refused because the worker does not hold what it names (or, for a hello,
+/// because its id is another principal's worker's): the `message` label of
+/// `worker_messages_refused_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refused {
+    /// A hello whose worker id a worker of another principal holds.
+    Hello,
+    /// A task a hello names as still running (`Hello.held`) that is not this worker's.
+    Held,
+    /// A `ResendTask` for a task this worker's stream does not hold.
+    Resend,
+    /// A `TaskResult` for a task this worker's stream does not hold (also a fenced result).
+    Result,
+    /// A piece of live output for a task this worker's stream does not hold.
+    Output,
+    /// A `WorkerService.QueryDecisions` naming a worker that is not the caller's principal's,
+    /// or a task that worker does not hold.
+    Query,
+}
+
+impl Refused {
+    pub fn label(self) -> &'static str {
+        match self {
+            Refused::Hello => "hello",
+            Refused::Held => "held",
+            Refused::Resend => "resend",
+            Refused::Result => "result",
+            Refused::Output => "output",
+            Refused::Query => "query",
+        }
+    }
+}
+
 fn labels(pairs: &[(&str, &str)]) -> Labels {
     pairs
         .iter()
@@ -59,6 +92,7 @@ pub struct Metrics {
     pub(crate) integrity_failures: Counter,
     computations_waiting: Gauge,
     jq_cpu: Counter<f64, std::sync::atomic::AtomicU64>,
+    refused: Family<OperationLabel, Counter>,
 }
 
 impl Default for Metrics {
@@ -84,6 +118,7 @@ impl Default for Metrics {
             integrity_failures: Counter::default(),
             computations_waiting: Gauge::default(),
             jq_cpu: Counter::default(),
+            refused: Family::default(),
             registry: Registry::default(),
         };
         registry.register(
@@ -181,6 +216,11 @@ impl Default for Metrics {
             "CPU time the jq programs of runs used, in this coordinator's sandboxes",
             metrics.jq_cpu.clone(),
         );
+        registry.register(
+            "worker_messages_refused",
+            "Workers' messages refused because the worker does not hold the task they name, by message (held, resend, result, output, query), or a hello whose worker id another principal's worker holds (hello)",
+            metrics.refused.clone(),
+        );
         Metrics {
             registry,
             ..metrics
@@ -219,6 +259,13 @@ impl Metrics {
     pub fn step_settled(&self, step_type: &str, outcome: &str) {
         self.steps
             .get_or_create(&labels(&[("type", step_type), ("outcome", outcome)]))
+            .inc();
+    }
+
+    /// A worker's message was refused: it named what the worker does not hold.
+    pub fn worker_refused(&self, message: Refused) {
+        self.refused
+            .get_or_create(&[("message", message.label())])
             .inc();
     }
 

@@ -399,8 +399,16 @@ pub enum TaskState {
 pub struct TaskEntry {
     pub agent: String,
     pub state: TaskState,
+    /// The worker running it, as its holder last wrote down (a lease renewal, a takeover, a
+    /// drain); empty while it is queued, or not written down yet.
     #[serde(default, skip_serializing_if = "String::is_empty")]
     pub worker_id: String,
+    /// The principal that worker connected as (empty without authentication, and in entries
+    /// written before principals were recorded): a reconnecting worker takes the task over
+    /// only under the same worker id *and* principal, so a worker of another principal that
+    /// names the same id gains nothing.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub principal: String,
     /// Which delivery of the step visit this is, from 1: the fencing token of its answer.
     #[serde(default)]
     pub attempt: u32,

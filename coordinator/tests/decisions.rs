@@ -674,15 +674,17 @@ async fn a_worker_queries_only_through_a_task_it_holds() {
         ..WorkerQueryDecisionsRequest::default()
     };
 
-    let own_run = worker_service::query_decisions(&coordinator, ask("w1", &code.task_id, false))
-        .await
-        .unwrap();
+    let own_run =
+        worker_service::query_decisions(&coordinator, "", ask("w1", &code.task_id, false))
+            .await
+            .unwrap();
     assert_eq!(own_run.matches.len(), 1);
     assert_eq!(own_run.matches[0].run_id, held_run);
 
-    let workflow = worker_service::query_decisions(&coordinator, ask("w1", &code.task_id, true))
-        .await
-        .unwrap();
+    let workflow =
+        worker_service::query_decisions(&coordinator, "", ask("w1", &code.task_id, true))
+            .await
+            .unwrap();
     let runs: BTreeSet<&str> = workflow.matches.iter().map(|m| m.run_id.as_str()).collect();
     assert_eq!(runs, BTreeSet::from([first.as_str(), second.as_str()]));
 
@@ -692,9 +694,10 @@ async fn a_worker_queries_only_through_a_task_it_holds() {
         // Answered already: w1 no longer holds it.
         ("w1", plans[&held_run].task_id.as_str()),
     ] {
-        let error = worker_service::query_decisions(&coordinator, ask(worker_id, task_id, true))
-            .await
-            .unwrap_err();
+        let error =
+            worker_service::query_decisions(&coordinator, "", ask(worker_id, task_id, true))
+                .await
+                .unwrap_err();
         let status = tonic::Status::from(error);
         assert_eq!(
             status.code(),
@@ -832,6 +835,7 @@ async fn a_workflow_scope_query_for_a_workflow_without_an_id_names_the_problem()
     let plan = worker.next_task();
     let error = worker_service::query_decisions(
         &coordinator,
+        "",
         baton_proto::v1::WorkerQueryDecisionsRequest {
             worker_id: "w1".into(),
             task_id: plan.task_id.clone(),

@@ -39,6 +39,16 @@ fn worker_query() {
 }
 
 #[test]
+fn worker_request() {
+    Fuzz {
+        name: "worker_request",
+        target: fuzzing::worker_request,
+        cases: 10_000,
+    }
+    .run();
+}
+
+#[test]
 fn client_request() {
     Fuzz {
         name: "client_request",
@@ -58,6 +68,7 @@ fn every_target_is_fuzzed() {
             "worker_message",
             "worker_answer",
             "worker_query",
+            "worker_request",
             "client_request"
         ]
     );

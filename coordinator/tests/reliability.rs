@@ -81,6 +81,21 @@ async fn answers(store: &MemoryStore, run_id: &str, key: &str) -> usize {
         .count()
 }
 
+/// Waits (up to 10 s) until the store's entry of the task says `worker_id` runs it: what a
+/// lease renewal writes down.
+async fn written_down(store: &MemoryStore, run_id: &str, key: &str, worker_id: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let stored = store.task(run_id, key).await.unwrap();
+        let entry: Option<Value> = stored.map(|bytes| serde_json::from_slice(&bytes).unwrap());
+        if entry.as_ref().and_then(|e| e["worker_id"].as_str()) == Some(worker_id) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "never written down: {entry:?}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 #[tokio::test(start_paused = true)]
 async fn a_silent_worker_loses_its_lease_and_its_late_answer_is_refused() {
     let coordinator = Coordinator::new(MemoryStore::new(), quick("c1"));
@@ -506,8 +521,10 @@ async fn a_reconnecting_worker_gets_no_more_tasks_than_it_has_slots() {
     let store = Arc::new(MemoryStore::new());
     let dying = Coordinator::new(store.clone(), quick("dying"));
     let mut w1 = FakeWorker::connect(&dying, "w1", &["worker"]).await;
-    submit(&dying, &one_step(json!({}))).await;
+    let first = submit(&dying, &one_step(json!({}))).await;
     let running = w1.next_task();
+    // A renewal writes down that w1 runs it: only then may w1 take it elsewhere.
+    written_down(&store, &first, "work#1", "w1").await;
     drop(dying);
     let survivor = Coordinator::new(store.clone(), quick("survivor"));
     // Another run's task waits, due at once.

@@ -13,6 +13,7 @@ use baton_proto::{Json, v1};
 use serde_json::Value;
 
 use crate::auth::{Caller, Role};
+use crate::bounded;
 use crate::error::Error;
 use crate::model::ModelUsage;
 use crate::parts::Part;
@@ -176,7 +177,9 @@ pub fn requester(caller: &Caller) -> Option<Requester> {
     })
 }
 
-/// A worker's hello, the first message of its stream.
+/// A worker's hello, the first message of its stream: every field bounded ([`worker`] has the
+/// limits), each refusal naming the field and its limit. Its principal is who sent it, which
+/// the caller fills in.
 impl TryFrom<v1::Hello> for WorkerHello {
     type Error = Error;
 
@@ -193,8 +196,10 @@ impl TryFrom<v1::Hello> for WorkerHello {
                 "hello.worker_id: a worker needs an id".into(),
             ));
         }
+        worker::check_hello(&hello)?;
         Ok(WorkerHello {
             worker_id: hello.worker_id,
+            principal: String::new(),
             protocol: hello.protocol,
             agents: hello.agents,
             capacity: hello.capacity.max(1) as usize,
@@ -204,11 +209,22 @@ impl TryFrom<v1::Hello> for WorkerHello {
     }
 }
 
-/// A worker's answer. Only a task id that does not parse is refused outright: a result that
-/// cannot be taken as data still settles its task, so it comes through as
-/// [`Outcome::Refused`] with the reason.
+/// A worker's `ResendTask`: the task it names, and its reason cut to
+/// [`Config::max_error_bytes`] (on giving up, the reason becomes the step's error).
+pub fn resend_request(
+    request: v1::ResendTask,
+    config: &Config,
+) -> Result<(TaskRef, String), Error> {
+    let task = worker::task_id("resend.task_id", &request.task_id)?;
+    Ok((task, bounded::cut(&request.reason, config.max_error_bytes)))
+}
+
+/// A worker's answer. Only a task id that does not parse (or is too long to be one) is refused
+/// outright: a result that cannot be taken as data still settles its task, so it comes through
+/// as [`Outcome::Refused`] with the reason. An agent's error is cut to
+/// [`Config::max_error_bytes`].
 pub fn answer(result: v1::TaskResult, config: &Config) -> Result<Answer, Error> {
-    let task: TaskRef = result.task_id.parse()?;
+    let task = worker::task_id("result.task_id", &result.task_id)?;
     let retryable = !result.non_retryable;
     let usage = read_usage(&result.usage, config);
     let outcome = match result.outcome {
@@ -226,7 +242,11 @@ pub fn answer(result: v1::TaskResult, config: &Config) -> Result<Answer, Error> 
                 Err(reason) => Outcome::Refused { reason, retryable },
             }
         }
-        Some(v1::task_result::Outcome::Error(error)) => Outcome::Failed { error, retryable },
+        // An error is the agent's own text: kept, but only up to its limit.
+        Some(v1::task_result::Outcome::Error(error)) => Outcome::Failed {
+            error: bounded::cut(&error, config.max_error_bytes),
+            retryable,
+        },
         None => Outcome::Refused {
             reason: Error::InvalidInput("a result needs data or an error".into()),
             retryable,
@@ -383,7 +403,7 @@ pub fn output_piece(
     output: v1::TaskOutput,
     config: &Config,
 ) -> Result<(TaskRef, String, bool), Error> {
-    let task: TaskRef = output.task_id.parse()?;
+    let task = worker::task_id("output.task_id", &output.task_id)?;
     within(
         "a piece of live output",
         output.text.len(),
@@ -426,10 +446,13 @@ pub fn worker_query(
     request: v1::WorkerQueryDecisionsRequest,
     config: &Config,
 ) -> Result<WorkerQuery, Error> {
-    let task: TaskRef = request.task_id.parse()?;
+    let task = worker::task_id("task_id", &request.task_id)?;
+    worker::check_worker_id("worker_id", &request.worker_id)?;
     let (text, agent, k) = query_text(request.text, request.agent, request.k, config)?;
     Ok(WorkerQuery {
         worker_id: request.worker_id,
+        // Who asks is the caller's to fill in, from the call.
+        principal: String::new(),
         task,
         workflow_scope: request.workflow_scope,
         text,
@@ -571,6 +594,8 @@ fn json_depth(value: &Value) -> usize {
     }
     deepest
 }
+
+pub mod worker;
 
 #[cfg(test)]
 mod tests;

@@ -15,11 +15,11 @@ use tonic::{Request, Response, Status, Streaming};
 
 use super::{Faults, requests};
 use crate::auth::Caller;
+use crate::bounded;
 use crate::error::Error;
 use crate::hub::ToWorker;
 use crate::service::{Coordinator, WorkerHello};
 use crate::store::Store;
-use crate::task_ref::TaskRef;
 
 pub struct Workers<S: Store> {
     coordinator: Coordinator<S>,
@@ -58,8 +58,8 @@ pub async fn resend<S: Store>(
     worker_id: &str,
     request: v1::ResendTask,
 ) -> Result<(), Error> {
-    let task: TaskRef = request.task_id.parse()?;
-    coordinator.resend(worker_id, task, &request.reason).await
+    let (task, reason) = requests::resend_request(request, coordinator.config())?;
+    coordinator.resend(worker_id, task, &reason).await
 }
 
 /// A piece of an agent's live output, from the worker running it.
@@ -72,12 +72,16 @@ pub fn output<S: Store>(
     coordinator.live_output(worker_id, &task, text, restart)
 }
 
-/// An agent's decision query, through the task its worker holds.
+/// An agent's decision query, through the task its worker holds: a worker of the caller's
+/// principal (`principal`, empty without authentication), since the request names the worker
+/// in a field anyone can fill in.
 pub async fn query_decisions<S: Store>(
     coordinator: &Coordinator<S>,
+    principal: &str,
     request: v1::WorkerQueryDecisionsRequest,
 ) -> Result<v1::QueryDecisionsResponse, Error> {
-    let query = requests::worker_query(request, coordinator.config())?;
+    let mut query = requests::worker_query(request, coordinator.config())?;
+    query.principal = principal.to_owned();
     Ok(coordinator.worker_query_decisions(query).await?.into())
 }
 
@@ -115,7 +119,9 @@ impl<S: Store> WorkerService for Workers<S> {
         &self,
         request: Request<v1::WorkerQueryDecisionsRequest>,
     ) -> Result<Response<v1::QueryDecisionsResponse>, Status> {
-        let found = query_decisions(&self.coordinator, request.into_inner()).await?;
+        let caller = Caller::of(&request);
+        let principal = caller.name().unwrap_or_default();
+        let found = query_decisions(&self.coordinator, principal, request.into_inner()).await?;
         Ok(Response::new(found))
     }
 
@@ -128,7 +134,10 @@ impl<S: Store> WorkerService for Workers<S> {
         let hello = match inbound.message().await? {
             Some(WorkerMessage {
                 message: Some(worker_message::Message::Hello(hello)),
-            }) => WorkerHello::try_from(hello)?,
+            }) => WorkerHello {
+                principal: caller.name().unwrap_or_default().to_owned(),
+                ..WorkerHello::try_from(hello)?
+            },
             _ => return Err(Error::NoHello.into()),
         };
         may_serve(&caller, &hello.agents)?;
@@ -160,8 +169,11 @@ impl<S: Store> WorkerService for Workers<S> {
                             let task_id = result.task_id.clone();
                             let answered = Box::pin(answer(&coordinator, &worker_id, result));
                             if let Err(error) = answered.await {
-                                tracing::warn!(%worker_id, %task_id, %error, "result refused");
-                                let message = error.to_string();
+                                // The reason may quote what the worker sent (a digest): cut.
+                                let limit = coordinator.config().max_error_bytes;
+                                let message = bounded::cut(&error.to_string(), limit);
+                                let task_id = bounded::cut(&task_id, limit);
+                                tracing::warn!(%worker_id, %task_id, error = %message, "result refused");
                                 let _ = outbound.send(ToWorker::Rejected { task_id, message });
                             }
                         });
@@ -172,7 +184,8 @@ impl<S: Store> WorkerService for Workers<S> {
                         // On its own task too: giving up on a resend records a failure.
                         let (coordinator, worker_id) = (coordinator.clone(), worker_id.clone());
                         completing.spawn(async move {
-                            let task_id = request.task_id.clone();
+                            let limit = coordinator.config().max_error_bytes;
+                            let task_id = bounded::cut(&request.task_id, limit);
                             if let Err(error) = resend(&coordinator, &worker_id, request).await {
                                 tracing::warn!(%worker_id, %task_id, %error, "resend refused");
                             }

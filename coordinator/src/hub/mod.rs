@@ -26,8 +26,8 @@ use self::session::{Session, cancel};
 pub use self::task::{Assignment, Forgotten, ReadyTask, Sent, TaskMessage, ToWorker};
 use crate::clock::Instant;
 use crate::dispatch::{self, WorkerLoad};
-/// Where a task is in the hub ([`Hub::locate`]).
-pub use crate::lease::Holding;
+/// Where a task is in the hub ([`Hub::locate`]), and a worker as a task entry names it.
+pub use crate::lease::{Holding, Worker};
 
 /// How many times a task is sent again to a worker that could not rebuild its payload before
 /// its step fails.
@@ -37,6 +37,12 @@ pub const MAX_RESENDS: u32 = 3;
 pub enum Error {
     #[error("a worker with id {0} is already connected")]
     DuplicateWorker(String),
+    /// The id is taken by a worker of another principal: the id is refused rather than shared,
+    /// so that nothing said under it can be mistaken for the other worker's.
+    #[error(
+        "a worker with id {0} is already connected under another principal; give this worker an id of its own (--id)"
+    )]
+    WorkerIdTaken(String),
     #[error("task {run_id}/{task_key} was sent {resends} times and never arrived intact")]
     ResendsExhausted {
         run_id: String,
@@ -107,15 +113,37 @@ impl Hub {
         cache_bytes: u64,
         stream: WorkerStream,
     ) -> Result<(u64, oneshot::Receiver<()>), Error> {
+        let worker = Worker::new(worker_id, "");
+        self.connect_as(&worker, protocol, agents, capacity, cache_bytes, stream)
+    }
+
+    /// [`Hub::connect_speaking`] for a worker that authenticated as `worker.principal`: the hub
+    /// remembers it, so that what is asked in the name of this worker id (a decision query names
+    /// it in a field) is answered only to the same principal, and it is written down with the
+    /// tasks the worker runs. An id already connected is refused, and named as taken when the
+    /// connection holding it is another principal's.
+    pub fn connect_as(
+        &self,
+        worker: &Worker,
+        protocol: u32,
+        agents: impl IntoIterator<Item = String>,
+        capacity: usize,
+        cache_bytes: u64,
+        stream: WorkerStream,
+    ) -> Result<(u64, oneshot::Receiver<()>), Error> {
         let mut state = self.lock();
-        if state.workers.contains_key(worker_id) {
-            return Err(Error::DuplicateWorker(worker_id.to_owned()));
+        if let Some(connected) = state.workers.get(&worker.id) {
+            return Err(if connected.principal == worker.principal {
+                Error::DuplicateWorker(worker.id.clone())
+            } else {
+                Error::WorkerIdTaken(worker.id.clone())
+            });
         }
         state.connections += 1;
         let connection = state.connections;
         let (closer, closed) = oneshot::channel();
         let agents = agents.into_iter().collect();
-        let session = Session::new(
+        let mut session = Session::new(
             connection,
             closer,
             agents,
@@ -124,7 +152,8 @@ impl Hub {
             cache_bytes,
             stream,
         );
-        state.workers.insert(worker_id.to_owned(), session);
+        session.principal = worker.principal.clone();
+        state.workers.insert(worker.id.clone(), session);
         Ok((connection, closed))
     }
 
@@ -152,6 +181,9 @@ impl Hub {
             return Vec::new();
         }
         let worker = state.workers.remove(worker_id).expect("just checked");
+        // An agent's queue lives on only while it holds tasks: a worker that offered many
+        // agents leaves none behind (nor their series on `/metrics`).
+        state.queues.retain(|_, queue| !queue.is_empty());
         worker.holding.into_values().collect()
     }
 
@@ -217,6 +249,13 @@ impl Hub {
         true
     }
 
+    /// The principal `worker_id` connected as, if it is connected (empty without
+    /// authentication).
+    pub fn principal_of(&self, worker_id: &str) -> Option<String> {
+        let state = self.lock();
+        Some(state.workers.get(worker_id)?.principal.clone())
+    }
+
     /// Tells a worker to stop a task (one it runs that is no longer current).
     pub fn cancel(&self, worker_id: &str, task_id: &str, reason: &str) {
         if let Some(worker) = self.lock().workers.get(worker_id) {
@@ -232,11 +271,11 @@ impl Hub {
     /// the number of tasks asked about.
     pub fn locate(&self, tasks: &[(String, String, String)]) -> Vec<Holding> {
         let state = self.lock();
-        let mut holders: HashMap<(&str, &str), &str> = HashMap::new();
         let mut served: HashSet<&str> = HashSet::new();
+        let mut holders: HashMap<(&str, &str), (&str, &str)> = HashMap::new();
         for (id, worker) in &state.workers {
             for (run_id, task_key) in worker.holding.keys() {
-                holders.insert((run_id, task_key), id);
+                holders.insert((run_id, task_key), (id, &worker.principal));
             }
             served.extend(worker.agents.iter().map(String::as_str));
         }
@@ -250,8 +289,8 @@ impl Hub {
             .iter()
             .map(|(run_id, task_key, agent)| {
                 let key = (run_id.as_str(), task_key.as_str());
-                if let Some(id) = holders.get(&key) {
-                    Holding::Worker((*id).to_owned())
+                if let Some((id, principal)) = holders.get(&key) {
+                    Holding::Worker(Worker::new(id, principal))
                 } else if queued.contains(&key) && served.contains(agent.as_str()) {
                     Holding::Queued
                 } else {
@@ -298,9 +337,15 @@ impl Hub {
     /// The worker could not rebuild the task's payload (it lacked a part, or one was corrupt):
     /// tells it to empty its part cache, empties the copy here, and sends the task again with
     /// every part. Tasks sent after the reset assume the empty cache, so the two agree again
-    /// from there. Fails when the worker does not hold the task or it was resent
-    /// [`MAX_RESENDS`] times already.
-    pub fn resend(&self, worker_id: &str, run_id: &str, task_key: &str) -> Result<(), Error> {
+    /// from there. Fails when the worker does not hold this attempt of the task (nothing of
+    /// the payload goes out then) or it was resent [`MAX_RESENDS`] times already.
+    pub fn resend(
+        &self,
+        worker_id: &str,
+        run_id: &str,
+        task_key: &str,
+        attempt: u32,
+    ) -> Result<(), Error> {
         let mut state = self.lock();
         let not_held = || Error::NotHeld {
             worker_id: worker_id.to_owned(),
@@ -309,7 +354,11 @@ impl Hub {
         };
         let worker = state.workers.get_mut(worker_id).ok_or_else(not_held)?;
         let key = (run_id.to_owned(), task_key.to_owned());
-        let task = worker.holding.get_mut(&key).ok_or_else(not_held)?;
+        let task = worker
+            .holding
+            .get_mut(&key)
+            .filter(|task| task.attempt() == attempt)
+            .ok_or_else(not_held)?;
         if task.resends >= MAX_RESENDS {
             return Err(Error::ResendsExhausted {
                 run_id: run_id.to_owned(),
@@ -412,13 +461,38 @@ impl Hub {
 
     /// Whether `worker_id` holds this attempt of the task.
     pub fn holds(&self, worker_id: &str, run_id: &str, task_key: &str, attempt: u32) -> bool {
+        self.holds_for(worker_id, None, run_id, task_key, attempt)
+    }
+
+    /// Whether `worker_id` holds this attempt of the task and connected as `principal`: for a
+    /// request that names the worker in a field rather than coming down its stream.
+    pub fn holds_as(
+        &self,
+        worker_id: &str,
+        principal: &str,
+        run_id: &str,
+        task_key: &str,
+        attempt: u32,
+    ) -> bool {
+        self.holds_for(worker_id, Some(principal), run_id, task_key, attempt)
+    }
+
+    fn holds_for(
+        &self,
+        worker_id: &str,
+        principal: Option<&str>,
+        run_id: &str,
+        task_key: &str,
+        attempt: u32,
+    ) -> bool {
         let state = self.lock();
         let key = (run_id.to_owned(), task_key.to_owned());
         state.workers.get(worker_id).is_some_and(|worker| {
-            worker
-                .holding
-                .get(&key)
-                .is_some_and(|task| task.attempt() == attempt)
+            principal.is_none_or(|principal| worker.principal == principal)
+                && worker
+                    .holding
+                    .get(&key)
+                    .is_some_and(|task| task.attempt() == attempt)
         })
     }
 

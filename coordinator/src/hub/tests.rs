@@ -354,7 +354,7 @@ fn a_resend_resets_the_cache_and_sends_every_part_again() {
     hub.submit(with_parts(task("r", "b#1", "x"), &parts));
     assert!(sent_parts(&mut rx).is_empty(), "cached");
 
-    hub.resend("a", "r", "b#1").unwrap();
+    hub.resend("a", "r", "b#1", 1).unwrap();
     assert_eq!(rx.try_recv().unwrap(), ToWorker::ResetPartCache);
     assert_eq!(sent_parts(&mut rx), parts, "whole, after the reset");
     // Tasks after the reset build on the resent one.
@@ -366,17 +366,17 @@ fn a_resend_resets_the_cache_and_sends_every_part_again() {
     assert!(sent_parts(&mut rx).is_empty());
 
     for _ in 1..MAX_RESENDS {
-        hub.resend("a", "r", "b#1").unwrap();
+        hub.resend("a", "r", "b#1", 1).unwrap();
     }
     assert!(matches!(
-        hub.resend("a", "r", "b#1"),
+        hub.resend("a", "r", "b#1", 1),
         Err(Error::ResendsExhausted {
             resends: MAX_RESENDS,
             ..
         })
     ));
     assert!(matches!(
-        hub.resend("a", "r", "nope#1"),
+        hub.resend("a", "r", "nope#1", 1),
         Err(Error::NotHeld { .. })
     ));
 }
@@ -397,7 +397,7 @@ fn locate_says_where_each_held_task_is() {
             ask("dropped#1", "x"),
         ]),
         [
-            Holding::Worker("a".into()),
+            Holding::Worker(Worker::new("a", "")),
             Holding::Queued,
             Holding::Nowhere,
             Holding::Nowhere
@@ -414,6 +414,72 @@ fn worker_ids_are_unique() {
         hub.connect("a", ["x".to_string()], 1, 0, tx).map(|_| ()),
         Err(Error::DuplicateWorker("a".into()))
     );
+}
+
+/// A worker of another principal cannot take a connected worker's id (issue 28): refused, and
+/// told the id is taken, so nothing said under that id comes from it.
+#[test]
+fn a_worker_id_is_not_shared_with_another_principal() {
+    let hub = Hub::default();
+    let (tx, _rx) = mpsc::unbounded_channel();
+    let coders = Worker::new("w1", "coders");
+    hub.connect_as(
+        &coders,
+        baton_proto::WORKER_PROTOCOL,
+        ["x".into()],
+        1,
+        0,
+        tx,
+    )
+    .unwrap();
+    let (tx, _rx) = mpsc::unbounded_channel();
+    let squatter = Worker::new("w1", "planners");
+    assert_eq!(
+        hub.connect_as(
+            &squatter,
+            baton_proto::WORKER_PROTOCOL,
+            ["x".into()],
+            1,
+            0,
+            tx
+        )
+        .map(|_| ()),
+        Err(Error::WorkerIdTaken("w1".into()))
+    );
+    assert_eq!(hub.principal_of("w1").as_deref(), Some("coders"));
+}
+
+#[test]
+fn a_held_task_is_located_with_its_worker_s_principal_and_asked_about_only_by_it() {
+    let hub = Hub::default();
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let coders = Worker::new("w1", "coders");
+    hub.connect_as(
+        &coders,
+        baton_proto::WORKER_PROTOCOL,
+        ["x".into()],
+        1,
+        0,
+        tx,
+    )
+    .unwrap();
+    hub.open("w1");
+    hub.submit(task("r", "code#1", "x"));
+    assert!(matches!(rx.try_recv(), Ok(ToWorker::Task(_))));
+    let ask = ("r".to_owned(), "code#1".to_owned(), "x".to_owned());
+    assert_eq!(hub.locate(&[ask]), [Holding::Worker(coders)]);
+    assert!(hub.holds_as("w1", "coders", "r", "code#1", 1));
+    assert!(!hub.holds_as("w1", "planners", "r", "code#1", 1));
+    assert!(
+        !hub.holds_as("w1", "coders", "r", "code#1", 2),
+        "another attempt"
+    );
+    // A resend of another attempt than the one held sends nothing.
+    assert!(matches!(
+        hub.resend("w1", "r", "code#1", 2),
+        Err(Error::NotHeld { .. })
+    ));
+    assert!(rx.try_recv().is_err());
 }
 
 /// Something that happens to a hub, for the property test below.

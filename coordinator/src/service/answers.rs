@@ -14,7 +14,9 @@ use tracing::Instrument as _;
 use super::plan::Answering;
 use super::spans::Answered;
 use super::{Coordinator, Error};
+use crate::bounded;
 use crate::decisions::Embedded;
+use crate::metrics::Refused;
 use crate::model::ModelUsage;
 use crate::parts::Part;
 use crate::store::{self, Store};
@@ -72,8 +74,10 @@ impl<S: Store> Coordinator<S> {
         let hub = &self.inner.hub;
         if !hub.holds(worker_id, run_id, &key, task.attempt) {
             // Counted as fenced: most often the answer of an attempt that was given to another
-            // worker after this one was taken for lost.
+            // worker after this one was taken for lost. Counted as refused too: it may also be a
+            // worker answering a task it was never given.
             self.inner.metrics.fenced.inc();
+            self.inner.metrics.worker_refused(Refused::Result);
             return Err(Error::TaskNotHeld {
                 worker_id: worker_id.to_owned(),
                 task_id: task.to_string(),
@@ -138,7 +142,12 @@ impl<S: Store> Coordinator<S> {
                 (applied.await.map(|retry| (Some(error), retry)), None)
             }
             Outcome::Refused { reason, retryable } => {
-                let error = format!("the agent's result was refused: {reason}");
+                // The reason may quote what the worker sent (a digest of any length): cut
+                // like the agent's own errors.
+                let error = bounded::cut(
+                    &format!("the agent's result was refused: {reason}"),
+                    self.inner.config.max_error_bytes,
+                );
                 let applied = self.fail_attempt(run_id, answering, error.clone(), retryable);
                 (
                     applied.await.map(|retry| (Some(error), retry)),
@@ -211,10 +220,19 @@ impl<S: Store> Coordinator<S> {
     /// A worker could not rebuild a task's payload: the task goes to it again whole, or, after
     /// [`crate::hub::MAX_RESENDS`] tries, its step fails with the reason (it is logged either
     /// way).
+    ///
+    /// Only the stream holding that attempt of the task gets it again: a worker that names
+    /// another's task is refused (and counted), and is sent nothing.
     pub async fn resend(&self, worker_id: &str, task: TaskRef, reason: &str) -> Result<(), Error> {
-        let resent = self.inner.hub.resend(worker_id, &task.run_id, &task.key());
-        if !matches!(resent, Err(crate::hub::Error::NotHeld { .. })) {
-            self.inner.counters.resent();
+        let resent = self
+            .inner
+            .hub
+            .resend(worker_id, &task.run_id, &task.key(), task.attempt);
+        match resent {
+            Err(crate::hub::Error::NotHeld { .. }) => {
+                self.inner.metrics.worker_refused(Refused::Resend);
+            }
+            _ => self.inner.counters.resent(),
         }
         match resent {
             Ok(()) => {

@@ -38,6 +38,11 @@ pub struct Config {
     pub max_comment_bytes: usize,
     /// How long one piece of live output may be, in bytes (workers send at most 8 KiB).
     pub max_output_piece_bytes: usize,
+    /// How much of a text a worker sends is kept (an agent's error, a resend's reason): past
+    /// it the text is cut, its start and end kept around a marker giving its length and this
+    /// limit ([`crate::bounded::cut`]). An error is stored on the step and on the run and
+    /// sent in every record, so it must not grow them past what clients read.
+    pub max_error_bytes: usize,
     /// How many calls to models one result may report, and how long a model's name may be.
     pub max_usage_entries: usize,
     pub max_model_name_bytes: usize,
@@ -103,6 +108,7 @@ impl Default for Config {
             max_reason_bytes: 4 << 10,
             max_comment_bytes: 16 << 10,
             max_output_piece_bytes: 64 << 10,
+            max_error_bytes: 16 << 10,
             max_usage_entries: 64,
             max_model_name_bytes: 256,
             limits: Limits::default(),

@@ -23,6 +23,7 @@ use std::time::Duration;
 use tokio::sync::{Notify, broadcast, mpsc, oneshot};
 
 use super::{Coordinator, Error, Inner};
+use crate::metrics::Refused;
 use crate::store::{OutputOffset, OutputPiece, Store};
 use crate::task_ref::TaskRef;
 
@@ -283,6 +284,7 @@ impl<S: Store> Coordinator<S> {
             .hub
             .holds(worker_id, &task.run_id, &task.key(), task.attempt)
         {
+            self.inner.metrics.worker_refused(Refused::Output);
             return Err(Error::TaskNotHeld {
                 worker_id: worker_id.to_owned(),
                 task_id: task.to_string(),

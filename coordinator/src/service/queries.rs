@@ -3,6 +3,7 @@
 
 use super::{Coordinator, Error};
 use crate::decisions::{self, StoredDecision};
+use crate::metrics::Refused;
 use crate::store::Store;
 use crate::task_ref::TaskRef;
 
@@ -29,7 +30,11 @@ pub struct DecisionQuery {
 /// An agent's query, through the task its worker holds.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WorkerQuery {
+    /// The worker the query is made through: a field the caller fills in, so it counts only
+    /// when that worker connected as `principal`.
     pub worker_id: String,
+    /// Who asks (empty without authentication); the edge fills it in from the call.
+    pub principal: String,
     pub task: TaskRef,
     /// Every run of the task's workflow rather than its run alone.
     pub workflow_scope: bool,
@@ -97,17 +102,22 @@ impl<S: Store> Coordinator<S> {
     }
 
     /// [`Coordinator::query_decisions`] for an agent mid-step: only about the run of a task
-    /// the worker holds (or, with `workflow_scope`, every run of its workflow).
+    /// the worker holds (or, with `workflow_scope`, every run of its workflow), and only when
+    /// that worker is the caller's principal's: a worker id is no secret, and another
+    /// principal's worker naming it would otherwise read that run's decisions.
     pub async fn worker_query_decisions(
         &self,
         query: WorkerQuery,
     ) -> Result<DecisionMatches, Error> {
         let task = &query.task;
-        if !self
-            .inner
-            .hub
-            .holds(&query.worker_id, &task.run_id, &task.key(), task.attempt)
-        {
+        if !self.inner.hub.holds_as(
+            &query.worker_id,
+            &query.principal,
+            &task.run_id,
+            &task.key(),
+            task.attempt,
+        ) {
+            self.inner.metrics.worker_refused(Refused::Query);
             return Err(Error::TaskNotHeld {
                 worker_id: query.worker_id.clone(),
                 task_id: task.to_string(),

@@ -1,12 +1,14 @@
 //! Workers' streams: a worker connecting (and taking over the tasks it still runs), leaving or
 //! falling silent (its tasks delivered again), and this coordinator shutting down.
 
+use std::collections::HashSet;
 use std::time::Duration;
 
 use super::spans::Answered;
 use super::{Coordinator, Error};
 use crate::hub::{ReadyTask, WorkerStream};
 use crate::lease;
+use crate::metrics::Refused;
 use crate::model::TaskEntry;
 use crate::store::Store;
 use crate::task_ref::{MalformedTaskId, TaskRef};
@@ -15,6 +17,10 @@ use crate::task_ref::{MalformedTaskId, TaskRef};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WorkerHello {
     pub worker_id: String,
+    /// The principal the worker authenticated as (empty without authentication): not a field
+    /// of the hello but who sent it, which the edge fills in. Its agents are all ones this
+    /// principal may serve (the edge refused the hello otherwise).
+    pub principal: String,
     /// The worker protocol it speaks, one this coordinator serves: the hub gives it only the
     /// tasks that protocol can run (a map item needs [`baton_proto::MAP_ITEMS_PROTOCOL`]).
     pub protocol: u32,
@@ -44,20 +50,29 @@ impl<S: Store> Coordinator<S> {
         if self.inner.leases.stopping() {
             return Err(Error::ShuttingDown);
         }
-        let worker_id = hello.worker_id.as_str();
+        let worker = lease::Worker::new(&hello.worker_id, &hello.principal);
+        let worker_id = worker.id.as_str();
         let hub = &self.inner.hub;
-        let (connection, closed) = hub
-            .connect_speaking(
-                worker_id,
-                hello.protocol,
-                hello.agents,
-                hello.capacity,
-                hello.cache_bytes,
-                stream,
-            )
-            .map_err(|e| Error::DuplicateWorker(e.to_string()))?;
+        let agents: HashSet<String> = hello.agents.into_iter().collect();
+        let (connection, closed) = match hub.connect_as(
+            &worker,
+            hello.protocol,
+            agents.iter().cloned(),
+            hello.capacity,
+            hello.cache_bytes,
+            stream,
+        ) {
+            Ok(connected) => connected,
+            Err(taken @ crate::hub::Error::WorkerIdTaken(_)) => {
+                tracing::warn!(worker_id, principal = %worker.principal, "refused a worker id another principal's worker holds");
+                self.inner.metrics.worker_refused(Refused::Hello);
+                return Err(Error::DuplicateWorker(taken.to_string()));
+            }
+            Err(error) => return Err(Error::DuplicateWorker(error.to_string())),
+        };
         tracing::info!(
             worker_id,
+            principal = %worker.principal,
             protocol = hello.protocol,
             capacity = hello.capacity,
             held = hello.held.len(),
@@ -66,8 +81,11 @@ impl<S: Store> Coordinator<S> {
         // The tasks it still runs take their slots first.
         for task in hello.held {
             match task {
-                Ok(task) => self.adopt_running(worker_id, task).await,
-                Err(MalformedTaskId(text)) => hub.cancel(worker_id, &text, "malformed task id"),
+                Ok(task) => self.adopt_running(&worker, &agents, task).await,
+                Err(MalformedTaskId(text)) => {
+                    self.inner.metrics.worker_refused(Refused::Held);
+                    hub.cancel(worker_id, &text, "malformed task id");
+                }
             }
             hub.seen(worker_id);
         }
@@ -98,34 +116,48 @@ impl<S: Store> Coordinator<S> {
         }
     }
 
-    /// A reconnected worker still runs `task`: take over its lease if that attempt is current,
-    /// and otherwise tell the worker to stop it.
-    async fn adopt_running(&self, worker_id: &str, task: TaskRef) {
+    /// A reconnected worker says it still runs `task`: take over its lease if the store's entry
+    /// says this very worker runs it ([`lease::adopted`]), and otherwise tell the worker to
+    /// stop it. A refusal sends nothing of the task's payload, and is counted.
+    async fn adopt_running(&self, worker: &lease::Worker, agents: &HashSet<String>, task: TaskRef) {
+        let worker_id = worker.id.as_str();
         let task_id = task.to_string();
         let stop = |reason: &str| self.inner.hub.cancel(worker_id, &task_id, reason);
+        let refuse = |reason: &str| {
+            self.inner.metrics.worker_refused(Refused::Held);
+            stop(reason);
+        };
         let (run_id, key) = (task.run_id.as_str(), task.key());
         let stored = match self.inner.store.task(run_id, &key).await {
             Ok(Some(stored)) => stored,
-            Ok(None) => return stop("the task is no longer in flight"),
+            Ok(None) => return refuse("the task is no longer in flight"),
             Err(error) => {
                 tracing::warn!(worker_id, %task_id, %error, "cannot check a task the worker still runs");
                 return stop("its lease could not be checked");
             }
         };
         let Ok(entry) = serde_json::from_slice::<TaskEntry>(&stored) else {
-            return stop("its stored lease is unreadable");
+            return refuse("its stored lease is unreadable");
         };
         let config = &self.inner.config;
-        let Some(next) = lease::adopted(
+        let next = match lease::adopted(
             &entry,
             task.attempt,
+            worker,
+            agents.contains(&entry.agent),
             &config.coordinator_id,
-            worker_id,
             self.now_ms(),
             config.lease_ms,
-        ) else {
-            self.inner.metrics.fenced.inc();
-            return stop("superseded: the task was given to another worker");
+        ) {
+            Ok(next) => next,
+            Err(refusal) => {
+                if refusal == lease::Refusal::Superseded {
+                    self.inner.metrics.fenced.inc();
+                } else {
+                    tracing::warn!(worker_id, principal = %worker.principal, %task_id, ?refusal, "refused to hand a worker a task it named in its hello");
+                }
+                return refuse(refusal.reason());
+            }
         };
         let Ok(Some(ready)) = self.build_ready(run_id, &task.task, task.attempt).await else {
             return stop("the run no longer waits for it");
@@ -188,7 +220,11 @@ impl<S: Store> Coordinator<S> {
         // A jq program running now stops, its transition unwritten: its run is taken up again
         // where it was by the coordinator that claims its continuation (released below).
         self.inner.aborts.abort_all();
-        let _leases = self.inner.leases.writes.lock().await;
+        let leases = self.inner.leases.writes.lock().await;
+        // Which worker runs each task is written down before the workers are sent away: the
+        // coordinator they go to takes a task over only from the worker its entry names, and
+        // a task dispatched since the last renewal names none yet.
+        self.renew_held(&leases).await;
         self.release_continuations().await;
         let queued = self.inner.hub.goodbye();
         for (task, error) in self.release_queued(queued).await.1 {
@@ -196,6 +232,7 @@ impl<S: Store> Coordinator<S> {
         }
         // No slots here any more: other coordinators must not hand tasks to this one.
         self.advertise_no_slots().await;
+        drop(leases);
         tracing::info!("coordinator stopping: workers sent elsewhere, queued tasks released");
     }
 }

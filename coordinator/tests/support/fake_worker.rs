@@ -114,6 +114,37 @@ impl FakeWorker {
         })
     }
 
+    /// Says hello as a worker that authenticated as `principal` (the gRPC edge fills it in
+    /// from the call; its agents are ones the principal may serve), serving `agents` with 8
+    /// slots and still running `held`: connected, or why not.
+    pub async fn hello_as<S: Store>(
+        coordinator: &Coordinator<S>,
+        id: &str,
+        principal: &str,
+        agents: &[&str],
+        held: Vec<String>,
+    ) -> Result<Self, Error> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let hello = Hello {
+            worker_id: id.into(),
+            agents: agents.iter().map(|a| a.to_string()).collect(),
+            capacity: 8,
+            cache_bytes: 0,
+            protocol: baton_proto::WORKER_PROTOCOL,
+            held,
+        };
+        let hello = WorkerHello {
+            principal: principal.into(),
+            ..WorkerHello::try_from(hello)?
+        };
+        let (connection, _closed) = coordinator.connect_worker(hello, tx).await?;
+        Ok(FakeWorker {
+            id: id.into(),
+            connection,
+            stream: rx,
+        })
+    }
+
     /// The next message, waiting for it up to 10 s: what only a timer sends (a lease that runs
     /// out, a retry's backoff) comes a little later.
     pub async fn wait_message(&mut self) -> CoordinatorMessage {

@@ -1,5 +1,7 @@
 //! Renewing the leases this coordinator holds: one store call for all of them.
 
+use tokio::sync::MutexGuard;
+
 use crate::lease;
 use crate::model::TaskEntry;
 use crate::service::Coordinator;
@@ -7,10 +9,16 @@ use crate::store::{Store, TaskSwap};
 
 impl<S: Store> Coordinator<S> {
     /// Pushes out the lease of every task this coordinator holds (one store call), writing down
-    /// which worker runs it; gives up the queued ones no worker here can run; forgets (and stops)
-    /// the ones another coordinator took over.
+    /// which worker runs it, and as which principal; gives up the queued ones no worker here can
+    /// run; forgets (and stops) the ones another coordinator took over.
     pub(super) async fn renew_leases(&self) {
-        let _leases = self.inner.leases.writes.lock().await;
+        let leases = self.inner.leases.writes.lock().await;
+        self.renew_held(&leases).await;
+    }
+
+    /// [`Coordinator::renew_leases`] under the lease writes, which the caller holds (`_writes`
+    /// says so): shutdown writes its workers down this way before it sends them away.
+    pub(in crate::service) async fn renew_held(&self, _writes: &MutexGuard<'_, ()>) {
         let snapshot: Vec<((String, String), TaskEntry)> = self
             .inner
             .leases

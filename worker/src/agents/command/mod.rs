@@ -25,6 +25,22 @@ use output::bad_output;
 use process::{Outcome, PIPE_GRACE, exchange, kill};
 pub use process::{STDERR_LIMIT, STDOUT_LIMIT};
 
+/// The variables through which the `baton` binary takes a credential: the worker's token and
+/// client certificate, and those a coordinator or client in the same environment reads. A
+/// command agent's process does not inherit them: with the worker's token, any agent could
+/// connect as the worker and answer, or name, the tasks of every agent the worker serves.
+pub const CREDENTIAL_VARIABLES: &[&str] = &[
+    "BATON_TOKEN",
+    "BATON_TLS_CLIENT_CERT",
+    "BATON_TLS_CLIENT_KEY",
+    "BATON_TLS_CERT",
+    "BATON_TLS_KEY",
+    "BATON_AUTH_TOKENS",
+    "BATON_REDIS_URL",
+    "BATON_REDIS",
+    "BATON_EMBEDDINGS_API_KEY",
+];
+
 /// An agent run as a process: `argv`, no shell, in the agents file's folder.
 ///
 /// Protocol: the payload is written to stdin as JSON and stdin is closed; exit status 0 means
@@ -33,8 +49,9 @@ pub use process::{STDERR_LIMIT, STDOUT_LIMIT};
 /// agent's `non_retryable_exit_codes` fails it for good (no retry). Stdout and stderr are read
 /// concurrently, so neither can fill up and block the process.
 ///
-/// Environment: the worker's own, then the agent's `env`, then what the runtime passes
-/// (`BATON_RUN_ID`...), later ones winning.
+/// Environment: the worker's own without its Baton credentials ([`CREDENTIAL_VARIABLES`]),
+/// then the agent's `env`, then what the runtime passes (`BATON_RUN_ID`...), later ones
+/// winning. An agent that needs a credential gets it only from its `env` in the agents file.
 ///
 /// Live output: with `stream_stderr = true`, what the process writes to stderr is streamed to
 /// the run's watchers as it comes (progress lines, a model's tokens), and still kept for the
@@ -155,6 +172,24 @@ impl CommandAgent {
         &self.env
     }
 
+    /// The process to spawn, `env` added last to its environment, the worker's credentials
+    /// taken out first (an agent's own `env` may pass one back).
+    fn command(&self, env: &[(String, String)]) -> Command {
+        let mut command = Command::new(&self.program);
+        command.args(&self.args).current_dir(&self.dir);
+        for variable in CREDENTIAL_VARIABLES {
+            command.env_remove(variable);
+        }
+        command
+            .envs(&self.env)
+            .envs(env.iter().map(|(k, v)| (k, v)))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true);
+        command
+    }
+
     #[cfg(test)]
     pub(super) fn set_stdout_limit(&mut self, limit: usize) {
         self.stdout_limit = limit;
@@ -168,16 +203,7 @@ impl CommandAgent {
         env: &[(String, String)],
         output: &OutputSink,
     ) -> Result<Output, AgentError> {
-        let mut command = Command::new(&self.program);
-        command
-            .args(&self.args)
-            .current_dir(&self.dir)
-            .envs(&self.env)
-            .envs(env.iter().map(|(k, v)| (k, v)))
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true);
+        let mut command = self.command(env);
         let mut child = command.spawn().map_err(|e| self.spawn_error(&e))?;
         tracing::debug!(agent = %self.name, pid = child.id(), "command agent started");
 
@@ -398,6 +424,38 @@ mod tests {
         assert_eq!(
             out,
             json!({"model": "small", "tier": "paid", "run": "run-1", "has_path": true})
+        );
+    }
+
+    /// The weak point of issue 28: command agents inherited the worker's `BATON_TOKEN`, so
+    /// any agent could connect as the worker. None of its credentials reach the process,
+    /// unless the agents file passes one in the agent's `env`.
+    #[test]
+    fn an_agent_process_gets_no_baton_credential_unless_its_env_passes_one() {
+        let (_dir, file) = script_agent("true", r#"env = { BATON_TLS_CLIENT_KEY = "agent.key" }"#);
+        let Agent::Command(agent) = file.get("a").unwrap() else {
+            panic!("a command agent");
+        };
+        let command = agent.command(&[("BATON_RUN_ID".to_owned(), "r".to_owned())]);
+        let envs: BTreeMap<String, Option<String>> = command
+            .as_std()
+            .get_envs()
+            .map(|(k, v)| {
+                let text = |s: &std::ffi::OsStr| s.to_string_lossy().into_owned();
+                (text(k), v.map(text))
+            })
+            .collect();
+        for variable in CREDENTIAL_VARIABLES {
+            let expected = match *variable {
+                "BATON_TLS_CLIENT_KEY" => Some("agent.key".to_owned()),
+                _ => None,
+            };
+            assert_eq!(envs.get(*variable), Some(&expected), "{variable}");
+        }
+        assert_eq!(envs["BATON_RUN_ID"].as_deref(), Some("r"));
+        assert!(
+            !envs.contains_key("BATON_COORDINATOR") && !envs.contains_key("PATH"),
+            "everything else is inherited as it is"
         );
     }
 
