@@ -186,9 +186,10 @@ async fn feature_development_runs_across_two_workers() {
             "agent_succeeded",
             "agent_succeeded",
             "agent_succeeded",
-            "approval_decided"
+            "approval_decided",
+            "started"
         ],
-        "one event per agent answer and one for the decision"
+        "how the run started, one event per agent answer and one for the decision"
     );
     let listed: Option<f64> = redis.zscore("baton:runs", &run_id).await.unwrap();
     assert!(listed.is_some(), "the run is in the runs index");
