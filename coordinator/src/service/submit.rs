@@ -253,10 +253,13 @@ impl<S: Store> Coordinator<S> {
             }
             Err(error) => return Err(error),
         }
+        // The run exists now: failing the submit here would tell the client it failed while
+        // the run runs. A run left uncounted lets its principal start one more than its limit.
         if let Some((name, _)) = limited(submission)
             && !transition.run.status().is_terminal()
+            && let Err(error) = self.inner.store.add_principal_run(name, &run_id).await
         {
-            self.inner.store.add_principal_run(name, &run_id).await?;
+            tracing::warn!(run_id, principal = name, %error, "run created but not counted against its principal's max_running_runs");
         }
         let held = self.held_change(&planned);
         loaded.adopt(transition.run.clone(), 1, planned);
