@@ -626,3 +626,54 @@ async fn runs_list_filters_by_status_and_workflow_and_pages_on() {
         text(&refused.stderr)
     );
 }
+
+/// Attack: Redis is busy (paused here, as a long script or a flood of large submits would hold
+/// it) for longer than the coordinator settles a create whose answer did not come. `baton submit`
+/// used to print `store unavailable: timed out` while Redis created and ran the run a moment
+/// later, unlisted. Now it says the run may exist and names it, and `baton runs get` with that id
+/// finds it, as `runs list` does, once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn submit_on_a_redis_too_busy_to_answer_names_the_run_that_may_exist() {
+    let cluster = Cluster::start().await;
+    let workflow = feature_workflow();
+    let workflow = workflow.to_str().unwrap();
+    // A first run, so that Redis has loaded the create's script before it is paused: a create it
+    // holds then waits in its script, and runs once Redis gets to it.
+    let first = ok(&cluster, &["submit", workflow]);
+
+    let mut redis = cluster.redis_connection().await;
+    let _: () = redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(7_000)
+        .arg("ALL")
+        .query_async(&mut redis)
+        .await
+        .unwrap();
+    let out = output(&mut cli(&cluster, &["submit", workflow]), None);
+    let stderr = text(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    let run_id = stderr
+        .split(|c: char| !(c.is_ascii_hexdigit() || c == '-'))
+        .find(|word| word.len() == 36 && word.matches('-').count() == 4)
+        .unwrap_or_else(|| panic!("no run id in: {stderr}"))
+        .to_owned();
+    assert!(
+        stderr.contains("may exist")
+            && stderr.contains(&format!("baton runs get {run_id}"))
+            && stderr.contains("Unavailable"),
+        "{stderr}"
+    );
+
+    // As the message says: once Redis answers, `baton runs get` finds the run.
+    let deadline = Instant::now() + DEADLINE;
+    while !output(&mut cli(&cluster, &["runs", "get", &run_id]), None)
+        .status
+        .success()
+    {
+        assert!(Instant::now() < deadline, "run {run_id} never appeared");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let listed = ok(&cluster, &["runs", "list"]);
+    assert_eq!(listed.matches(run_id.as_str()).count(), 1, "{listed}");
+    assert_eq!(listed.matches(first.trim()).count(), 1, "{listed}");
+}

@@ -458,6 +458,54 @@ async fn healthz_and_readyz_follow_redis_and_the_worker_s_connection() {
     assert_eq!(probe(&format!("{worker}/healthz")).unwrap().0, 200);
 }
 
+/// Attack: Redis reaches its `maxmemory` (under `noeviction`, its default) and refuses every
+/// write. `/readyz` still said ready while no run could move, and reads failed too. Now
+/// `/readyz` is 503 naming the memory, `baton runs get` and `runs list` still answer, and once
+/// `maxmemory` is raised the coordinator is ready again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readyz_names_memory_while_redis_refuses_writes_and_runs_stay_readable() {
+    let fleet = Fleet::start(
+        1,
+        Timing {
+            lease_ms: 2_000,
+            worker_silence_ms: 3_000,
+        },
+    )
+    .await;
+    let readyz = fleet.metrics_url(0).replace("/metrics", "/readyz");
+    let ready = |status: u16, _: &str| status == 200;
+    until_probe(&fleet, &readyz, "ready", ready).await;
+    let workflow = harness::root().join("examples/feature-development/workflow.json");
+    let cli = |args: &[&str]| {
+        let mut command = harness::baton();
+        command.args(args).arg("--coordinator").arg(fleet.url(0));
+        harness::output(&mut command, None)
+    };
+    let submitted = cli(&["submit", workflow.to_str().unwrap()]);
+    assert!(submitted.status.success(), "{submitted:?}");
+    let run_id = String::from_utf8_lossy(&submitted.stdout).trim().to_owned();
+
+    let mut redis = fleet.redis_connection().await;
+    let maxmemory = |bytes: u64| {
+        let mut command = redis::cmd("CONFIG");
+        command.arg("SET").arg("maxmemory").arg(bytes);
+        command
+    };
+    let _: () = maxmemory(1).query_async(&mut redis).await.unwrap();
+
+    let (_, reason) = until_probe(&fleet, &readyz, "unready", |status, _| status == 503).await;
+    assert!(reason.contains("out of memory"), "{reason}");
+    let got = cli(&["runs", "get", &run_id]);
+    assert!(got.status.success(), "{got:?}");
+    assert!(String::from_utf8_lossy(&got.stdout).contains(&run_id));
+    let listed = cli(&["runs", "list"]);
+    assert!(listed.status.success(), "{listed:?}");
+    assert!(String::from_utf8_lossy(&listed.stdout).contains(&run_id));
+
+    let _: () = maxmemory(0).query_async(&mut redis).await.unwrap();
+    until_probe(&fleet, &readyz, "ready again", ready).await;
+}
+
 /// `baton coordinator --memory --listen 127.0.0.1:0` with `args`, run in `dir`, which must
 /// refuse to start; what it said on stderr.
 fn refused_start(dir: &std::path::Path, args: &[&str]) -> String {

@@ -202,12 +202,13 @@ async fn a_master_fails_over_and_waited_writes_go_on_once_it_has_a_replica() {
         .await
         .expect_err("no replica backs the read");
     assert!(matches!(unbacked, Error::Unavailable(_)), "{unbacked:?}");
-    // The new master has no replica yet: a transition is refused, not acknowledged.
+    // The new master has no replica yet: a transition is not acknowledged (done on the master
+    // alone, it is neither done nor not done for the caller, who must settle it).
     let refused = store
         .apply_transition("r", 1, with_task("running", 2, "coder", 6))
         .await
         .expect_err("no replica to acknowledge it");
-    assert!(matches!(refused, Error::Unavailable(_)), "{refused:?}");
+    assert!(matches!(refused, Error::Indeterminate(_)), "{refused:?}");
     // The old master comes back as the new one's replica; a retry after reloading applies.
     {
         let cluster = cluster.clone();
@@ -333,7 +334,7 @@ async fn a_transition_whose_answer_was_lost_has_its_timers_found() {
         .apply_transition("r", 2, with_task("running", 2, "coder", 5))
         .await;
     assert!(
-        matches!(lost, Err(Error::Unavailable(_))),
+        matches!(lost, Err(Error::Indeterminate(_))),
         "the answer is lost: {lost:?}"
     );
     tokio::time::sleep(Duration::from_secs(2)).await;

@@ -137,8 +137,10 @@ async fn without_its_replicas_a_transition_is_not_acknowledged() {
         .apply_transition("before", 1, write("succeeded", 2))
         .await
         .expect_err("no replica: the transition must not count as written");
-    let Error::Unavailable(why) = &refused else {
-        panic!("expected Unavailable, got {refused:?}");
+    // Done on the master, but perhaps lost with it: neither done nor not done for the caller,
+    // who must settle it (a settle is backed by replicas too) before answering anyone.
+    let Error::Indeterminate(why) = &refused else {
+        panic!("expected Indeterminate, got {refused:?}");
     };
     assert!(
         why.contains("run before")
@@ -150,7 +152,15 @@ async fn without_its_replicas_a_transition_is_not_acknowledged() {
         .create_run(header("after"), write("running", 1))
         .await
         .expect_err("no replica: a new run must not count as created");
-    assert!(matches!(refused, Error::Unavailable(_)), "{refused:?}");
+    assert!(matches!(refused, Error::Indeterminate(_)), "{refused:?}");
+    let unsettled = waiting
+        .settle_transition("before", 1, "0123456789abcdef")
+        .await
+        .expect_err("no replica: a settle must not count either");
+    assert!(
+        matches!(unsettled, Error::Indeterminate(_)),
+        "{unsettled:?}"
+    );
 
     // Nor may a read show it: the master may be cut off from its replicas and about to be
     // replaced by one that never had it.

@@ -546,6 +546,24 @@ impl Store for FlakyStore {
             .await
     }
 
+    async fn settle_create(
+        &self,
+        header: &baton_coordinator::store::RunHeader,
+    ) -> Result<baton_coordinator::store::Settled, baton_coordinator::store::Error> {
+        self.inner.settle_create(header).await
+    }
+
+    async fn settle_transition(
+        &self,
+        run_id: &str,
+        expected_version: u64,
+        write_id: &str,
+    ) -> Result<baton_coordinator::store::Settled, baton_coordinator::store::Error> {
+        self.inner
+            .settle_transition(run_id, expected_version, write_id)
+            .await
+    }
+
     async fn load_run(
         &self,
         run_id: &str,
@@ -646,6 +664,19 @@ impl Store for FlakyStore {
     ) -> Result<baton_coordinator::store::Claim, baton_coordinator::store::Error> {
         self.inner
             .claim_idempotency_key(key, run_id, request_sha256, ttl_s)
+            .await
+    }
+
+    async fn reclaim_idempotency_key(
+        &self,
+        key: &str,
+        voided_run_id: &str,
+        run_id: &str,
+        request_sha256: &str,
+        ttl_s: u64,
+    ) -> Result<baton_coordinator::store::Claim, baton_coordinator::store::Error> {
+        self.inner
+            .reclaim_idempotency_key(key, voided_run_id, run_id, request_sha256, ttl_s)
             .await
     }
 

@@ -20,7 +20,8 @@ use baton_coordinator::store::memory::MemoryStore;
 use baton_coordinator::store::redis::RedisStore;
 use baton_coordinator::store::{
     Claim, DueTask, Error, MIN_SCAN_BUDGET, OUTPUT_MAX_BYTES, OutputOffset, OutputPiece, RunCursor,
-    RunHeader, RunQuery, RunSummary, Store, StoredRun, TaskSwap, TransitionWrite, scan_budget,
+    RunHeader, RunQuery, RunSummary, Settled, Store, StoredRun, TaskSwap, TransitionWrite,
+    WRITES_KEPT, new_write_id, scan_budget,
 };
 use baton_core::RunStatus;
 use redis_server::RedisServer;
@@ -101,6 +102,10 @@ conformance! {
     only_an_integer_due_ms_makes_a_timer,
 
     a_fenced_first_transition_creates_nothing,
+    a_settled_create_is_found_or_voided_for_good,
+    a_settled_transition_is_found_or_fenced_for_good,
+    a_settle_remembers_only_the_last_writes,
+    a_voided_run_s_idempotency_key_is_reclaimed,
     list_runs_newest_first_and_limited,
     list_runs_pages_walk_every_run_once_in_order,
     list_runs_pages_through_runs_crowded_in_one_index_shard,
@@ -168,6 +173,7 @@ fn start(created_ms: i64) -> TransitionWrite {
         state_sha256: "0".repeat(64),
         updated_ms: created_ms,
         fences: Vec::new(),
+        write_id: String::new(),
     }
 }
 
@@ -357,6 +363,7 @@ async fn create_then_load<S: Store>(store: Arc<S>) {
         state_sha256: "a".repeat(64),
         updated_ms: 1_700_000_000_005,
         fences: Vec::new(),
+        write_id: String::new(),
     };
     store
         .create_run(header("run-1", 1_700_000_000_000), first)
@@ -409,6 +416,7 @@ async fn create_then_load<S: Store>(store: Arc<S>) {
         state_sha256: String::new(),
         updated_ms: 0,
         fences: Vec::new(),
+        write_id: String::new(),
     };
     store.create_run(empty_header.clone(), first).await.unwrap();
     assert_eq!(
@@ -495,6 +503,7 @@ async fn apply_at_the_right_version<S: Store>(store: Arc<S>) {
         state_sha256: "b".repeat(64),
         updated_ms: 200,
         fences: Vec::new(),
+        write_id: String::new(),
     };
     assert_eq!(store.apply_transition("run-1", 1, write).await.unwrap(), 2);
     assert_eq!(
@@ -534,6 +543,7 @@ async fn apply_at_the_right_version<S: Store>(store: Arc<S>) {
         state_sha256: "c".repeat(64),
         updated_ms: 300,
         fences: Vec::new(),
+        write_id: String::new(),
     };
     assert_eq!(store.apply_transition("run-1", 2, write).await.unwrap(), 3);
     let run = load(&*store, "run-1").await;
@@ -676,6 +686,7 @@ async fn rewriting_a_result<S: Store>(store: Arc<S>) {
         state_sha256: "f".repeat(64),
         updated_ms: 300,
         fences: Vec::new(),
+        write_id: String::new(),
     };
     match store.apply_transition("run-1", 2, rewrite).await {
         Err(Error::Corrupt(message)) => assert!(message.contains("plan#1"), "{message}"),
@@ -2037,6 +2048,224 @@ async fn a_fenced_first_transition_creates_nothing<S: Store>(store: Arc<S>) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Settling writes whose answer was lost (a store that timed out): the caller must learn whether
+// the write was done, and a write settled as not done must never be done later.
+
+/// A transition with its own write id, as the coordinator writes them.
+fn named(mut write: TransitionWrite) -> (TransitionWrite, String) {
+    write.write_id = new_write_id();
+    let id = write.write_id.clone();
+    (write, id)
+}
+
+async fn a_settled_create_is_found_or_voided_for_good<S: Store>(store: Arc<S>) {
+    // A create that was done is found, and nothing about the run changes.
+    create(&*store, "run-1", 1, start(1)).await;
+    let before = load(&*store, "run-1").await;
+    assert_eq!(
+        store.settle_create(&header("run-1", 1)).await.unwrap(),
+        Settled::Done
+    );
+    assert_eq!(load(&*store, "run-1").await, before);
+
+    // A create that was not done (still on its way, say) is voided: when it arrives, it is
+    // refused and writes nothing, and the run is never listed.
+    assert_eq!(
+        store.settle_create(&header("run-2", 2)).await.unwrap(),
+        Settled::NotDone
+    );
+    match store.create_run(header("run-2", 2), start(2)).await {
+        Err(Error::Voided(run_id)) => assert_eq!(run_id, "run-2"),
+        other => panic!("expected Voided, got {other:?}"),
+    }
+    assert!(store.load_run("run-2").await.unwrap().is_none());
+    assert_eq!(store.version("run-2").await.unwrap(), None);
+    let listed: Vec<String> = newest(&*store, 10)
+        .await
+        .into_iter()
+        .map(|run| run.run_id)
+        .collect();
+    assert_eq!(listed, strings(&["run-1"]));
+    assert_eq!(store.active_runs().await.unwrap(), strings(&["run-1"]));
+    assert!(
+        store
+            .runs_of_workflow("wf-run-2", 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    // Settling again (a settle whose own answer was lost) says the same.
+    assert_eq!(
+        store.settle_create(&header("run-2", 2)).await.unwrap(),
+        Settled::NotDone
+    );
+    assert_eq!(
+        store.settle_create(&header("run-1", 1)).await.unwrap(),
+        Settled::Done
+    );
+}
+
+async fn a_settled_transition_is_found_or_fenced_for_good<S: Store>(store: Arc<S>) {
+    create(&*store, "run-1", 1, start(1)).await;
+
+    // A write that was done is found by its id, and the settle changes nothing.
+    let (done, done_id) = named(status_write("running", r#"{"e":1}"#, 2));
+    assert_eq!(store.apply_transition("run-1", 1, done).await.unwrap(), 2);
+    let before = load(&*store, "run-1").await;
+    assert_eq!(
+        store.settle_transition("run-1", 1, &done_id).await.unwrap(),
+        Settled::Done
+    );
+    assert_eq!(load(&*store, "run-1").await, before);
+
+    // A write that was not done (still on its way) is fenced: the version moves on, so when it
+    // arrives it is a conflict and writes nothing. Nothing else about the run changes.
+    let (late, late_id) = named(status_write("cancelled", r#"{"e":2}"#, 3));
+    assert_eq!(
+        store.settle_transition("run-1", 2, &late_id).await.unwrap(),
+        Settled::NotDone
+    );
+    let fenced = load(&*store, "run-1").await;
+    assert_eq!(fenced.version, 3);
+    assert_eq!(
+        StoredRun {
+            version: before.version,
+            ..fenced.clone()
+        },
+        before
+    );
+    match store.apply_transition("run-1", 2, late).await {
+        Err(Error::Conflict {
+            expected, actual, ..
+        }) => assert_eq!((expected, actual), (2, 3)),
+        other => panic!("expected Conflict, got {other:?}"),
+    }
+    assert_eq!(load(&*store, "run-1").await, fenced);
+    assert_eq!(store.active_runs().await.unwrap(), strings(&["run-1"]));
+    // Settled again: the same answer, and no second fence.
+    assert_eq!(
+        store.settle_transition("run-1", 2, &late_id).await.unwrap(),
+        Settled::NotDone
+    );
+    assert_eq!(store.version("run-1").await.unwrap(), Some(3));
+
+    // A write that another write beat to its version was not done, and never will be.
+    let (other, _) = named(status_write("running", r#"{"e":3}"#, 4));
+    assert_eq!(store.apply_transition("run-1", 3, other).await.unwrap(), 4);
+    assert_eq!(
+        store
+            .settle_transition("run-1", 3, &new_write_id())
+            .await
+            .unwrap(),
+        Settled::NotDone
+    );
+    assert_eq!(store.version("run-1").await.unwrap(), Some(4));
+    // The write found done is still found after others came.
+    assert_eq!(
+        store.settle_transition("run-1", 1, &done_id).await.unwrap(),
+        Settled::Done
+    );
+
+    // A run that does not exist: nothing was done.
+    assert_eq!(
+        store
+            .settle_transition("ghost", 1, &new_write_id())
+            .await
+            .unwrap(),
+        Settled::NotDone
+    );
+    assert!(store.load_run("ghost").await.unwrap().is_none());
+}
+
+async fn a_settle_remembers_only_the_last_writes<S: Store>(store: Arc<S>) {
+    create(&*store, "run-1", 1, start(1)).await;
+    let mut ids = Vec::new();
+    for n in 1..=WRITES_KEPT as u64 + 2 {
+        let (write, id) = named(status_write(
+            "running",
+            &format!(r#"{{"e":{n}}}"#),
+            n as i64,
+        ));
+        assert_eq!(
+            store.apply_transition("run-1", n, write).await.unwrap(),
+            n + 1
+        );
+        ids.push((n, id));
+    }
+    let version = WRITES_KEPT as u64 + 3;
+    for (expected, id) in &ids {
+        let settled = store
+            .settle_transition("run-1", *expected, id)
+            .await
+            .unwrap();
+        // The write that made version `expected + 1` is remembered while it is among the last
+        // WRITES_KEPT; beyond them, the store cannot say (but the write can no longer be done).
+        let remembered = expected + 1 > version - WRITES_KEPT as u64;
+        let wanted = if remembered {
+            Settled::Done
+        } else {
+            Settled::Unknown
+        };
+        assert_eq!(settled, wanted, "the write at version {expected}");
+    }
+    // None of those settles changed the run.
+    assert_eq!(store.version("run-1").await.unwrap(), Some(version));
+}
+
+async fn a_voided_run_s_idempotency_key_is_reclaimed<S: Store>(store: Arc<S>) {
+    let claimed = |run_id: &str| Claim::Held {
+        run_id: run_id.to_owned(),
+        request_sha256: "digest".to_owned(),
+    };
+    assert_eq!(
+        store
+            .claim_idempotency_key("order", "run-a", "digest", 60)
+            .await
+            .unwrap(),
+        Claim::Claimed
+    );
+    // run-a was voided: the key names run-b from now on.
+    assert_eq!(
+        store
+            .reclaim_idempotency_key("order", "run-a", "run-b", "digest", 60)
+            .await
+            .unwrap(),
+        Claim::Claimed
+    );
+    assert_eq!(
+        store
+            .claim_idempotency_key("order", "run-c", "digest", 60)
+            .await
+            .unwrap(),
+        claimed("run-b")
+    );
+    // A second reclaim from run-a (another submitter saw it voided too) finds run-b.
+    assert_eq!(
+        store
+            .reclaim_idempotency_key("order", "run-a", "run-d", "digest", 60)
+            .await
+            .unwrap(),
+        claimed("run-b")
+    );
+    // Another request's digest never takes the key over.
+    assert_eq!(
+        store
+            .reclaim_idempotency_key("order", "run-b", "run-e", "other", 60)
+            .await
+            .unwrap(),
+        claimed("run-b")
+    );
+    // A key that expired (or was never claimed) is claimed.
+    assert_eq!(
+        store
+            .reclaim_idempotency_key("fresh", "run-x", "run-y", "digest", 60)
+            .await
+            .unwrap(),
+        Claim::Claimed
+    );
+}
+
+// ---------------------------------------------------------------------------------------------
 // Redis only: the key layout.
 
 mod redis_layout {
@@ -2186,6 +2415,7 @@ mod redis_layout {
                 "version",
                 "workflow",
                 "workflow_id",
+                "writes",
             ])
         );
         assert_eq!(header["input"], binary());
@@ -2482,6 +2712,319 @@ mod redis_layout {
         assert!(matches!(
             RedisStore::connect_with_prefix(&server.url(), "bad{prefix}").await,
             Err(Error::Unavailable(_))
+        ));
+    }
+
+    /// Pauses every client of `server` but the caller for `ms` (`mode`: `ALL`, or `WRITE`: only
+    /// commands that may write, scripts included, wait).
+    async fn pause(con: &mut ::redis::aio::MultiplexedConnection, ms: u64, mode: &str) {
+        let _: () = ::redis::cmd("CLIENT")
+            .arg("PAUSE")
+            .arg(ms)
+            .arg(mode)
+            .query_async(con)
+            .await
+            .unwrap();
+    }
+
+    /// Until a client of the server waits, paused (`CLIENT LIST`: `flags=b`): the store's, with
+    /// the write it sent.
+    async fn until_a_write_waits(con: &mut ::redis::aio::MultiplexedConnection) {
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            let clients: String = ::redis::cmd("CLIENT")
+                .arg("LIST")
+                .query_async(con)
+                .await
+                .unwrap();
+            if clients.lines().any(|client| client.contains(" flags=b ")) {
+                return;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "no client waits: {clients}"
+            );
+            tokio::task::yield_now().await;
+        }
+    }
+
+    /// Has Redis load the scripts of a create and a transition (a run `warm`), so that a write
+    /// sent while Redis is paused waits in its script, not in `SCRIPT LOAD`, and is not refused
+    /// with `NOSCRIPT` once Redis gets to it.
+    async fn load_scripts(store: &RedisStore) {
+        create(store, "warm", 0, super::start(0)).await;
+        store
+            .apply_transition("warm", 1, status_write("running", "{}", 0))
+            .await
+            .unwrap();
+    }
+
+    /// `settle` asked until it answers (each try times out while Redis is paused), for at most
+    /// ten seconds.
+    async fn settled<F, Fut>(settle: F) -> Settled
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = Result<Settled, Error>>,
+    {
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            match settle().await {
+                Ok(settled) => return settled,
+                Err(error) => assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "the settle never answered: {error}"
+                ),
+            }
+        }
+    }
+
+    /// Attack: a busy Redis (paused here, as a long script or a flood of big submits would
+    /// hold it) takes longer than the store's timeout to answer a create or a transition. The
+    /// write is not reported failed (it runs once Redis gets to it): it is `Indeterminate`, and
+    /// its settle, sent behind it on the same connection, finds it done.
+    #[tokio::test]
+    async fn a_write_redis_is_too_busy_to_answer_is_indeterminate_and_settled_done() {
+        let (server, store) = start().await;
+        let mut con = raw(&server).await;
+        load_scripts(&store).await;
+
+        let lost = header("run-1", 1);
+        pause(&mut con, 1_500, "ALL").await;
+        match store.create_run(lost.clone(), super::start(1)).await {
+            Err(Error::Indeterminate(why)) => assert!(why.contains("did not answer"), "{why}"),
+            other => panic!("expected Indeterminate, got {other:?}"),
+        }
+        assert_eq!(settled(|| store.settle_create(&lost)).await, Settled::Done);
+        assert_eq!(load(&store, "run-1").await.version, 1);
+        assert_eq!(newest(&store, 10).await.len(), 2);
+
+        pause(&mut con, 1_500, "ALL").await;
+        let (write, id) = named(status_write("cancelled", r#"{"e":"cancel"}"#, 2));
+        match store.apply_transition("run-1", 1, write).await {
+            Err(Error::Indeterminate(_)) => {}
+            other => panic!("expected Indeterminate, got {other:?}"),
+        }
+        assert_eq!(
+            settled(|| store.settle_transition("run-1", 1, &id)).await,
+            Settled::Done
+        );
+        let run = load(&store, "run-1").await;
+        assert_eq!((run.version, run.status.as_str()), (2, "cancelled"));
+        // The settle brought the active index in line, as the lost answer would have.
+        assert_eq!(store.active_runs().await.unwrap(), strings(&["warm"]));
+    }
+
+    /// Attack: the same, but the write never reaches Redis's script (its connection dies while
+    /// Redis is busy): its settle voids the run id, or fences the version, so that the write
+    /// can never be done later, and says it was not done.
+    #[tokio::test]
+    async fn a_write_lost_on_its_way_is_settled_not_done_and_never_lands() {
+        let (server, store) = start().await;
+        let mut con = raw(&server).await;
+        load_scripts(&store).await;
+
+        let lost = header("run-1", 1);
+        pause(&mut con, 1_500, "WRITE").await;
+        let creating = tokio::spawn({
+            let store = store.clone();
+            async move { store.create_run(header("run-1", 1), super::start(1)).await }
+        });
+        until_a_write_waits(&mut con).await;
+        let _: i64 = ::redis::cmd("CLIENT")
+            .arg("KILL")
+            .arg("TYPE")
+            .arg("normal")
+            .arg("SKIPME")
+            .arg("yes")
+            .query_async(&mut con)
+            .await
+            .unwrap();
+        match creating.await.unwrap() {
+            Err(Error::Indeterminate(_)) => {}
+            other => panic!("expected Indeterminate, got {other:?}"),
+        }
+        assert_eq!(
+            settled(|| store.settle_create(&lost)).await,
+            Settled::NotDone
+        );
+        assert!(store.load_run("run-1").await.unwrap().is_none());
+        assert_eq!(newest(&store, 10).await.len(), 1);
+        // The create, should it come now, is refused.
+        assert!(matches!(
+            store.create_run(header("run-1", 1), super::start(1)).await,
+            Err(Error::Voided(_))
+        ));
+
+        create(&store, "run-2", 2, super::start(2)).await;
+        let before = load(&store, "run-2").await;
+        pause(&mut con, 1_500, "WRITE").await;
+        let (write, id) = named(status_write("cancelled", r#"{"e":"cancel"}"#, 3));
+        let cancelling = tokio::spawn({
+            let store = store.clone();
+            let write = write.clone();
+            async move { store.apply_transition("run-2", 1, write).await }
+        });
+        until_a_write_waits(&mut con).await;
+        let _: i64 = ::redis::cmd("CLIENT")
+            .arg("KILL")
+            .arg("TYPE")
+            .arg("normal")
+            .arg("SKIPME")
+            .arg("yes")
+            .query_async(&mut con)
+            .await
+            .unwrap();
+        assert!(matches!(
+            cancelling.await.unwrap(),
+            Err(Error::Indeterminate(_))
+        ));
+        assert_eq!(
+            settled(|| store.settle_transition("run-2", 1, &id)).await,
+            Settled::NotDone
+        );
+        let fenced = load(&store, "run-2").await;
+        assert_eq!(
+            (fenced.version, fenced.status.as_str()),
+            (2, before.status.as_str())
+        );
+        // The transition, should it come now, conflicts and writes nothing.
+        assert!(matches!(
+            store.apply_transition("run-2", 1, write).await,
+            Err(Error::Conflict { actual: 2, .. })
+        ));
+        assert_eq!(load(&store, "run-2").await, fenced);
+    }
+
+    /// Attack: Redis reaches its maxmemory (with `noeviction`, the default) and refuses every
+    /// write. Reads went on failing too, as `load_run` read in a `MULTI`, whose queued reads a
+    /// Redis out of memory refuses. Now every read answers, writes are refused outright (not
+    /// `Indeterminate`: nothing was written) naming memory, and so is `ping`, which readiness
+    /// asks; once memory is there again, all is as before.
+    #[tokio::test]
+    async fn reads_answer_while_redis_refuses_writes_for_memory() {
+        let (server, store) = start().await;
+        let first = TransitionWrite {
+            tasks_set: vec![("plan#1".to_owned(), timed("coder", 1, 1_000))],
+            decisions: vec![("plan#1/0".to_owned(), json("{}"))],
+            ..super::start(1)
+        };
+        create(&store, "run-1", 1, first).await;
+        store
+            .apply_transition("run-1", 1, status_write("running", r#"{"e":1}"#, 2))
+            .await
+            .unwrap();
+        let before = load(&store, "run-1").await;
+        let mut con = raw(&server).await;
+        let _: () = ::redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("maxmemory")
+            .arg(1)
+            .query_async(&mut con)
+            .await
+            .unwrap();
+
+        assert_eq!(load(&store, "run-1").await, before);
+        assert_eq!(store.version("run-1").await.unwrap(), Some(2));
+        assert_eq!(
+            listed(&newest(&store, 10).await),
+            vec![(
+                "run-1".to_owned(),
+                "wf-run-1".to_owned(),
+                "running".to_owned(),
+                1
+            )]
+        );
+        let running = store
+            .list_runs(RunQuery {
+                status: Some(RunStatus::Running),
+                ..RunQuery::newest(10)
+            })
+            .await
+            .unwrap();
+        assert_eq!(running.runs.len(), 1);
+        assert_eq!(store.active_runs().await.unwrap(), strings(&["run-1"]));
+        assert_eq!(
+            store.runs_of_workflow("wf-run-1", 10).await.unwrap(),
+            strings(&["run-1"])
+        );
+        assert!(store.task("run-1", "plan#1").await.unwrap().is_some());
+        assert_eq!(store.tasks("run-1").await.unwrap().len(), 1);
+        assert_eq!(store.decisions("run-1").await.unwrap().len(), 1);
+        assert_eq!(due_keys(&store, "coder", i64::MAX).await.len(), 1);
+
+        let memory = |outcome: Result<(), Error>| match outcome {
+            Err(Error::Unavailable(why)) => assert!(why.contains("out of memory"), "{why}"),
+            other => panic!("expected Unavailable naming memory, got {other:?}"),
+        };
+        memory(
+            store
+                .apply_transition("run-1", 2, status_write("succeeded", r#"{"e":2}"#, 3))
+                .await
+                .map(|_| ()),
+        );
+        memory(store.create_run(header("run-2", 3), super::start(3)).await);
+        memory(store.ping().await);
+        assert_eq!(load(&store, "run-1").await, before);
+        assert!(store.load_run("run-2").await.unwrap().is_none());
+        assert_eq!(newest(&store, 10).await.len(), 1);
+
+        let _: () = ::redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("maxmemory")
+            .arg(0)
+            .query_async(&mut con)
+            .await
+            .unwrap();
+        store.ping().await.unwrap();
+        assert_eq!(
+            store
+                .apply_transition("run-1", 2, status_write("succeeded", r#"{"e":2}"#, 3))
+                .await
+                .unwrap(),
+            3
+        );
+        create(&store, "run-2", 3, super::start(3)).await;
+    }
+
+    /// A run is listed before it is created (the entries, then the run, in one pipeline), so a
+    /// crash between them leaves an entry that names no run: readers skip it, and
+    /// `rebuild_indexes` settles it (voids the id, should its create still come) and removes it.
+    #[tokio::test]
+    async fn an_entry_whose_run_never_came_is_skipped_and_rebuild_voids_it() {
+        let (server, store) = start().await;
+        create(&store, "run-1", 1, super::start(1)).await;
+        let mut con = raw(&server).await;
+        let _: () = ::redis::pipe()
+            .cmd("ZADD")
+            .arg("baton:runs")
+            .arg(5)
+            .arg("lost")
+            .ignore()
+            .cmd("SADD")
+            .arg("baton:runs:active")
+            .arg("lost")
+            .ignore()
+            .query_async(&mut con)
+            .await
+            .unwrap();
+        let ids = |runs: Vec<RunSummary>| -> Vec<String> {
+            runs.into_iter().map(|run| run.run_id).collect()
+        };
+        assert_eq!(ids(newest(&store, 10).await), strings(&["run-1"]));
+        assert_eq!(store.active_runs().await.unwrap(), strings(&["run-1"]));
+
+        assert_eq!(store.rebuild_indexes().await.unwrap(), 1);
+        let listed: Vec<String> = ::redis::cmd("ZRANGE")
+            .arg("baton:runs")
+            .arg(0)
+            .arg(-1)
+            .query_async(&mut con)
+            .await
+            .unwrap();
+        assert_eq!(listed, strings(&["run-1"]));
+        assert!(matches!(
+            store.create_run(header("lost", 5), super::start(5)).await,
+            Err(Error::Voided(_))
         ));
     }
 

@@ -30,9 +30,9 @@ impl From<Error> for Status {
             }
             Error::DuplicateWorker(_) | Error::IdempotencyConflict { .. } => Code::AlreadyExists,
             Error::Store(store::Error::NotFound(_)) => Code::NotFound,
-            Error::Store(store::Error::Conflict { .. }) => Code::Aborted,
+            Error::Store(store::Error::Conflict { .. } | store::Error::Voided(_)) => Code::Aborted,
             Error::Store(store::Error::AlreadyExists(_)) => Code::AlreadyExists,
-            Error::Store(store::Error::Unavailable(_))
+            Error::Store(store::Error::Unavailable(_) | store::Error::Indeterminate(_))
             | Error::Embedding(_)
             | Error::ShuttingDown
             | Error::ComputationStopped { .. } => Code::Unavailable,

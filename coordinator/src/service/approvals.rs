@@ -91,11 +91,11 @@ impl<S: Store> Coordinator<S> {
         if by.is_none() {
             return Ok(());
         }
-        let owner = {
-            let (_, guard) = self.locked(run_id).await?;
-            let loaded = guard.as_ref().expect("locked loads the run");
-            loaded.header.submitted_by.clone()
-        };
+        // Read as any read is: a run whose jq program runs here holds its lock meanwhile, and
+        // a cancel must not wait for it (the submitter never changes, so any copy will do).
+        let owner = self
+            .read_fresh(run_id, |loaded| loaded.header.submitted_by.clone())
+            .await?;
         may_change(by, &owner, run_id, change)
     }
 }

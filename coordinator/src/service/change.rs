@@ -176,18 +176,15 @@ impl<S: Store> Coordinator<S> {
                 // Every event was refused: nothing to write.
                 return Ok((outcomes, None));
             };
-            let written = self
-                .inner
-                .store
-                .apply_transition(run_id, version, write)
-                .await;
+            // A write whose answer is lost is settled (done, or never to be) before this goes on.
+            let written = self.apply_settled(run_id, version, write).await;
             let started = add_elapsed(&profile.store_us, started);
             match written {
                 Ok(version) => {
                     self.inner.counters.transition_written();
                     loaded.version = version;
                 }
-                Err(store::Error::Conflict { .. }) if conflicts < 3 => {
+                Err(Error::Store(store::Error::Conflict { .. })) if conflicts < 3 => {
                     conflicts += 1;
                     *guard = None;
                     continue;
@@ -197,7 +194,7 @@ impl<S: Store> Coordinator<S> {
                 // taken on the changes: the next call reloads it rather than acting on a guess.
                 Err(other) => {
                     *guard = None;
-                    return Err(other.into());
+                    return Err(other);
                 }
             }
             let assignments = self.act(run_id, loaded, &actions, history_before);

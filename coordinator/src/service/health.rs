@@ -5,7 +5,7 @@ use std::time::Duration;
 use super::Coordinator;
 use crate::store::Store;
 
-/// How long the store has to answer a readiness ping: a probe must not hang on a Redis that
+/// How long the store has to answer a readiness probe: a probe must not hang on a Redis that
 /// accepts the connection but never replies.
 const PING_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -15,12 +15,15 @@ pub enum NotReady {
     /// SIGTERM came: it is sending its workers elsewhere.
     #[error("draining: this coordinator is shutting down")]
     Draining,
-    #[error("the store does not answer: {0}")]
+    /// The store did not answer its probe, or refused to write it: a Redis out of memory
+    /// answers reads (runs can be looked at) but refuses every transition, so no run can move.
+    #[error("the store cannot take work: {0}")]
     StoreUnavailable(String),
 }
 
 impl<S: Store> Coordinator<S> {
-    /// Ready when it is not draining and its store answers a ping within two seconds.
+    /// Ready when it is not draining and its store takes a write (the store's `ping`) within
+    /// two seconds.
     pub async fn readiness(&self) -> Result<(), NotReady> {
         if self.inner.leases.stopping() {
             return Err(NotReady::Draining);
@@ -30,7 +33,7 @@ impl<S: Store> Coordinator<S> {
             Ok(Ok(())) => Ok(()),
             Ok(Err(error)) => Err(NotReady::StoreUnavailable(error.to_string())),
             Err(_) => Err(NotReady::StoreUnavailable(format!(
-                "no answer to PING within {} s",
+                "no answer to its probe within {} s",
                 PING_TIMEOUT.as_secs()
             ))),
         }

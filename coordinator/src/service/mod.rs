@@ -11,6 +11,8 @@
 //! - `config`: sizes, ceilings, lease timings, the clock.
 //! - `runs`: the cache of runs this coordinator has loaded, rebuilt and checked from the store.
 //! - `change`: the one path of a change; `plan`: a transition as a store write, pure.
+//! - `resolve`: writes whose answer was lost, settled (done, or never to be) before anyone is
+//!   answered.
 //! - `group_commit`: answers to one run that arrive together, settled in one transition.
 //! - `tasks`: the coordinator's half of dispatch: tasks built from `Dispatch` actions, handed to
 //!   the hub, their workers noted.
@@ -47,6 +49,7 @@ mod ownership;
 mod plan;
 mod queries;
 mod reads;
+mod resolve;
 mod runs;
 mod spans;
 mod stats;

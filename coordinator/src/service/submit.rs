@@ -13,6 +13,7 @@ use super::runs::Loaded;
 use super::{Coordinator, Error, json};
 use crate::model::{LoggedEvent, StoredEvent};
 use crate::store::{self, Claim, RunHeader, Store};
+use crate::workflows::Known;
 
 /// How long an idempotency key names its run: a client retrying within a day gets the same run.
 pub const IDEMPOTENCY_TTL_S: u64 = 24 * 60 * 60;
@@ -85,11 +86,27 @@ pub struct Submitted {
     pub workflow_id: String,
 }
 
+/// How many times a submission with an idempotency key whose run was voided is given a new run
+/// (a voided run is one whose submit timed out and was settled as never done).
+const RECLAIMS: usize = 3;
+
+/// The run a submission goes on with.
+enum Claimed {
+    /// Not created yet: create it under this id.
+    New(String),
+    /// Its idempotency key names this run, which exists.
+    Existing(String),
+}
+
 impl<S: Store> Coordinator<S> {
     /// Validates the workflow, stores the new run and starts it. With an idempotency key, the
     /// first submission starts a run, and the same request with the same key (a client's retry,
     /// within a day) gets that run back instead of a second one; the same key with another
     /// workflow or input is refused, naming the run it belongs to.
+    ///
+    /// A store that does not answer the create is asked whether it was done before this
+    /// answers (`resolve`): an error means the run was not created and never will be, or says
+    /// it may have been and names it.
     pub async fn submit(&self, submission: Submission) -> Result<Submitted, Error> {
         let text = std::str::from_utf8(&submission.workflow).map_err(|_| {
             Error::InvalidWorkflow(Diagnostics(vec![Diagnostic::error(
@@ -103,18 +120,13 @@ impl<S: Store> Coordinator<S> {
             .workflows
             .parse(text)
             .map_err(|e| Error::InvalidWorkflow(e.diagnostics))?;
-        let workflow = known.workflow;
-        let workflow_id = workflow.id.clone().unwrap_or_default();
+        let workflow_id = known.workflow.id.clone().unwrap_or_default();
         let submitted = |run_id: String, existing: bool| Submitted {
             run_id,
             existing,
             workflow_id: workflow_id.clone(),
         };
-        let limited = submission
-            .principal
-            .as_ref()
-            .and_then(|principal| Some((principal.name.as_str(), principal.max_running_runs?)));
-        if let Some((name, limit)) = limited {
+        if let Some((name, limit)) = limited(&submission) {
             // Checked before the run is stored; submits racing each other may pass it together.
             let running = self.inner.store.running_runs_of(name).await?;
             if running >= limit as usize {
@@ -125,39 +137,91 @@ impl<S: Store> Coordinator<S> {
                 });
             }
         }
-        let mut run_id = uuid::Uuid::now_v7().to_string();
-        if let Some(key) = &submission.idempotency_key {
-            let request = submission.request_sha256();
-            match self
-                .inner
-                .store
-                .claim_idempotency_key(key, &run_id, &request, IDEMPOTENCY_TTL_S)
-                .await?
-            {
-                Claim::Claimed => {}
-                Claim::Held {
-                    run_id: held,
-                    request_sha256,
-                } if request_sha256 != request => {
-                    return Err(Error::IdempotencyConflict {
-                        key: key.clone(),
-                        run_id: held,
-                    });
+        let mut voided = None;
+        for _ in 0..RECLAIMS {
+            let run_id = match self.claim(&submission, voided.take()).await? {
+                Claimed::New(run_id) => run_id,
+                Claimed::Existing(run_id) => return Ok(submitted(run_id, true)),
+            };
+            match self.start(&submission, text, &known, run_id.clone()).await {
+                Ok(existing) => return Ok(submitted(run_id, existing)),
+                // The run the key names was voided: the key is given a new one.
+                Err(Error::Store(store::Error::Voided(_)))
+                    if submission.idempotency_key.is_some() =>
+                {
+                    voided = Some(run_id);
                 }
-                Claim::Held { run_id: held, .. } => {
-                    if self.inner.store.load_run(&held).await?.is_some() {
-                        return Ok(submitted(held, true));
-                    }
-                    // Claimed, but its run was never created (the submitter died in between,
-                    // or is creating it now): create it under the id the key names.
-                    run_id = held;
-                }
+                Err(error) => return Err(error),
             }
         }
+        Err(store::Error::Unavailable(format!(
+            "the runs of this idempotency key were voided {RECLAIMS} times (their creates went \
+             unanswered): submit again"
+        ))
+        .into())
+    }
+
+    /// The run id a submission starts its run under: a fresh one, or the one its idempotency
+    /// key names (`Existing` if that run exists). `voided` is a run the key named whose create
+    /// was voided: the key is given a fresh id instead.
+    async fn claim(
+        &self,
+        submission: &Submission,
+        voided: Option<String>,
+    ) -> Result<Claimed, Error> {
+        let run_id = uuid::Uuid::now_v7().to_string();
+        let Some(key) = &submission.idempotency_key else {
+            return Ok(Claimed::New(run_id));
+        };
+        let request = submission.request_sha256();
+        let store = &self.inner.store;
+        let claim = match &voided {
+            Some(voided) => {
+                store
+                    .reclaim_idempotency_key(key, voided, &run_id, &request, IDEMPOTENCY_TTL_S)
+                    .await?
+            }
+            None => {
+                store
+                    .claim_idempotency_key(key, &run_id, &request, IDEMPOTENCY_TTL_S)
+                    .await?
+            }
+        };
+        match claim {
+            Claim::Claimed => Ok(Claimed::New(run_id)),
+            Claim::Held {
+                run_id: held,
+                request_sha256,
+            } if request_sha256 != request => Err(Error::IdempotencyConflict {
+                key: key.clone(),
+                run_id: held,
+            }),
+            Claim::Held { run_id: held, .. } => {
+                if store.load_run(&held).await?.is_some() {
+                    return Ok(Claimed::Existing(held));
+                }
+                // Claimed, but its run was never created (the submitter died in between, or is
+                // creating it now, or its create was voided): create it under the id the key
+                // names (which is `Voided` if it was).
+                Ok(Claimed::New(held))
+            }
+        }
+    }
+
+    /// Stores the run `run_id` of a valid submission (`text`, parsed as `known`) and starts it;
+    /// whether it existed already (another submission with the same idempotency key created it
+    /// first).
+    async fn start(
+        &self,
+        submission: &Submission,
+        text: &str,
+        known: &Known,
+        run_id: String,
+    ) -> Result<bool, Error> {
         let now = self.now_ms();
         let header = RunHeader {
             run_id: run_id.clone(),
-            workflow_id: workflow_id.clone(),
+            workflow_id: known.workflow.id.clone().unwrap_or_default(),
             workflow: text.to_owned(),
             input: submission.input.clone(),
             created_ms: now,
@@ -169,7 +233,7 @@ impl<S: Store> Coordinator<S> {
                 .unwrap_or_default(),
         };
         let chain_start = genesis_of_digest(&run_id, &known.text_sha256, &submission.input_value);
-        let transition = Run::start(workflow, submission.input_value);
+        let transition = Run::start(known.workflow.clone(), submission.input_value.clone());
         let mut loaded = Loaded::new(header.clone(), transition.run.clone(), now, chain_start);
         // The first event says the run started the way a replay must start it: its walk stops
         // before any step that runs jq, which goes on in a transition of its own, once the run
@@ -185,23 +249,23 @@ impl<S: Store> Coordinator<S> {
             computed: &[],
         };
         let planned = plan(&loaded, &applied, &self.holder());
-        match self
-            .inner
-            .store
-            .create_run(header, planned.write.clone())
-            .await
-        {
+        match self.create_settled(&header, planned.write.clone()).await {
             Ok(()) => {}
             // Another submission with the same idempotency key created it first.
-            Err(store::Error::AlreadyExists(_)) if submission.idempotency_key.is_some() => {
-                return Ok(submitted(run_id, true));
+            Err(Error::Store(store::Error::AlreadyExists(_)))
+                if submission.idempotency_key.is_some() =>
+            {
+                return Ok(true);
             }
-            Err(error) => return Err(error.into()),
+            Err(error) => return Err(error),
         }
-        if let Some((name, _)) = limited
+        // The run exists now: failing the submit here would tell the client it failed while
+        // the run runs. A run left uncounted lets its principal start one more than its limit.
+        if let Some((name, _)) = limited(submission)
             && !transition.run.status().is_terminal()
+            && let Err(error) = self.inner.store.add_principal_run(name, &run_id).await
         {
-            self.inner.store.add_principal_run(name, &run_id).await?;
+            tracing::warn!(run_id, principal = name, %error, "run created but not counted against its principal's max_running_runs");
         }
         let held = self.held_change(&planned);
         loaded.adopt(transition.run.clone(), 1, planned);
@@ -218,6 +282,12 @@ impl<S: Store> Coordinator<S> {
             self.inner.runs.evict(&run_id);
         }
         self.assigned(assignments).await;
-        Ok(submitted(run_id, false))
+        Ok(false)
     }
+}
+
+/// The submitting principal's name and its limit of running runs, if it has one.
+fn limited(submission: &Submission) -> Option<(&str, u32)> {
+    let principal = submission.principal.as_ref()?;
+    Some((principal.name.as_str(), principal.max_running_runs?))
 }

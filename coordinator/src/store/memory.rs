@@ -10,8 +10,8 @@ use tokio::sync::Notify;
 use super::query::PageFill;
 use super::{
     Claim, DueTask, Error, OUTPUT_KEPT_AFTER_END, OUTPUT_MAX_BYTES, OutputOffset, OutputPiece,
-    RunCursor, RunHeader, RunPage, RunQuery, RunSummary, Store, StoredRun, TaskSwap,
-    TransitionWrite, sum_slots,
+    RunCursor, RunHeader, RunPage, RunQuery, RunSummary, Settled, Store, StoredRun, TaskSwap,
+    TransitionWrite, WRITE_ID_LEN, WRITES_KEPT, sum_slots,
 };
 
 /// Runs in a map behind one lock. Every call holds the lock for its whole write, which is what
@@ -19,6 +19,9 @@ use super::{
 #[derive(Debug, Default)]
 pub struct MemoryStore {
     runs: Mutex<BTreeMap<String, Entry>>,
+    /// Run ids whose create was settled as never done; only changed while `runs` is locked, so
+    /// that a settle and a create of the same id are one before the other.
+    voided: Mutex<BTreeSet<String>>,
     /// Only changed while `runs` is locked, so tasks and their timers change together.
     timers: Mutex<Timers>,
     /// Idempotency key -> (run id, request digest, expiry).
@@ -43,6 +46,53 @@ struct Entry {
     run: StoredRun,
     decisions: BTreeMap<String, Vec<u8>>,
     output: Output,
+    /// The `write_id`s of the writes that made the last versions, oldest first, one per version
+    /// (a placeholder for a write with none, or a fence), at most [`WRITES_KEPT`].
+    writes: VecDeque<String>,
+}
+
+impl Entry {
+    /// Raises the version for a write of `write_id` (or a fence, `""`), remembering it.
+    fn next_version(&mut self, write_id: &str) {
+        self.run.version += 1;
+        let remembered = if write_id.len() == WRITE_ID_LEN {
+            write_id.to_owned()
+        } else {
+            NO_WRITE_ID.to_owned()
+        };
+        self.writes.push_back(remembered);
+        while self.writes.len() > WRITES_KEPT {
+            self.writes.pop_front();
+        }
+    }
+
+    /// [`Store::settle_transition`] on this run.
+    fn settle(&mut self, expected_version: u64, write_id: &str) -> Settled {
+        let version = self.run.version;
+        if version == expected_version {
+            self.next_version("");
+            return Settled::NotDone;
+        }
+        match remembered_at(version, self.writes.len(), expected_version + 1) {
+            Some(index) if self.writes[index] == write_id => Settled::Done,
+            Some(_) => Settled::NotDone,
+            None => Settled::Unknown,
+        }
+    }
+}
+
+/// What stands for a write of no id among a run's remembered writes: never a write id (which
+/// is hex).
+const NO_WRITE_ID: &str = "----------------";
+
+/// Where the write that made version `made` is among the `kept` writes remembered of a run at
+/// `version` (the last of them made it): `None` when it is not, older or not yet made.
+fn remembered_at(version: u64, kept: usize, made: u64) -> Option<usize> {
+    let oldest = version.checked_sub(kept as u64)? + 1;
+    if made < oldest || made > version {
+        return None;
+    }
+    usize::try_from(made - oldest).ok()
 }
 
 /// A run's live output: its pieces, their text's size, and the next offset.
@@ -182,8 +232,8 @@ fn apply(entry: &mut Entry, timers: &mut Timers, write: TransitionWrite) {
         // First write wins, like HSETNX: a retried write may carry a recomputed embedding.
         entry.decisions.entry(key).or_insert(bytes);
     }
+    entry.next_version(&write.write_id);
     let run = &mut entry.run;
-    run.version += 1;
     run.links.extend(write.links);
     run.events.extend(write.events);
     run.results.extend(
@@ -221,6 +271,14 @@ impl Store for MemoryStore {
         if runs.contains_key(&header.run_id) {
             return Err(Error::AlreadyExists(header.run_id));
         }
+        if self
+            .voided
+            .lock()
+            .expect("voided lock")
+            .contains(&header.run_id)
+        {
+            return Err(Error::Voided(header.run_id));
+        }
         let run = StoredRun {
             version: 0,
             status: String::new(),
@@ -239,6 +297,7 @@ impl Store for MemoryStore {
             run,
             decisions: BTreeMap::new(),
             output: Output::default(),
+            writes: VecDeque::new(),
         };
         apply(
             &mut entry,
@@ -292,6 +351,31 @@ impl Store for MemoryStore {
         check(&entry.run, &write)?;
         apply(entry, &mut self.timers.lock().expect("timers lock"), write);
         Ok(entry.run.version)
+    }
+
+    async fn settle_create(&self, header: &RunHeader) -> Result<Settled, Error> {
+        let runs = self.runs.lock().expect("store lock");
+        if runs.contains_key(&header.run_id) {
+            return Ok(Settled::Done);
+        }
+        self.voided
+            .lock()
+            .expect("voided lock")
+            .insert(header.run_id.clone());
+        Ok(Settled::NotDone)
+    }
+
+    async fn settle_transition(
+        &self,
+        run_id: &str,
+        expected_version: u64,
+        write_id: &str,
+    ) -> Result<Settled, Error> {
+        let mut runs = self.runs.lock().expect("store lock");
+        Ok(match runs.get_mut(run_id) {
+            Some(entry) => entry.settle(expected_version, write_id),
+            None => Settled::NotDone,
+        })
     }
 
     async fn load_run(&self, run_id: &str) -> Result<Option<StoredRun>, Error> {
@@ -469,6 +553,36 @@ impl Store for MemoryStore {
         let now = std::time::Instant::now();
         if let Some((held, digest, expires)) = keys.get(key)
             && *expires > now
+        {
+            return Ok(Claim::Held {
+                run_id: held.clone(),
+                request_sha256: digest.clone(),
+            });
+        }
+        keys.insert(
+            key.to_owned(),
+            (
+                run_id.to_owned(),
+                request_sha256.to_owned(),
+                now + std::time::Duration::from_secs(ttl_s),
+            ),
+        );
+        Ok(Claim::Claimed)
+    }
+
+    async fn reclaim_idempotency_key(
+        &self,
+        key: &str,
+        voided_run_id: &str,
+        run_id: &str,
+        request_sha256: &str,
+        ttl_s: u64,
+    ) -> Result<Claim, Error> {
+        let mut keys = self.keys.lock().expect("keys lock");
+        let now = std::time::Instant::now();
+        if let Some((held, digest, expires)) = keys.get(key)
+            && *expires > now
+            && (held != voided_run_id || digest != request_sha256)
         {
             return Ok(Claim::Held {
                 run_id: held.clone(),

@@ -13,7 +13,7 @@
 //!
 //! What a run is made of:
 //! - a header (workflow text, input, ids, creation time), written once;
-//! - a version, the number of transitions applied;
+//! - a version, raised by every transition applied (and by a settle that fences a lost one);
 //! - an event log: what happened, in order, each event once (agent data by reference);
 //! - results: each agent or transform result, once, under `"<step>#<visit>"`;
 //! - step states and tasks (queued, running or waiting to be retried; the attempt, the
@@ -63,8 +63,20 @@ pub enum Error {
         /// `none` when the task is gone.
         current: String,
     },
+    /// The store could not be reached, or refused the call before doing anything (a Redis out of
+    /// memory, loading, busy): for a write, nothing was written.
     #[error("store unavailable: {0}")]
     Unavailable(String),
+    /// A `create_run` or `apply_transition` was sent but its answer never came (it timed out, the
+    /// connection dropped, or it reached fewer replicas than asked for): it may have been done
+    /// or not, and may even be done later. [`Store::settle_create`] and
+    /// [`Store::settle_transition`] find out, and make sure.
+    #[error("store unavailable: {0}")]
+    Indeterminate(String),
+    /// A `create_run` of a run id that [`Store::settle_create`] voided: nothing was written, and
+    /// no create of that id ever will be.
+    #[error("run {0} was voided: its submit was settled as never done")]
+    Voided(String),
     #[error("stored data is corrupt: {0}")]
     Corrupt(String),
 }
@@ -113,6 +125,24 @@ pub struct TransitionWrite {
     /// Tasks that must be at these attempts for the write to apply, task key -> attempt: the
     /// answer of one attempt is recorded only while that attempt is current.
     pub fences: Vec<(String, u32)>,
+    /// Names this write among the run's last [`WRITES_KEPT`], so that one whose answer was lost
+    /// can be settled ([`Store::settle_transition`]): [`WRITE_ID_LEN`] characters, unique in the
+    /// run, made by [`new_write_id`]. Empty (or of another length) for a write that will not be
+    /// settled.
+    pub write_id: String,
+}
+
+/// How many of a run's last writes a store remembers by their `write_id`, for
+/// [`Store::settle_transition`].
+pub const WRITES_KEPT: usize = 8;
+
+/// The length of a [`TransitionWrite::write_id`].
+pub const WRITE_ID_LEN: usize = 16;
+
+/// A fresh [`TransitionWrite::write_id`]: 64 random bits in hex. Unique in a run's last
+/// [`WRITES_KEPT`] writes is all it needs to be.
+pub fn new_write_id() -> String {
+    format!("{:016x}", fastrand::u64(..))
 }
 
 impl TransitionWrite {
@@ -121,6 +151,7 @@ impl TransitionWrite {
     /// order, and a later write of a key wins (a store writes them in order); the one exception
     /// is a task `next` removes, which leaves `tasks_set` here, since a store removes tasks
     /// before it sets them. Fences add up: each is checked against the run as stored before.
+    /// The joined write is one write: it keeps this one's `write_id` (`next`'s if it has none).
     pub fn then(&mut self, next: TransitionWrite) {
         self.events.extend(next.events);
         self.results.extend(next.results);
@@ -138,6 +169,9 @@ impl TransitionWrite {
         self.error = next.error;
         self.state_sha256 = next.state_sha256;
         self.updated_ms = next.updated_ms;
+        if self.write_id.is_empty() {
+            self.write_id = next.write_id;
+        }
     }
 }
 
@@ -188,6 +222,19 @@ pub struct RunSummary {
     pub updated_ms: i64,
 }
 
+/// What [`Store::settle_create`] and [`Store::settle_transition`] found about a write whose
+/// answer was lost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Settled {
+    /// It was done.
+    Done,
+    /// It was not done, and never will be.
+    NotDone,
+    /// It will never be done, but whether it was is more than the store remembers: writes of
+    /// others moved the run on by more than [`WRITES_KEPT`] since.
+    Unknown,
+}
+
 /// Who holds an idempotency key.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Claim {
@@ -204,10 +251,28 @@ pub enum Claim {
 ///
 /// Contract, for every implementation:
 /// - `create_run` writes the header and the first transition (version 1) atomically, or nothing
-///   if the id exists.
+///   if the id exists (`AlreadyExists`) or was voided (`Voided`). A run that exists is listed
+///   (`list_runs`, `runs_of_workflow`, `active_runs` while it runs) from then on: a store whose
+///   indexes are apart from its runs writes a run's entries before the run, and its readers
+///   skip entries whose run does not exist (yet, or ever), so no crash leaves a run unlisted.
 /// - `apply_transition` applies `write` only if the run is at `expected_version`, atomically: a
 ///   reader sees the run before or after, never half of it. It returns the new version.
-/// - A failed call changes nothing.
+/// - A call that fails with any error but `Indeterminate` changed nothing. A write that is
+///   `Indeterminate` may have been done, and may still be done later, until it is settled:
+///   - `settle_create(header)`: `Done` if the run exists; otherwise the run id is voided, so
+///     that every later `create_run` of it is `Voided` and writes nothing (a create still on
+///     its way included), its index entries are removed, and `NotDone`.
+///   - `settle_transition(run_id, expected_version, write_id)`: `Done` if the write of that
+///     `write_id` made the run's version `expected_version + 1`. If the run is still at
+///     `expected_version`, its version is raised by one (a fence: the write, should it still
+///     come, is a `Conflict`; readers reload, nothing else changes) and `NotDone`. If other
+///     writes moved it on, `NotDone` or, when they are more than the [`WRITES_KEPT`] writes a
+///     store remembers by id, `Unknown` (as when the run's version is behind the one expected:
+///     a failover lost writes). For a run that does not exist, `NotDone`.
+///   - Both may be called again with the same answer (a settle whose own answer was lost), and
+///     both are writes: they are `Indeterminate` too when their answer is lost.
+/// - Reads never depend on writes: a store that refuses writes (a Redis out of memory) still
+///   answers `load_run`, `version`, `list_runs`, `task`, `tasks` and the other reads.
 /// - Results are never overwritten: writing an existing result key with different bytes is
 ///   `Corrupt`; with the same bytes it is a no-op (so a retried write is harmless).
 /// - Tasks are JSON objects. A task with a string `agent` and an integer `due_ms` has a timer in
@@ -226,8 +291,10 @@ pub enum Claim {
 ///   agent, until `expires_ms`; `slots_elsewhere` sums, per agent, what the coordinators other
 ///   than `me` advertised that has not expired at `now_ms` (expired advertisements are ignored,
 ///   and may be removed).
-/// - `ping` makes one round trip to where the state lives and fails if it does not answer: a
-///   coordinator is ready for work only while it passes.
+/// - `ping` makes one round trip to where the state lives, with a write (a small key that
+///   expires), and fails if it does not answer or refuses writes (a Redis out of memory, whose
+///   reads still work: only a write tells), naming why: a coordinator is ready for work only
+///   while it passes.
 /// - `list_runs` returns one page of runs ([`RunQuery`] -> [`RunPage`]), newest first:
 ///   descending `created_ms`, equal times in descending `run_id` (compared as bytes). The page
 ///   holds up to `limit` runs that match every filter given (`status`, `workflow_id`), strictly
@@ -253,6 +320,9 @@ pub enum Claim {
 /// - Chain links are appended, never rewritten; `load_run` returns them in order.
 /// - `claim_idempotency_key` atomically sets the key to `(run_id, request_sha256)` for `ttl_s`
 ///   seconds if it is free, and otherwise returns what it holds (never changing it).
+///   `reclaim_idempotency_key` sets it to `(run_id, request_sha256)` for `ttl_s` seconds only
+///   if it holds `(voided_run_id, request_sha256)` or nothing (`Claimed`), and otherwise
+///   returns what it holds: a key whose run was voided names a new one.
 /// - `decisions` returns every decision of a run by key (empty for an unknown run);
 ///   `runs_of_workflow` the ids of the newest `limit` runs created with that workflow id.
 /// - Live output ([`OutputPiece`]): `append_output` appends pieces to each run's output, in the
@@ -291,6 +361,18 @@ pub trait Store: Send + Sync + 'static {
         expected_version: u64,
         write: TransitionWrite,
     ) -> impl Future<Output = Result<u64, Error>> + Send;
+
+    fn settle_create(
+        &self,
+        header: &RunHeader,
+    ) -> impl Future<Output = Result<Settled, Error>> + Send;
+
+    fn settle_transition(
+        &self,
+        run_id: &str,
+        expected_version: u64,
+        write_id: &str,
+    ) -> impl Future<Output = Result<Settled, Error>> + Send;
 
     fn load_run(
         &self,
@@ -362,6 +444,15 @@ pub trait Store: Send + Sync + 'static {
         ttl_s: u64,
     ) -> impl Future<Output = Result<Claim, Error>> + Send;
 
+    fn reclaim_idempotency_key(
+        &self,
+        key: &str,
+        voided_run_id: &str,
+        run_id: &str,
+        request_sha256: &str,
+        ttl_s: u64,
+    ) -> impl Future<Output = Result<Claim, Error>> + Send;
+
     /// Appends live output, `(run id, piece)` in order.
     fn append_output(
         &self,
@@ -427,6 +518,22 @@ impl<S: Store> Store for std::sync::Arc<S> {
         write: TransitionWrite,
     ) -> impl Future<Output = Result<u64, Error>> + Send {
         S::apply_transition(self, run_id, expected_version, write)
+    }
+
+    fn settle_create(
+        &self,
+        header: &RunHeader,
+    ) -> impl Future<Output = Result<Settled, Error>> + Send {
+        S::settle_create(self, header)
+    }
+
+    fn settle_transition(
+        &self,
+        run_id: &str,
+        expected_version: u64,
+        write_id: &str,
+    ) -> impl Future<Output = Result<Settled, Error>> + Send {
+        S::settle_transition(self, run_id, expected_version, write_id)
     }
 
     fn load_run(
@@ -523,6 +630,17 @@ impl<S: Store> Store for std::sync::Arc<S> {
         ttl_s: u64,
     ) -> impl Future<Output = Result<Claim, Error>> + Send {
         S::claim_idempotency_key(self, key, run_id, request_sha256, ttl_s)
+    }
+
+    fn reclaim_idempotency_key(
+        &self,
+        key: &str,
+        voided_run_id: &str,
+        run_id: &str,
+        request_sha256: &str,
+        ttl_s: u64,
+    ) -> impl Future<Output = Result<Claim, Error>> + Send {
+        S::reclaim_idempotency_key(self, key, voided_run_id, run_id, request_sha256, ttl_s)
     }
 
     fn append_output(

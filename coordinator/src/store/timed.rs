@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::{
-    Claim, DueTask, Error, OutputOffset, OutputPiece, RunHeader, RunPage, RunQuery, Store,
+    Claim, DueTask, Error, OutputOffset, OutputPiece, RunHeader, RunPage, RunQuery, Settled, Store,
     StoredRun, TaskSwap, TransitionWrite,
 };
 
@@ -65,6 +65,25 @@ impl<S: Store> Store for Timed<S> {
         self.time(
             "apply_transition",
             self.inner.apply_transition(run_id, expected_version, write),
+        )
+        .await
+    }
+
+    async fn settle_create(&self, header: &RunHeader) -> Result<Settled, Error> {
+        self.time("settle_create", self.inner.settle_create(header))
+            .await
+    }
+
+    async fn settle_transition(
+        &self,
+        run_id: &str,
+        expected_version: u64,
+        write_id: &str,
+    ) -> Result<Settled, Error> {
+        self.time(
+            "settle_transition",
+            self.inner
+                .settle_transition(run_id, expected_version, write_id),
         )
         .await
     }
@@ -160,6 +179,22 @@ impl<S: Store> Store for Timed<S> {
             "claim_idempotency_key",
             self.inner
                 .claim_idempotency_key(key, run_id, request_sha256, ttl_s),
+        )
+        .await
+    }
+
+    async fn reclaim_idempotency_key(
+        &self,
+        key: &str,
+        voided_run_id: &str,
+        run_id: &str,
+        request_sha256: &str,
+        ttl_s: u64,
+    ) -> Result<Claim, Error> {
+        self.time(
+            "reclaim_idempotency_key",
+            self.inner
+                .reclaim_idempotency_key(key, voided_run_id, run_id, request_sha256, ttl_s),
         )
         .await
     }

@@ -218,6 +218,31 @@ impl Connection {
     }
 }
 
+impl Connection {
+    /// A slot each master of the cluster serves (the first of its first range): a key tagged
+    /// for it reaches that master.
+    pub(super) async fn master_slots(&self) -> RedisResult<Vec<u16>> {
+        let rows: Vec<Vec<Value>> = ::redis::cmd("CLUSTER")
+            .arg("SLOTS")
+            .query_async(&mut self.clone())
+            .await?;
+        let mut slots: Vec<(Value, u16)> = Vec::new();
+        for row in rows {
+            let mut fields = row.into_iter();
+            let (Some(first), Some(_last), Some(master)) =
+                (fields.next(), fields.next(), fields.next())
+            else {
+                continue;
+            };
+            let first: u16 = FromRedisValue::from_redis_value(first)?;
+            if !slots.iter().any(|(known, _)| *known == master) {
+                slots.push((master, first));
+            }
+        }
+        Ok(slots.into_iter().map(|(_, slot)| slot).collect())
+    }
+}
+
 /// One node's keys matching `pattern`, on `node` (a cluster's) or the one server.
 async fn scan_node(
     con: &mut Connection,

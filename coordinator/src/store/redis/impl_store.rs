@@ -5,28 +5,29 @@ use std::collections::{BTreeMap, HashMap};
 
 use ::redis::{AsyncCommands, Cmd, FromRedisValue, RedisError, Script, Value};
 
+use super::indexes::Indexed;
 use super::output::{read_entries, read_streams};
 use super::replies::{
     corrupt, fields, list, script_error, take, take_number, take_text, unavailable,
-    with_fence_attempt,
+    with_fence_attempt, write_error,
 };
 use super::scripts::{
-    APPEND_OUTPUT, APPLY_TRANSITION, CREATE_RUN, DUE_TASKS, SWAP_TASKS, add_transition, eval,
-    evalsha,
+    APPEND_OUTPUT, APPLY_TRANSITION, CREATE_RUN, DUE_TASKS, RECLAIM_KEY, SETTLE_CREATE,
+    SETTLE_TRANSITION, SWAP_TASKS, add_transition, eval, evalsha,
 };
 use super::slots::slot_of_tag;
 use super::timers::{due_tasks, read_due};
 use super::{BLOCKING_RESPONSE_TIMEOUT, CLUSTER_OUTPUT_POLL, RUNNING, RedisStore};
 use crate::store::{
     Claim, DueTask, Error, OUTPUT_MAX_BYTES, OutputOffset, OutputPiece, RunHeader, RunPage,
-    RunQuery, Store, StoredRun, TaskSwap, TransitionWrite,
+    RunQuery, Settled, Store, StoredRun, TaskSwap, TransitionWrite,
 };
 
 impl Store for RedisStore {
     async fn create_run(&self, header: RunHeader, first: TransitionWrite) -> Result<(), Error> {
         let run_id = header.run_id.as_str();
         let keys = self.run_keys(run_id);
-        let mut cmd = evalsha(&CREATE_RUN, &keys.names());
+        let mut cmd = evalsha(&CREATE_RUN, &keys.create_names());
         cmd.arg(header.workflow.as_str())
             .arg(header.workflow_id.as_str())
             .arg(header.input.as_slice())
@@ -34,10 +35,25 @@ impl Store for RedisStore {
             .arg(header.traceparent.as_str())
             .arg(header.submitted_by.as_str());
         add_transition(&mut cmd, &first, &self.timer_prefix_of(run_id), run_id);
-        let written = self
-            .write(&CREATE_RUN, &cmd)
-            .await
-            .map_err(|err| with_fence_attempt(script_error(err, run_id, 0), &first));
+        // Listed before it exists (readers skip an entry whose run does not exist, yet or ever),
+        // so that no crash or lost answer leaves a created run out of the indexes: in the same
+        // pipeline on one server, first on their own slots on a cluster (nothing is created
+        // when they fail) and under `--redis-wait-replicas` (whose pipeline ends in a `WAIT`).
+        let (added, written) = if self.con.is_cluster() || self.wait.is_some() {
+            let added = self
+                .index_new_run(&header, &first.status)
+                .await
+                .map_err(|err| {
+                    Error::Unavailable(format!(
+                        "run {run_id} was not created: listing it failed first ({err})"
+                    ))
+                })?;
+            (added, self.write(&CREATE_RUN, &cmd).await)
+        } else {
+            self.index_and_create(&header, &first.status, &cmd).await
+        };
+        let written: Result<(u64, _), Error> =
+            written.map_err(|err| with_fence_attempt(write_error(err, run_id, 0), &first));
         if landed_or_may_have(&written) {
             self.register_timers(
                 first
@@ -47,29 +63,17 @@ impl Store for RedisStore {
             )
             .await;
         }
-        let (_version, replicated): (u64, _) = written?;
-        let mut con = self.con.clone();
-
-        // The run exists now: a failure to index it must not turn into an error the caller would
-        // retry (the retry would find the run). `rebuild_indexes` repairs what is left behind.
-        let indexed: Result<(), RedisError> = async {
-            let _: i64 = con
-                .zadd(self.runs_key(run_id), run_id, header.created_ms)
-                .await?;
-            let _: i64 = con
-                .zadd(
-                    self.workflow_runs_key(&header.workflow_id, run_id),
-                    run_id,
-                    header.created_ms,
-                )
-                .await?;
-            self.update_active(run_id, &first.status).await
+        match written {
+            Ok((_version, replicated)) => {
+                self.replicated(run_id, replicated).map_err(indeterminate)
+            }
+            Err(Error::Indeterminate(why)) => Err(Error::Indeterminate(why)),
+            // Refused, so not created: the entries this call added name no run.
+            Err(refused) => {
+                self.unindex(&header, added).await;
+                Err(refused)
+            }
         }
-        .await;
-        if let Err(err) = indexed {
-            tracing::warn!(run_id, error = %err, "run created but not indexed; rebuild_indexes repairs it");
-        }
-        self.replicated(run_id, replicated)
     }
 
     async fn apply_transition(
@@ -85,7 +89,7 @@ impl Store for RedisStore {
         let written = self
             .write(&APPLY_TRANSITION, &cmd)
             .await
-            .map_err(|err| with_fence_attempt(script_error(err, run_id, expected_version), &write));
+            .map_err(|err| with_fence_attempt(write_error(err, run_id, expected_version), &write));
         if landed_or_may_have(&written) {
             self.register_timers(
                 write
@@ -104,14 +108,76 @@ impl Store for RedisStore {
         {
             tracing::warn!(run_id, error = %err, "transition applied but active index not updated; rebuild_indexes repairs it");
         }
-        self.replicated(run_id, replicated)?;
+        self.replicated(run_id, replicated).map_err(indeterminate)?;
         Ok(version)
+    }
+
+    async fn settle_create(&self, header: &RunHeader) -> Result<Settled, Error> {
+        let run_id = header.run_id.as_str();
+        let keys = self.run_keys(run_id);
+        let mut cmd = evalsha(&SETTLE_CREATE, &[&keys.run, &keys.void, &keys.barrier]);
+        cmd.arg(if self.wait.is_some() { "1" } else { "0" });
+        let (exists, replicated): (u8, _) = self
+            .write(&SETTLE_CREATE, &cmd)
+            .await
+            .map_err(|err| write_error(err, run_id, 0))?;
+        self.replicated(run_id, replicated).map_err(indeterminate)?;
+        if exists == 1 {
+            return Ok(Settled::Done);
+        }
+        // Voided: whatever this run's create listed names no run, and never will.
+        self.unindex(header, Indexed::ALL).await;
+        Ok(Settled::NotDone)
+    }
+
+    async fn settle_transition(
+        &self,
+        run_id: &str,
+        expected_version: u64,
+        write_id: &str,
+    ) -> Result<Settled, Error> {
+        let keys = self.run_keys(run_id);
+        let mut cmd = evalsha(&SETTLE_TRANSITION, &[&keys.run, &keys.barrier]);
+        cmd.arg(expected_version)
+            .arg(write_id)
+            .arg(if self.wait.is_some() { "1" } else { "0" });
+        let ((outcome, _version), replicated): ((String, u64), _) = self
+            .write(&SETTLE_TRANSITION, &cmd)
+            .await
+            .map_err(|err| write_error(err, run_id, expected_version))?;
+        self.replicated(run_id, replicated).map_err(indeterminate)?;
+        let settled = match outcome.as_str() {
+            "done" => Settled::Done,
+            "fenced" | "passed" | "gone" => Settled::NotDone,
+            "unknown" => Settled::Unknown,
+            other => {
+                return Err(corrupt(
+                    run_id,
+                    format!("settle_transition answered {other:?}"),
+                ));
+            }
+        };
+        if settled == Settled::Done {
+            // The transition's own index update was skipped with its answer; the run's status
+            // now says what the active index should.
+            let status: Option<String> = self
+                .con
+                .clone()
+                .hget(&keys.run, "status")
+                .await
+                .map_err(unavailable)?;
+            if let Some(status) = status
+                && let Err(err) = self.update_active(run_id, &status).await
+            {
+                tracing::warn!(run_id, error = %err, "settled transition but active index not updated; rebuild_indexes repairs it");
+            }
+        }
+        Ok(settled)
     }
 
     async fn load_run(&self, run_id: &str) -> Result<Option<StoredRun>, Error> {
         self.read_retrying(|| async {
             let keys = self.run_keys(run_id);
-            type Reply = (Value, Value, Value, Value, Value, Value);
             let mut pipe = ::redis::pipe();
             pipe.cmd("HGETALL")
                 .arg(&keys.run)
@@ -129,13 +195,16 @@ impl Store for RedisStore {
                 .arg(&keys.chain)
                 .arg(0)
                 .arg(-1);
-            let (run, events, results, steps, tasks, chain): Reply = match self.wait {
-                None => pipe
-                    .atomic()
-                    .query_async(&mut self.con.clone())
-                    .await
-                    .map_err(|err| script_error(err, run_id, 0))?,
+            let replies: Vec<Value> = match self.wait {
+                None => self.read_unchanging(run_id, &keys, pipe).await?,
                 Some(_) => self.read_replicated(run_id, &keys, pipe).await?,
+            };
+            let Ok([run, events, results, steps, tasks, chain]) = <[Value; 6]>::try_from(replies)
+            else {
+                return Err(corrupt(
+                    run_id,
+                    "its keys read back as the wrong number of replies",
+                ));
             };
 
             let mut hash: HashMap<String, Vec<u8>> = fields(run_id, "header", run)?;
@@ -407,13 +476,34 @@ impl Store for RedisStore {
         Ok(crate::store::sum_slots(&live))
     }
 
-    /// Not retried: readiness wants to know whether Redis answers now.
+    /// A write, not a `PING`: a Redis out of memory answers `PING` and every read, and refuses
+    /// every write. On a cluster, one write to each master (the key of a slot it serves), since
+    /// any of them may be the one that is full. Not retried: readiness wants to know whether
+    /// Redis takes writes now.
     async fn ping(&self) -> Result<(), Error> {
-        let mut con = self.con.clone();
-        let _: String = ::redis::cmd("PING")
-            .query_async(&mut con)
-            .await
-            .map_err(unavailable)?;
+        let slots = if self.con.is_cluster() {
+            self.con
+                .master_slots()
+                .await
+                .map_err(unavailable)?
+                .into_iter()
+                .map(Some)
+                .collect()
+        } else {
+            vec![None]
+        };
+        let probes = slots
+            .into_iter()
+            .map(|slot| {
+                let mut cmd = ::redis::cmd("SET");
+                cmd.arg(self.probe_key(slot))
+                    .arg(1)
+                    .arg("PX")
+                    .arg(PROBE_TTL_MS);
+                cmd
+            })
+            .collect();
+        let _: Vec<String> = self.con.each(probes).await.map_err(unavailable)?;
         Ok(())
     }
 
@@ -492,6 +582,37 @@ impl Store for RedisStore {
         Err(Error::Unavailable(format!(
             "idempotency key {key:?} kept expiring while it was claimed"
         )))
+    }
+
+    async fn reclaim_idempotency_key(
+        &self,
+        key: &str,
+        voided_run_id: &str,
+        run_id: &str,
+        request_sha256: &str,
+        ttl_s: u64,
+    ) -> Result<Claim, Error> {
+        let mut con = self.con.clone();
+        let reply: Value = RECLAIM_KEY
+            .key(self.idempotency_key(key))
+            .arg(format!("{voided_run_id} {request_sha256}"))
+            .arg(format!("{run_id} {request_sha256}"))
+            .arg(ttl_s.max(1))
+            .invoke_async(&mut con)
+            .await
+            .map_err(unavailable)?;
+        let held: String = match reply {
+            Value::Int(1) => return Ok(Claim::Claimed),
+            other => FromRedisValue::from_redis_value(other)
+                .map_err(|err| Error::Corrupt(format!("idempotency key {key:?}: {err}")))?,
+        };
+        let (run_id, request_sha256) = held
+            .split_once(' ')
+            .ok_or_else(|| Error::Corrupt(format!("idempotency key {key:?} holds {held:?}")))?;
+        Ok(Claim::Held {
+            run_id: run_id.to_owned(),
+            request_sha256: request_sha256.to_owned(),
+        })
     }
 
     async fn runs_of_workflow(
@@ -658,6 +779,111 @@ impl RedisStore {
         Ok((reply, Some(acked)))
     }
 
+    /// On one server without `WAIT`: a new run's index entries and its `create_run` (`cmd`) in
+    /// one pipeline, so one round trip, the entries before the run. Which entries it added
+    /// (all, when the answer was lost), and the script's reply; an entry that could not be
+    /// written (a key of another type) is logged, the run is created all the same.
+    async fn index_and_create(
+        &self,
+        header: &RunHeader,
+        status: &str,
+        cmd: &Cmd,
+    ) -> (Indexed, Result<(u64, Option<u32>), RedisError>) {
+        let run_id = header.run_id.as_str();
+        let index = self.index_commands(header, status);
+        let mut pipe = ::redis::pipe();
+        for command in &index {
+            pipe.add_command(command.clone());
+        }
+        pipe.add_command(cmd.clone()).ignore_errors();
+        let mut con = self.con.clone();
+        let mut added = Indexed::from_replies(&[]);
+        let mut loaded = false;
+        loop {
+            let replies: Vec<::redis::RedisResult<Value>> = match pipe.query_async(&mut con).await {
+                Ok(replies) => replies,
+                Err(err) => return (added, Err(err)),
+            };
+            let mut replies = replies
+                .into_iter()
+                .map(|reply| reply.and_then(Value::extract_error));
+            let indexed: Vec<i64> = replies
+                .by_ref()
+                .take(index.len())
+                .map(|reply| match reply.and_then(|value| Ok(i64::from_redis_value(value)?)) {
+                    Ok(added) => added,
+                    Err(err) => {
+                        tracing::warn!(run_id, error = %err, "a new run's index entry was not written; rebuild_indexes repairs it");
+                        0
+                    }
+                })
+                .collect();
+            added = added.and(Indexed::from_replies(&indexed));
+            let created = replies
+                .next()
+                .unwrap_or_else(|| Err((::redis::ErrorKind::Parse, "no reply").into()));
+            match created {
+                Err(err)
+                    if !loaded
+                        && err.kind()
+                            == ::redis::ErrorKind::Server(::redis::ServerErrorKind::NoScript) =>
+                {
+                    // Sent again once the script is loaded: the entries are `NX`, the same.
+                    if let Err(err) = CREATE_RUN.load_async(&mut con).await {
+                        return (added, Err(err));
+                    }
+                    loaded = true;
+                }
+                other => {
+                    return (
+                        added,
+                        other
+                            .and_then(|value| Ok(u64::from_redis_value(value)?))
+                            .map(|version| (version, None)),
+                    );
+                }
+            }
+        }
+    }
+
+    /// `reads` of a run's keys (the first the header's `HGETALL`), as they stood at one version
+    /// of the run, without `MULTI`: a Redis out of memory refuses every command queued in a
+    /// `MULTI`, reads too, and reads must not depend on writes. The reads go in one pipeline with
+    /// the header's version read once more behind them: every change to a run's keys but its
+    /// tasks raises the version in the same script, so the same version before and after means
+    /// no transition came in between (a task swapped meanwhile changes the tasks hash alone,
+    /// read by one command: as if it came before or after the read). A run that changed under
+    /// the reads is read again; one that keeps changing, once in a `MULTI`.
+    async fn read_unchanging(
+        &self,
+        run_id: &str,
+        keys: &super::keys::RunKeys,
+        reads: ::redis::Pipeline,
+    ) -> Result<Vec<Value>, Error> {
+        let mut con = self.con.clone();
+        for _ in 0..UNCHANGING_READS {
+            let mut pipe = reads.clone();
+            pipe.cmd("HGET").arg(&keys.run).arg("version");
+            let mut replies: Vec<Value> = pipe
+                .query_async(&mut con)
+                .await
+                .map_err(|err| script_error(err, run_id, 0))?;
+            let after = replies.pop();
+            let before = replies
+                .first()
+                .and_then(|header| hash_field(header, b"version"));
+            if before == after.as_ref().and_then(bytes_of) {
+                return Ok(replies);
+            }
+        }
+        reads
+            .clone()
+            .atomic()
+            .query_async(&mut con)
+            .await
+            .map_err(|err| script_error(err, run_id, 0))
+    }
+
     /// A run read back under `--redis-wait-replicas`: the reads in a `MULTI`, then a write to
     /// the run's slot (`P:run:{R}:barrier`, expiring), then `WAIT`, all on one connection to one
     /// master. Replication is in order, so once replicas have the barrier they have everything
@@ -769,6 +995,37 @@ impl RedisStore {
     }
 }
 
+/// How many times `load_run` reads a run that changed under its reads before it reads it in a
+/// `MULTI`: on one server a pipeline's commands run back to back unless another client's
+/// command comes between, so once is nearly always enough.
+const UNCHANGING_READS: usize = 3;
+
+/// The value of `field` in a hash reply (`HGETALL`), as bytes.
+fn hash_field<'a>(hash: &'a Value, field: &[u8]) -> Option<&'a [u8]> {
+    match hash {
+        Value::Map(pairs) => pairs
+            .iter()
+            .find(|(name, _)| bytes_of(name) == Some(field))
+            .and_then(|(_, value)| bytes_of(value)),
+        Value::Array(items) => items
+            .chunks(2)
+            .find(|pair| pair.first().and_then(bytes_of) == Some(field))
+            .and_then(|pair| pair.get(1).and_then(bytes_of)),
+        _ => None,
+    }
+}
+
+fn bytes_of(value: &Value) -> Option<&[u8]> {
+    match value {
+        Value::BulkString(bytes) => Some(bytes),
+        Value::SimpleString(text) => Some(text.as_bytes()),
+        _ => None,
+    }
+}
+
+/// How long a readiness probe's key (`P:ready`) is kept: it is never read, only written.
+const PROBE_TTL_MS: u64 = 60_000;
+
 /// How long a read's replication barrier (`P:run:{R}:barrier`) is kept: long enough for its
 /// `WAIT`, short enough that barriers of finished runs go by themselves.
 const BARRIER_TTL_MS: u64 = 10_000;
@@ -789,9 +1046,18 @@ fn not_run_here(err: &RedisError) -> bool {
 }
 
 /// Whether a script's timers may be in the store: it was applied, or its answer was lost on the
-/// way (the store was unavailable) and it may have been. Registering a slot that holds no timer
-/// costs a sweep one read; leaving a written timer unregistered leaves its task unswept until
-/// the next repair, minutes away if the writer dies meanwhile.
+/// way and it may have been. Registering a slot that holds no timer costs a sweep one read;
+/// leaving a written timer unregistered leaves its task unswept until the next repair, minutes
+/// away if the writer dies meanwhile.
 fn landed_or_may_have<T>(written: &Result<T, Error>) -> bool {
-    matches!(written, Ok(_) | Err(Error::Unavailable(_)))
+    matches!(written, Ok(_) | Err(Error::Indeterminate(_)))
+}
+
+/// A write that reached its master but not the replicas asked for: done there, and perhaps
+/// lost by a failover, so neither done nor not done as far as the caller can tell.
+fn indeterminate(error: Error) -> Error {
+    match error {
+        Error::Unavailable(why) => Error::Indeterminate(why),
+        other => other,
+    }
 }

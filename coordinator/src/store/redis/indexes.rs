@@ -1,16 +1,133 @@
 //! The global indexes of the [module docs](super#indexes), which `list_runs`, `active_runs` and
-//! `runs_of_workflow` read: updated after the scripts that create a run or change its status,
-//! and rebuilt from the run headers when a crash left them behind.
+//! `runs_of_workflow` read: a new run's entries written before the script that creates it, the
+//! active runs updated after the scripts that change a status, and rebuilt from the run headers
+//! when a crash left them behind.
 
 use std::collections::HashSet;
 
-use ::redis::{AsyncCommands, RedisError};
+use ::redis::{AsyncCommands, Cmd, RedisError};
 
 use super::replies::unavailable;
 use super::{RUNNING, RedisStore};
-use crate::store::Error;
+use crate::store::{Error, RunHeader, Settled, Store};
+
+/// Which index entries of a new run one call added (those it found there already belong to
+/// another call's create of the same id, or to the run itself).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Indexed {
+    runs: bool,
+    workflow: bool,
+    active: bool,
+}
+
+impl Indexed {
+    /// Every entry a run may have.
+    pub(super) const ALL: Indexed = Indexed {
+        runs: true,
+        workflow: true,
+        active: true,
+    };
+
+    /// What the replies of [`RedisStore::index_commands`] say was added (1 each).
+    pub(super) fn from_replies(added: &[i64]) -> Indexed {
+        Indexed {
+            runs: added.first() == Some(&1),
+            workflow: added.get(1) == Some(&1),
+            active: added.get(2) == Some(&1),
+        }
+    }
+
+    /// These entries, and those of `other`.
+    pub(super) fn and(self, other: Indexed) -> Indexed {
+        Indexed {
+            runs: self.runs || other.runs,
+            workflow: self.workflow || other.workflow,
+            active: self.active || other.active,
+        }
+    }
+}
 
 impl RedisStore {
+    /// The commands that list a run about to be created, before it is (readers skip an entry
+    /// whose run does not exist): `P:runs` and its workflow's runs, and the active runs if its
+    /// first status is `running`. `NX`: an entry already there (a run of that id) keeps its
+    /// time. Each answers 1 if it added the entry ([`Indexed::from_replies`]).
+    pub(super) fn index_commands(&self, header: &RunHeader, status: &str) -> Vec<Cmd> {
+        let run_id = header.run_id.as_str();
+        let mut writes = vec![
+            ::redis::cmd("ZADD")
+                .arg(self.runs_key(run_id))
+                .arg("NX")
+                .arg(header.created_ms)
+                .arg(run_id)
+                .clone(),
+            ::redis::cmd("ZADD")
+                .arg(self.workflow_runs_key(&header.workflow_id, run_id))
+                .arg("NX")
+                .arg(header.created_ms)
+                .arg(run_id)
+                .clone(),
+        ];
+        if status == RUNNING {
+            writes.push(
+                ::redis::cmd("SADD")
+                    .arg(self.active_key(run_id))
+                    .arg(run_id)
+                    .clone(),
+            );
+        }
+        writes
+    }
+
+    /// [`RedisStore::index_commands`], sent (one per slot on a cluster); which entries this
+    /// call added, for [`RedisStore::unindex`] when the create is refused.
+    pub(super) async fn index_new_run(
+        &self,
+        header: &RunHeader,
+        status: &str,
+    ) -> Result<Indexed, RedisError> {
+        let added: Vec<i64> = self.con.each(self.index_commands(header, status)).await?;
+        Ok(Indexed::from_replies(&added))
+    }
+
+    /// Removes the entries `added` of a run that does not exist and never will (its create was
+    /// refused, or voided). Best effort: an entry left names no run, readers skip it and
+    /// `rebuild_indexes` removes it.
+    pub(super) async fn unindex(&self, header: &RunHeader, added: Indexed) {
+        let run_id = header.run_id.as_str();
+        let mut removals = Vec::new();
+        if added.runs {
+            removals.push(
+                ::redis::cmd("ZREM")
+                    .arg(self.runs_key(run_id))
+                    .arg(run_id)
+                    .clone(),
+            );
+        }
+        if added.workflow {
+            removals.push(
+                ::redis::cmd("ZREM")
+                    .arg(self.workflow_runs_key(&header.workflow_id, run_id))
+                    .arg(run_id)
+                    .clone(),
+            );
+        }
+        if added.active {
+            removals.push(
+                ::redis::cmd("SREM")
+                    .arg(self.active_key(run_id))
+                    .arg(run_id)
+                    .clone(),
+            );
+        }
+        if removals.is_empty() {
+            return;
+        }
+        if let Err(err) = self.con.each::<i64>(removals).await {
+            tracing::warn!(run_id, error = %err, "index entries of a run that was never created are left; rebuild_indexes removes them");
+        }
+    }
+
     /// Brings `active_runs`' set in line with a status this store just wrote for `run_id`.
     ///
     /// Two coordinators' updates may arrive out of order (an older "not running" after a newer
@@ -85,11 +202,19 @@ impl RedisStore {
             if found.contains(run_id) {
                 continue;
             }
-            let exists: bool = con
-                .exists(self.run_keys(run_id).run)
-                .await
-                .map_err(unavailable)?;
-            if !exists {
+            // An entry is written before its run: one whose run is not there yet may be of a
+            // create on its way, so it is settled (the run found, or its id voided) before the
+            // entry goes.
+            let header = RunHeader {
+                run_id: run_id.clone(),
+                workflow_id: String::new(),
+                workflow: String::new(),
+                input: Vec::new(),
+                created_ms: 0,
+                traceparent: String::new(),
+                submitted_by: String::new(),
+            };
+            if self.settle_create(&header).await? == Settled::NotDone {
                 let _: i64 = con
                     .zrem(self.runs_key(run_id), run_id)
                     .await

@@ -18,6 +18,9 @@ pub(super) struct RunKeys {
     pub(super) output: String,
     /// Written before a `WAIT` that makes a read of the run wait for replicas (never read).
     pub(super) barrier: String,
+    /// Written by `settle_create` for a run whose create it settled as never done: the create,
+    /// should it still come, is refused.
+    pub(super) void: String,
 }
 
 impl RunKeys {
@@ -33,6 +36,14 @@ impl RunKeys {
             &self.chain,
             &self.decisions,
             &self.output,
+        ]
+    }
+
+    /// The keys of `create_run`: [`RunKeys::names`], then the void marker as `KEYS[9]`.
+    pub(super) fn create_names(&self) -> [&str; 9] {
+        let [run, events, results, steps, tasks, chain, decisions, output] = self.names();
+        [
+            run, events, results, steps, tasks, chain, decisions, output, &self.void,
         ]
     }
 }
@@ -58,6 +69,7 @@ impl RedisStore {
             decisions: after(":decisions"),
             output: after(":output"),
             barrier: after(":barrier"),
+            void: after(":void"),
             run,
         }
     }
@@ -131,6 +143,19 @@ impl RedisStore {
     /// that were running when last counted.
     pub(super) fn principal_runs_key(&self, principal: &str) -> String {
         format!("{}:principal:{principal}:runs", self.prefix)
+    }
+
+    /// `P:ready:{<slot tag>}`: the key a readiness probe writes on `slot`'s master (one key on
+    /// a single server, whose slot is none).
+    pub(super) fn probe_key(&self, slot: Option<u16>) -> String {
+        match slot {
+            Some(slot) => format!(
+                "{}:ready:{{{}}}",
+                self.prefix,
+                super::slots::tag_of_slot(slot)
+            ),
+            None => format!("{}:ready", self.prefix),
+        }
     }
 
     /// The key that holds a claim of the idempotency key `key`.

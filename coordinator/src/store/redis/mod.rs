@@ -23,11 +23,12 @@
 //! # Layout
 //!
 //! With the key prefix `P` (`baton` unless [`RedisStore::connect_with_prefix`] says otherwise), a
-//! run `R` is eight keys (nine for a few seconds after a read under `--redis-wait-replicas`):
+//! run `R` is eight keys (nine for a few seconds after a read under `--redis-wait-replicas`; a
+//! run id whose create was settled as never done has only its void marker):
 //!
 //! | key                   | type | holds                                                          |
 //! |-----------------------|------|----------------------------------------------------------------|
-//! | `P:run:{R}`           | hash | `workflow`, `workflow_id`, `input`, `created_ms`, `traceparent`, `submitted_by`, `updated_ms`, `status`, `error` (absent when `None`), `state_sha256`, `version`, `output_bytes` (while the run has live output) |
+//! | `P:run:{R}`           | hash | `workflow`, `workflow_id`, `input`, `created_ms`, `traceparent`, `submitted_by`, `updated_ms`, `status`, `error` (absent when `None`), `state_sha256`, `version`, `writes` (the `write_id`s of the writes that made the last 8 versions, 16 characters each end to end), `output_bytes` (while the run has live output) |
 //! | `P:run:{R}:events`    | list | the event log, `RPUSH`ed in order                              |
 //! | `P:run:{R}:results`   | hash | `"<step>#<visit>"` -> result                                   |
 //! | `P:run:{R}:steps`     | hash | step id -> step state                                          |
@@ -36,6 +37,7 @@
 //! | `P:run:{R}:decisions` | hash | decision key -> decision with its embedding (`HSETNX`)         |
 //! | `P:run:{R}:output`    | stream | live output while the run runs: fields `s` step, `v` visit, `a` attempt, `t` text, `r` restart; set to expire a minute after the transition that ends the run |
 //! | `P:run:{R}:barrier`   | string | `1`, written behind a read of the run under `--redis-wait-replicas` so that a `WAIT` can back the read (never read; expires after 10 s) |
+//! | `P:run:{R}:void`      | string | `1`, written by `settle_create` when it found the run not created: `create_run` refuses the id from then on (kept: a void is as rare as a create that went unanswered) |
 //!
 //! Every one of them carries the run id as a hash tag, `{R}`, so a Redis Cluster puts all of a
 //! run on one slot. That is what lets a single Lua script read and write the whole run, and a
@@ -47,8 +49,12 @@
 //!   back, so all checks come before the first write and a refused call writes nothing. The
 //!   scripts answer a refusal with an error reply (`EXISTS`, `NOTFOUND`, `CONFLICT <actual>`,
 //!   `FENCED <task key> <current attempt>`, `CORRUPT <why>`) that `replies.rs` maps to [`Error`].
-//! - `load_run` reads the run's keys but `decisions` in one `MULTI`/`EXEC`, so it sees a run
-//!   between two transitions, never in the middle of one.
+//! - `load_run` reads the run's keys but `decisions` in one pipeline with the header's
+//!   `version` read again behind them, so it sees a run between two transitions, never in the
+//!   middle of one: every script that changes the run's keys (but its tasks, each read whole by
+//!   one command) raises the version, and a read that saw it move is made again (after three,
+//!   in a `MULTI`). Not in a `MULTI` first: a Redis out of memory refuses every command queued
+//!   in one, reads too, and reads must go on while writes are refused.
 //! - `swap_tasks` is one script for a batch of compare-and-swaps, so a coordinator renews all
 //!   the leases it holds in one round trip (on a cluster, one script per slot of the batch, sent
 //!   at once); `due_tasks`, one script too, reads an agent's due timers and their tasks in one
@@ -56,10 +62,19 @@
 //! - Values are bytes and travel as bytes; only keys (run ids, result keys, step ids, task keys)
 //!   and the header's text fields must be UTF-8 when read back.
 //!
-//! `Unavailable` covers every failure to reach Redis, including a reply that timed out: the
-//! write may then have happened or not. Retrying is safe, because a transition is guarded by its
-//! version (a retry that already landed gets `Conflict`, so reload) and a creation by the run id
-//! (`AlreadyExists`).
+//! A write whose answer never came (a reply that timed out on a busy Redis, a connection lost
+//! after sending, replicas short of `WAIT`) is [`Error::Indeterminate`]: it may have happened,
+//! and may still happen (a busy Redis runs it when it gets to it). A refusal Redis answered
+//! (the scripts' own, `OOM`, `BUSY`, `LOADING`) and a connection refused are `Unavailable`, and
+//! wrote nothing: the scripts check everything before their first write, and Redis refuses a
+//! script's first write for memory before it writes. An indeterminate write is settled by a
+//! script on the run's slot, which runs before or after the write, never during it:
+//! `settle_create` finds the run's header, or writes its void marker (which `create_run.lua`
+//! checks); `settle_transition` finds the write's `write_id` in the header's `writes` at the
+//! version it made, or, when the run is still at the version the write expected, raises the
+//! version by one (a fence: the write, should it come, is a `CONFLICT`). Both are safe to send
+//! again, and find what the one before did. With `--redis-wait-replicas` they write (the
+//! barrier) and wait, so that what they found is on the replicas too.
 //!
 //! # Connections
 //!
@@ -86,9 +101,9 @@
 //! sent apart could reach a connection made since (a reconnect, a replaced cluster client) that
 //! wrote nothing, and it answers at once with the replicas connected, a false acknowledgement
 //! (the minority-partition fault test caught one). A write short of `N` replicas within the
-//! timeout is [`Error::Unavailable`]: it may be on the
-//! master or not, and may be lost if the master fails over, so the caller must not act on it (the
-//! coordinator reloads the run).
+//! timeout is [`Error::Indeterminate`]: it is on the master, and may be lost if the master fails
+//! over, so the caller must not act on it until a settle, backed by the replicas in turn, finds
+//! it there.
 //!
 //! `load_run` is backed the same way: its reads in a `MULTI`, then a write of `P:run:{R}:barrier`
 //! and the `WAIT`, all on one connection to the run's master. Replication is in order, so replicas
@@ -119,22 +134,31 @@
 //!   run's entry in shard `slot(run) mod 256`, the same shard number in each, so on the same
 //!   slot) so that they spread over the masters, and readers merge the shards (`indexes.rs`);
 //! - `P:idempotency:<key>`, a string `<run id> <request sha256>` that expires, for SubmitRun's
-//!   idempotency keys (`SET NX EX`: the first submitter claims it);
+//!   idempotency keys (`SET NX EX`: the first submitter claims it; one whose run was voided is
+//!   moved to a new run by `reclaim_idempotency_key.lua`);
 //! - `P:principal:<name>:runs`, a set of the runs a principal with `max_running_runs` submitted
 //!   that were running when last counted;
 //! - `P:slots`, a hash: coordinator id -> `{"expires_ms", "free": {agent: slots}}`, the free
 //!   worker slots each coordinator advertises (not an index: expired fields are dropped by the
-//!   reader that finds them).
+//!   reader that finds them);
+//! - `P:ready` (on a cluster `P:ready:{<slot tag>}`, one per master): the key `ping` writes, so
+//!   that readiness fails when Redis refuses writes (out of memory) while it still answers reads.
 //!
 //! These keys live on other slots than the runs in a Cluster, so the run scripts cannot touch
-//! them; they are updated with separate commands after a script succeeded, once per run (its
-//! creation, its status changing) or per coordinator tick, never per step. They are an index, not
-//! the source of truth: the run headers are. A crash between a script and its index update leaves
-//! the index behind, never the run, and [`RedisStore::rebuild_indexes`] rebuilds `P:runs` and
-//! `P:runs:active` from the headers (scanning every master of a cluster) and adds what the
-//! workflow sets miss. Readers guard against a stale index too: `list_runs` checks each run it
-//! lists against its header (gone, or another status, and it is skipped) and `active_runs` keeps
-//! only the ids whose header says `running`.
+//! them; they are written with separate commands, once per run (its creation, its status
+//! changing) or per coordinator tick, never per step. A new run's entries (`P:runs`, its
+//! workflow's, and `P:runs:active` if it starts running) go *before* the script that creates
+//! it, with `ZADD NX` (an entry already there keeps its time): in the same pipeline on one
+//! server, a round trip of their own first on a cluster or under `--redis-wait-replicas`. So no
+//! crash and no lost answer leaves a created run unlisted; what they can leave is an entry
+//! whose run never came, which readers skip, and which a refused or voided create removes.
+//! Status changes are written after the script that made them. They are an index, not the
+//! source of truth: the run headers are. [`RedisStore::rebuild_indexes`] rebuilds `P:runs` and
+//! `P:runs:active` from the headers (scanning every master of a cluster), adds what the
+//! workflow sets miss, and removes an entry whose run is not there only after settling its
+//! create (voiding the id, should the create still come). Readers guard against a stale index
+//! too: `list_runs` checks each run it lists against its header (gone, or another status, and it
+//! is skipped) and `active_runs` keeps only the ids whose header says `running`.
 //!
 //! # Timers
 //!
@@ -169,6 +193,9 @@
 //! | `swap_tasks`       | `transition.lua` + `swap_tasks.lua`       |
 //! | `due_tasks`        | `due_tasks.lua`                           |
 //! | `append_output`    | `append_output.lua`                       |
+//! | `settle_create`    | `settle_create.lua`                       |
+//! | `settle_transition`| `transition.lua` + `settle_transition.lua`|
+//! | `reclaim_idempotency_key` | `reclaim_idempotency_key.lua`      |
 //! | `register_timers`  | `register_timers.lua` (a cluster's only)  |
 //! | `due_slots`        | `due_slots.lua` (a cluster's only)        |
 //! | `raise_slots`      | `raise_slots.lua` (a cluster's only)      |
@@ -176,7 +203,8 @@
 //! `transition.lua` is a prelude: it defines local functions (and a table) and calls nothing by
 //! itself. The first two scripts use it to read, check and write a transition; `swap_tasks` only
 //! for the timers of the tasks it swaps (`decode_task`, `check_timer_key`, `set_timer`,
-//! `unset_timer`). A change to it changes those three scripts.
+//! `unset_timer`); `settle_transition` for the `writes` field (`remember_write`). A change to it
+//! changes those four scripts.
 //!
 //! Scripts are sent as `EVALSHA` and loaded on `NOSCRIPT` (a restarted server, a flushed cache,
 //! a new master that took over a slot).

@@ -31,9 +31,42 @@ pub(super) fn with_fence_attempt(error: Error, write: &TransitionWrite) -> Error
     }
 }
 
-/// A failure to reach Redis, or any error that says nothing about the run's data.
+/// A failure to reach Redis, or any error that says nothing about the run's data. An `OOM`
+/// refusal is named as what it is: an operator reads it in `/readyz` and in clients' errors.
 pub(super) fn unavailable(err: RedisError) -> Error {
+    if out_of_memory(&err) {
+        return Error::Unavailable(format!(
+            "Redis is out of memory and refuses writes (its maxmemory is reached, and its \
+             maxmemory-policy evicts nothing): {err}"
+        ));
+    }
     Error::Unavailable(err.to_string())
+}
+
+/// Whether Redis refused a command for memory (`OOM command not allowed when used memory >
+/// 'maxmemory'`), as it refuses every write once `maxmemory` is reached under `noeviction`.
+fn out_of_memory(err: &RedisError) -> bool {
+    err.clone()
+        .into_server_errors()
+        .is_some_and(|errors| errors.iter().any(|(_, error)| error.code() == "OOM"))
+}
+
+/// A failure of a write (`create_run`, `apply_transition`, their settles) of `run_id`. When
+/// Redis answered (a script's refusal, an error reply, a reply that does not read), it is what
+/// the answer says: the scripts check everything before their first write, and Redis refuses a
+/// script's first write for memory before it writes anything, so nothing was written. When no
+/// answer came (a timeout, a connection lost after sending), the write may have been done:
+/// [`Error::Indeterminate`]. A connection refused sent nothing.
+pub(super) fn write_error(err: RedisError, run_id: &str, expected: u64) -> Error {
+    let answered = err.clone().into_server_errors().is_some()
+        || matches!(
+            err.kind(),
+            ErrorKind::Parse | ErrorKind::UnexpectedReturnType
+        );
+    if answered || err.is_connection_refusal() {
+        return script_error(err, run_id, expected);
+    }
+    Error::Indeterminate(format!("Redis did not answer: {err}"))
 }
 
 /// Maps an error from a script or a command on one run's keys; `expected` is the version
@@ -57,6 +90,7 @@ pub(super) fn script_error(err: RedisError, run_id: &str, expected: u64) -> Erro
     let detail = first.details().unwrap_or_default();
     match first.code() {
         "EXISTS" => Error::AlreadyExists(run_id.to_owned()),
+        "VOIDED" => Error::Voided(run_id.to_owned()),
         "NOTFOUND" => Error::NotFound(run_id.to_owned()),
         "CONFLICT" => match detail.trim().parse() {
             Ok(actual) => Error::Conflict {

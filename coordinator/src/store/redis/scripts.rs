@@ -41,6 +41,22 @@ pub(super) static SWAP_TASKS: LazyLock<Script> = LazyLock::new(|| {
     ))
 });
 
+/// Settles a `create_run` whose answer was lost: finds the run, or voids its id.
+pub(super) static SETTLE_CREATE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("lua/settle_create.lua")));
+
+/// Settles an `apply_transition` whose answer was lost: finds its write id, or fences it.
+pub(super) static SETTLE_TRANSITION: LazyLock<Script> = LazyLock::new(|| {
+    Script::new(concat!(
+        include_str!("lua/transition.lua"),
+        include_str!("lua/settle_transition.lua")
+    ))
+});
+
+/// Moves an idempotency key from a voided run to a new one.
+pub(super) static RECLAIM_KEY: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("lua/reclaim_idempotency_key.lua")));
+
 /// Appends pieces of live output to a running run's output.
 pub(super) static APPEND_OUTPUT: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("lua/append_output.lua")));
@@ -128,6 +144,7 @@ pub(super) fn add_transition(
         .arg(write.updated_ms)
         .arg(timer_prefix)
         .arg(run_id)
+        .arg(write.write_id.as_str())
         .arg(write.fences.len());
     for (key, attempt) in &write.fences {
         invocation.arg(key.as_str()).arg(attempt.to_string());

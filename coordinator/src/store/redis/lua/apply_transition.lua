@@ -4,7 +4,8 @@
 -- Replies: {new version, status before the transition}, or an error NOTFOUND /
 -- CONFLICT <actual version> / FENCED <task key> <current attempt or none> / CORRUPT <why>.
 
-local version = redis.call('HGET', KEYS[1], 'version')
+local got = redis.call('HMGET', KEYS[1], 'version', 'writes')
+local version = got[1]
 if not version then
   return redis.error_reply('NOTFOUND run not found')
 end
@@ -18,4 +19,4 @@ if err then
   return err
 end
 local before = redis.call('HGET', KEYS[1], 'status')
-return {write_transition(t, before), before}
+return {write_transition(t, before, got[2]), before}

@@ -14,7 +14,7 @@
 --   n_links, then n_links state chain links,
 --   n_decisions, then n_decisions pairs of (decision key, bytes),
 --   status, has_error ("1" or "0"), error (empty when has_error is "0"), state_sha256, updated_ms,
---   timer prefix (`P:timers:`), run id,
+--   timer prefix (`P:timers:`), run id, write id (WRITE_ID_LEN characters, or empty),
 --   n_fences, then n_fences pairs of (task key, attempt).
 --
 -- Tasks are JSON objects. Each one with an `agent` and a `due_ms` has a timer: its member
@@ -64,8 +64,29 @@ local function read_transition(i)
   t.updated_ms = ARGV[i + 4]
   t.timer_prefix = ARGV[i + 5]
   t.run_id = ARGV[i + 6]
-  t.fences, i = read_pairs(i + 7)
+  t.write_id = ARGV[i + 7]
+  t.fences, i = read_pairs(i + 8)
   return t
+end
+
+-- The header's `writes` field names the writes that made the run's last versions, oldest first:
+-- WRITES_KEPT ids of WRITE_ID_LEN characters end to end, one per version (a write of no id, and a
+-- fence of settle_transition.lua, leave NO_WRITE_ID), so that a write whose answer was lost can
+-- be found. Both lengths are the Rust side's (store/mod.rs).
+local WRITE_ID_LEN = 16
+local WRITES_KEPT = 8
+local NO_WRITE_ID = string.rep('-', WRITE_ID_LEN)
+
+-- `writes` (the field, or false) with `id` remembered as the newest.
+local function remember_write(writes, id)
+  if type(id) ~= 'string' or #id ~= WRITE_ID_LEN then
+    id = NO_WRITE_ID
+  end
+  local kept = (writes or '') .. id
+  if #kept > WRITE_ID_LEN * WRITES_KEPT then
+    kept = string.sub(kept, -WRITE_ID_LEN * WRITES_KEPT)
+  end
+  return kept
 end
 
 local function decode_task(bytes)
@@ -204,8 +225,8 @@ local function check_results(t)
 end
 
 -- Writes a checked transition and returns the run's new version; `before_status` is the run's
--- status before it (false for a new run).
-local function write_transition(t, before_status)
+-- status before it (false for a new run), `writes` its `writes` field (false for a new run).
+local function write_transition(t, before_status, writes)
   for _, event in ipairs(t.events) do
     redis.call('RPUSH', KEYS[2], event)
   end
@@ -234,7 +255,8 @@ local function write_transition(t, before_status)
   for _, pair in ipairs(t.decisions) do
     redis.call('HSETNX', KEYS[7], pair[1], pair[2])
   end
-  redis.call('HSET', KEYS[1], 'status', t.status, 'state_sha256', t.state_sha256, 'updated_ms', t.updated_ms)
+  redis.call('HSET', KEYS[1], 'status', t.status, 'state_sha256', t.state_sha256, 'updated_ms', t.updated_ms,
+    'writes', remember_write(writes, t.write_id))
   -- A run's live output takes no more pieces once it ends, and is kept a minute more for the
   -- watchers still reading it (OUTPUT_KEPT_AFTER_END on the Rust side).
   if t.status ~= 'running' then
