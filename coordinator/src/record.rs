@@ -164,3 +164,98 @@ pub fn waiting(run: &Run, served: impl Fn(&str) -> bool) -> Vec<WaitingFor> {
         })
         .collect()
 }
+
+/// The JSON that stands in a record for a value too large to show with the rest: its size and
+/// digest (the value itself is stored whole, and agents still receive it).
+fn omitted(bytes: &[u8], limit: usize) -> Vec<u8> {
+    use sha2::{Digest, Sha256};
+    serde_json::to_vec(&json!({"$omitted": {
+        "bytes": bytes.len(),
+        "sha256": hex::encode(Sha256::digest(bytes)),
+        "why": format!("too large to show in the run record, whose context and memory may hold {limit} bytes"),
+    }}))
+    .expect("JSON")
+}
+
+/// A record's context and memory (each JSON) within `limit` bytes together: as they are when
+/// they fit, else with the largest context entries, then the memory, replaced by what
+/// [`omitted`] says of them. Every result is bounded, but not their sum: without this, a few
+/// large results (whatever workers sent) made a record no client could read (past the gRPC
+/// message limit) and web pages of hundreds of megabytes.
+pub fn fit(context: Vec<u8>, memory: Vec<u8>, limit: usize) -> (Vec<u8>, Vec<u8>) {
+    if context.len() + memory.len() <= limit {
+        return (context, memory);
+    }
+    let Ok(Value::Object(entries)) = serde_json::from_slice::<Value>(&context) else {
+        return (omitted(&context, limit), omitted(&memory, limit));
+    };
+    let mut encoded: Vec<(String, Vec<u8>)> = entries
+        .into_iter()
+        .map(|(key, value)| (key, serde_json::to_vec(&value).expect("JSON")))
+        .collect();
+    let overhead = |entries: &[(String, Vec<u8>)]| -> usize {
+        entries
+            .iter()
+            .map(|(key, value)| key.len() + value.len() + 4)
+            .sum::<usize>()
+            + 2
+    };
+    let mut by_size: Vec<usize> = (0..encoded.len()).collect();
+    by_size.sort_by_key(|&i| std::cmp::Reverse(encoded[i].1.len()));
+    for i in by_size {
+        if overhead(&encoded) + memory.len() <= limit {
+            break;
+        }
+        encoded[i].1 = omitted(&encoded[i].1, limit);
+    }
+    let memory = if overhead(&encoded) + memory.len() > limit {
+        omitted(&memory, limit)
+    } else {
+        memory
+    };
+    let mut object = serde_json::Map::new();
+    for (key, value) in encoded {
+        let value: Value = serde_json::from_slice(&value).expect("JSON written above");
+        object.insert(key, value);
+    }
+    (
+        serde_json::to_vec(&Value::Object(object)).expect("JSON"),
+        memory,
+    )
+}
+
+#[cfg(test)]
+mod fit_tests {
+    use super::*;
+
+    #[test]
+    fn a_record_that_fits_is_kept_and_one_that_does_not_loses_its_largest_entries_first() {
+        let context = serde_json::to_vec(&json!({"small": 1, "big": "x".repeat(1000)})).unwrap();
+        let memory = b"{\"messages\":[]}".to_vec();
+        let (kept, kept_memory) = fit(context.clone(), memory.clone(), 2_000);
+        assert_eq!((kept, kept_memory), (context.clone(), memory.clone()));
+
+        let (fitted, fitted_memory) = fit(context, memory.clone(), 600);
+        assert!(
+            fitted.len() + fitted_memory.len() <= 600,
+            "{}",
+            fitted.len()
+        );
+        let fitted: Value = serde_json::from_slice(&fitted).unwrap();
+        assert_eq!(fitted["small"], json!(1), "what fits stays");
+        assert_eq!(fitted["big"]["$omitted"]["bytes"], json!(1002));
+        assert_eq!(fitted_memory, memory);
+    }
+
+    #[test]
+    fn whatever_the_sizes_the_record_ends_within_its_limit_or_all_omitted() {
+        let big = |n: usize| Value::String("y".repeat(n));
+        let context =
+            serde_json::to_vec(&json!({"a": big(3000), "b": big(3000), "c": big(10)})).unwrap();
+        let memory = serde_json::to_vec(&json!({"messages": [big(5000)]})).unwrap();
+        let (context, memory) = fit(context, memory, 1_500);
+        assert!(context.len() + memory.len() <= 1_500);
+        let memory: Value = serde_json::from_slice(&memory).unwrap();
+        assert!(memory["$omitted"]["sha256"].is_string());
+    }
+}

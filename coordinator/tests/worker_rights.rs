@@ -427,3 +427,51 @@ async fn a_gone_worker_leaves_nothing_on_metrics() {
         "hello.agents: 200000 agents; the limit is 256"
     );
 }
+
+/// Issue 28: a run record stays readable whatever workers sent. Each result is bounded, but not
+/// their sum: two large results made a record past the gRPC message limit, which no client could
+/// read again. Past `max_record_bytes`, the largest context entries are shown by their size and
+/// digest; the results themselves are stored whole, and agents still receive them.
+#[tokio::test(start_paused = true)]
+async fn results_too_large_together_for_a_record_are_shown_by_size_and_digest() {
+    let config = Config {
+        max_record_bytes: 4_096,
+        ..quick("c1")
+    };
+    let store = Arc::new(MemoryStore::new());
+    let coordinator = Coordinator::new(store.clone(), config);
+    let mut w1 = FakeWorker::connect(&coordinator, "w1", &["coder"]).await;
+    let workflow = json!({"id": "big", "steps": [
+        {"id": "first", "type": "agent", "agent": "coder"},
+        {"id": "second", "type": "agent", "agent": "coder"}
+    ]});
+    let run_id = client::submit(
+        &coordinator,
+        workflow.to_string().as_bytes(),
+        &json_bytes(&json!("go")),
+    )
+    .await
+    .unwrap();
+    for (fill, n) in [("a", 3_000), ("b", 2_000)] {
+        let task = w1.wait_task().await;
+        w1.complete(&coordinator, &task, &json!(fill.repeat(n)), None)
+            .await
+            .unwrap();
+    }
+    let record = finished(&coordinator, &run_id).await;
+    assert_eq!(record.status, "succeeded");
+    assert!(
+        record.context.len() + record.memory.len() <= 4_096,
+        "{} bytes",
+        record.context.len() + record.memory.len()
+    );
+    let context: Value = serde_json::from_slice(&record.context).unwrap();
+    assert_eq!(context["first"]["$omitted"]["bytes"], json!(3_002));
+    assert_eq!(
+        context["second"],
+        json!("b".repeat(2_000)),
+        "what fits is shown"
+    );
+    let stored = store.load_run(&run_id).await.unwrap().unwrap();
+    assert_eq!(stored.results["first#1"].len(), 3_002, "stored whole");
+}

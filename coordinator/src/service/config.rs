@@ -11,6 +11,10 @@ pub struct Config {
     pub max_workflow_bytes: usize,
     pub max_input_bytes: usize,
     pub max_result_bytes: usize,
+    /// How large a run record's context and memory may be together, in bytes: past it, the
+    /// largest entries are shown by their size and digest ([`crate::record::fit`]), so that a
+    /// record stays readable (gRPC messages are at most 96 MiB) whatever workers sent.
+    pub max_record_bytes: usize,
     /// How deep a run input or an agent result may nest. A payload nests data two levels
     /// deeper, and parsers commonly stop at 128 (serde_json among them), so every agent can
     /// still read its payload.
@@ -94,6 +98,7 @@ impl Default for Config {
             max_workflow_bytes: 1 << 20,
             max_input_bytes: 4 << 20,
             max_result_bytes: 64 << 20,
+            max_record_bytes: 64 << 20,
             max_data_depth: 100,
             max_decisions_per_result: 100,
             max_messages_per_result: 1_000,

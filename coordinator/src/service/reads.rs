@@ -205,6 +205,11 @@ impl<S: Store> Coordinator<S> {
 
     pub(super) fn record_of(&self, loaded: &Loaded) -> RunRecord {
         let workflow = loaded.run.workflow();
+        let (context, memory) = record::fit(
+            json(&loaded.run.context().visible_serializer()),
+            json(&record::memory(&loaded.run)),
+            self.inner.config.max_record_bytes,
+        );
         RunRecord {
             run_id: loaded.header.run_id.clone(),
             workflow_id: loaded.header.workflow_id.clone(),
@@ -213,13 +218,13 @@ impl<S: Store> Coordinator<S> {
                 .clone()
                 .unwrap_or_else(|| loaded.run.status().as_str().into()),
             error: loaded.run.error().unwrap_or_default().into(),
-            context: json(&loaded.run.context().visible_serializer()),
+            context,
             steps: record::step_states(workflow, &loaded.steps),
             waiting: record::waiting(&loaded.run, |agent| self.inner.hub.serves(agent)),
             state_sha256: loaded.state_sha256.clone(),
             created_ms: loaded.header.created_ms,
             updated_ms: loaded.updated_ms,
-            memory: json(&record::memory(&loaded.run)),
+            memory,
             trace_id: traces::trace_id_of(&loaded.header.traceparent),
             submitted_by: loaded.header.submitted_by.clone(),
             usage: record::usage_totals(loaded.steps.values()),
