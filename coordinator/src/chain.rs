@@ -165,7 +165,7 @@ pub fn replay_observed(
             .map(|record| Duration::from_micros(record.cpu_us))
             .sum::<Duration>();
         let before = run.history().len();
-        let replaying = Replay::enter(recorded);
+        let replaying = Replay::enter(recorded, logged.went_on);
         let applied = run.apply_at(event, logged.at_ms);
         drop(replaying);
         let next = match applied {

@@ -28,6 +28,10 @@ pub struct LoggedEvent {
     /// and could end differently near a CPU budget).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub jq: Vec<JqRecord>,
+    /// How many times its transition's turn of the run's computation went on into another
+    /// step that runs jq ([`baton_core::eval::JqRunner::go_on`]): a replay goes on as often.
+    #[serde(default, skip_serializing_if = "is_zero_u32")]
+    pub went_on: u32,
 }
 
 impl LoggedEvent {
@@ -36,6 +40,7 @@ impl LoggedEvent {
             at_ms,
             event,
             jq: Vec::new(),
+            went_on: 0,
         }
     }
 }

@@ -20,7 +20,7 @@ use std::time::Duration;
 use baton_core::eval::{JqProgram, JqRunner, JqSite, parse_output};
 use serde_json::Value;
 
-pub use self::scope::{Evaluation, Live, Replay, budget_spent};
+pub use self::scope::{Computed, Evaluation, Live, Replay, budget_spent};
 use crate::jq_sandbox::{Abort, Evaluated, Sandboxed};
 
 /// The jq runner a coordinator process installs: programs in budgeted sandboxes, or (unbudgeted,
@@ -100,6 +100,10 @@ impl JqRunner for JqRuns {
         document: &Value,
     ) -> Result<Value, String> {
         scope::run(self, site, program, document)
+    }
+
+    fn go_on(&self) -> bool {
+        scope::go_on()
     }
 }
 

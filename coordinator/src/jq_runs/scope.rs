@@ -22,8 +22,9 @@ thread_local! {
 
 enum Mode {
     Live(LiveState),
-    /// Recorded outcomes by site key, each handed back once.
-    Replay(HashMap<String, Result<Value, String>>),
+    /// Recorded outcomes by site key, each handed back once, and how many times the turn went
+    /// on.
+    Replay(HashMap<String, Result<Value, String>>, u32),
 }
 
 struct LiveState {
@@ -32,6 +33,27 @@ struct LiveState {
     abort: Arc<Abort>,
     evaluations: Vec<Evaluation>,
     aborted: bool,
+    /// The CPU time this transition's programs used: a turn goes on while it is within
+    /// [`TURN`].
+    this_turn: Duration,
+    went_on: u32,
+}
+
+/// The CPU time a turn of a run's computation goes on for (into the next step that runs jq),
+/// and how many more steps at most: long enough that cheap programs are not a transition each,
+/// short enough that other runs' turns, a cancel and a shutdown never wait long.
+const TURN: Duration = Duration::from_millis(20);
+const TURN_STEPS: u32 = 256;
+
+/// What a live transition's programs came to.
+#[derive(Debug, Default)]
+pub struct Computed {
+    /// Each program it ran, in order.
+    pub evaluations: Vec<Evaluation>,
+    /// How many times its turn went on into another step that runs jq.
+    pub went_on: u32,
+    /// It was stopped (a cancel, a shutdown): what it computed means nothing.
+    pub stopped: bool,
 }
 
 /// One jq program a live transition ran: where, what it cost, and how it ended (its output as
@@ -78,16 +100,22 @@ impl Live {
             abort,
             evaluations: Vec::new(),
             aborted: false,
+            this_turn: Duration::ZERO,
+            went_on: 0,
         }));
         Live(())
     }
 
-    /// What ran, in order, and whether it was stopped: then what the transition computed
-    /// means nothing and must not be written.
-    pub fn finish(self) -> (Vec<Evaluation>, bool) {
+    /// What ran, and whether it was stopped: then what the transition computed means nothing
+    /// and must not be written.
+    pub fn finish(self) -> Computed {
         match take() {
-            Some(Mode::Live(state)) => (state.evaluations, state.aborted),
-            _ => (Vec::new(), false),
+            Some(Mode::Live(state)) => Computed {
+                evaluations: state.evaluations,
+                went_on: state.went_on,
+                stopped: state.aborted,
+            },
+            _ => Computed::default(),
         }
     }
 }
@@ -102,8 +130,9 @@ impl Drop for Live {
 pub struct Replay(());
 
 impl Replay {
-    pub fn enter(recorded: HashMap<String, Result<Value, String>>) -> Replay {
-        set(Mode::Replay(recorded));
+    /// `went_on`: how many times the transition's turn went on, as recorded.
+    pub fn enter(recorded: HashMap<String, Result<Value, String>>, went_on: u32) -> Replay {
+        set(Mode::Replay(recorded, went_on));
         Replay(())
     }
 }
@@ -133,13 +162,34 @@ pub(super) fn run(
     document: &Value,
 ) -> Result<Value, String> {
     SCOPE.with_borrow_mut(|scope| match scope {
-        Some(Mode::Replay(recorded)) => match recorded.remove(&site.key()) {
+        Some(Mode::Replay(recorded, _)) => match recorded.remove(&site.key()) {
             Some(outcome) => outcome,
             // Not recorded: the run was stored before outcomes were, and runs it again.
             None => parsed(runs.evaluate(program, document, None, None).result).map(|(v, _)| v),
         },
         Some(Mode::Live(state)) => live(runs, state, site, program, document),
         None => parsed(runs.evaluate(program, document, None, None).result).map(|(v, _)| v),
+    })
+}
+
+/// Whether this thread's transition goes on into another step that runs jq: live, while its
+/// turn lasts (and nothing stopped it), counted; replayed, as many times as it did.
+pub(super) fn go_on() -> bool {
+    SCOPE.with_borrow_mut(|scope| match scope {
+        Some(Mode::Live(state)) => {
+            let goes_on = !state.aborted
+                && !state.abort.is_aborted()
+                && state.this_turn < TURN
+                && state.went_on < TURN_STEPS;
+            state.went_on += u32::from(goes_on);
+            goes_on
+        }
+        Some(Mode::Replay(_, went_on)) => {
+            let goes_on = *went_on > 0;
+            *went_on = went_on.saturating_sub(1);
+            goes_on
+        }
+        None => false,
     })
 }
 
@@ -174,6 +224,7 @@ fn live(
         return Err(STOPPED.to_owned());
     }
     state.spent += evaluated.cpu;
+    state.this_turn += evaluated.cpu;
     let result = match evaluated.result {
         // Stopped by what was left of the run's budget, not by the program's own.
         Err(_) if evaluated.ran_out_of_cpu && per_program.is_some_and(|p| cap < p) => {
@@ -223,8 +274,12 @@ mod tests {
             ..SITE
         };
         let failed = run(&runs, &failing, &program("error(\"no\")"), &document).unwrap_err();
-        let (evaluations, aborted) = live.finish();
-        assert!(!aborted);
+        let Computed {
+            evaluations,
+            stopped,
+            ..
+        } = live.finish();
+        assert!(!stopped);
         assert_eq!(evaluations.len(), 2);
         assert_eq!(evaluations[0].at, "shape#1");
         assert_eq!(evaluations[0].outcome, Ok(Arc::from("6")));
@@ -232,10 +287,13 @@ mod tests {
         assert_eq!(evaluations[1].outcome, Err(failed.clone()));
 
         // A replay hands back what was recorded, whatever the program would say now.
-        let _replay = Replay::enter(HashMap::from([
-            ("shape#1".to_owned(), Ok(serde_json::json!("recorded"))),
-            ("boom[4]#1".to_owned(), Err(failed.clone())),
-        ]));
+        let _replay = Replay::enter(
+            HashMap::from([
+                ("shape#1".to_owned(), Ok(serde_json::json!("recorded"))),
+                ("boom[4]#1".to_owned(), Err(failed.clone())),
+            ]),
+            0,
+        );
         assert_eq!(
             run(&runs, &SITE, &program(".input * 3"), &document),
             Ok(serde_json::json!("recorded"))
@@ -259,16 +317,49 @@ mod tests {
         let live = Live::enter(budget, budget, Arc::default());
         let error = run(&runs, &SITE, &program("1"), &serde_json::json!({})).unwrap_err();
         assert!(error.contains("jq CPU budget of 50 ms is spent"), "{error}");
-        let (evaluations, aborted) = live.finish();
-        assert!(!aborted, "a spent budget is the step's failure, recorded");
-        assert_eq!(evaluations[0].outcome, Err(error));
+        let computed = live.finish();
+        assert!(
+            !computed.stopped,
+            "a spent budget is the step's failure, recorded"
+        );
+        assert_eq!(computed.evaluations[0].outcome, Err(error));
 
         let abort = Arc::new(Abort::default());
         let live = Live::enter(budget, Duration::ZERO, abort.clone());
         abort.abort();
         assert!(run(&runs, &SITE, &program("1"), &serde_json::json!({})).is_err());
-        let (evaluations, aborted) = live.finish();
-        assert!(aborted, "the transition is to be dropped");
-        assert!(evaluations.is_empty(), "nothing of it is recorded");
+        assert!(!go_on(), "a stopped turn goes no further");
+        let computed = live.finish();
+        assert!(computed.stopped, "the transition is to be dropped");
+        assert!(computed.evaluations.is_empty(), "nothing of it is recorded");
+    }
+
+    #[test]
+    fn a_turn_goes_on_while_its_cpu_slice_lasts_and_a_replay_as_often_as_it_did() {
+        let runs = JqRuns::in_thread();
+        let live = Live::enter(Duration::from_secs(60), Duration::ZERO, Arc::default());
+        assert!(go_on() && go_on(), "cheap programs: the turn goes on");
+        // A program that used the whole slice ends the turn.
+        let heavy = program("[range(3000000)] | length");
+        let mut n = 0;
+        while go_on() {
+            let site = JqSite {
+                visit: n + 1,
+                ..SITE
+            };
+            run(&runs, &site, &heavy, &serde_json::json!({})).unwrap();
+            n += 1;
+            assert!(n < TURN_STEPS, "the slice never ran out");
+        }
+        let computed = live.finish();
+        assert_eq!(computed.went_on, n + 2);
+        assert!(computed.evaluations.iter().map(|e| e.cpu).sum::<Duration>() >= TURN);
+
+        let _replay = Replay::enter(HashMap::new(), 2);
+        assert!(go_on() && go_on());
+        assert!(
+            !go_on(),
+            "a replay goes on exactly as often as the turn did"
+        );
     }
 }

@@ -14,7 +14,7 @@ use super::watch::RunEvent;
 use super::{Coordinator, Error};
 use crate::decisions::Embedded;
 use crate::hub::Assignment;
-use crate::jq_runs::{Evaluation, Live};
+use crate::jq_runs::{Computed, Evaluation, Live};
 use crate::model::{LoggedEvent, StoredEvent};
 use crate::record::RunRecord;
 use crate::store::{self, Store, TransitionWrite};
@@ -104,7 +104,11 @@ impl<S: Store> Coordinator<S> {
             for change in changes {
                 let live = Live::enter(self.inner.config.jq_run_cpu, loaded.jq_cpu, abort.clone());
                 let applied = loaded.run.apply_at(change.event.clone(), now);
-                let (computed, stopped) = live.finish();
+                let Computed {
+                    evaluations: computed,
+                    went_on,
+                    stopped,
+                } = live.finish();
                 if stopped {
                     self.inner.aborts.end(run_id, &abort);
                     *guard = None;
@@ -138,6 +142,7 @@ impl<S: Store> Coordinator<S> {
                 started = add_elapsed(&profile.engine_us, started);
                 let logged = LoggedEvent {
                     jq: computed.iter().map(Evaluation::record).collect(),
+                    went_on,
                     ..LoggedEvent::new(now, change.stored.clone())
                 };
                 let applied = Applied {

@@ -48,8 +48,11 @@ pub(super) struct Builder {
     /// This transition is a redrive: the step it enters again is not held to its visit limit.
     pub(super) redriving: bool,
     /// This transition applies [`Event::Continue`]: the first step that runs jq it reaches is
-    /// entered (the one the walk stopped before); the walk stops before any other.
+    /// entered (the one the walk stopped before); the walk stops before any other, unless the
+    /// jq runner says the turn goes on ([`crate::eval::JqRunner::go_on`]).
     continuing: bool,
+    /// This transition applies [`Event::Continue`] (and took up its first step already or not).
+    in_turn: bool,
 }
 
 impl Builder {
@@ -64,6 +67,7 @@ impl Builder {
             entered_with: None,
             redriving: false,
             continuing: false,
+            in_turn: false,
         }
     }
 }
@@ -150,6 +154,7 @@ pub(super) fn apply(run: &Run, event: Event, at_ms: i64) -> Result<Transition, E
                 .take()
                 .ok_or(EngineError::NotContinuing)?;
             builder.continuing = true;
+            builder.in_turn = true;
             builder.redriving = continuation.redriving;
             builder.kept = continuation.kept;
             if let Some(settled) = builder.enter(continuation.step, continuation.error) {
@@ -235,8 +240,13 @@ impl Builder {
     pub(super) fn enter(&mut self, index: StepIndex, error: Option<ErrorInfo>) -> Option<Settled> {
         let workflow = self.run.workflow.clone();
         let step = workflow.step(index);
-        // A step that runs jq is entered in a transition of its own: the walk stops here.
-        if self.run.yields && workflow.runs_jq(index) && !std::mem::take(&mut self.continuing) {
+        // A step that runs jq is entered only in a turn of the run's computation: the walk
+        // stops here, unless this is that turn (and it goes on).
+        if self.run.yields
+            && workflow.runs_jq(index)
+            && !std::mem::take(&mut self.continuing)
+            && !(self.in_turn && crate::eval::go_on_installed())
+        {
             self.run.continuation = Some(Continuation {
                 step: index,
                 error,

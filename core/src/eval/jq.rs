@@ -268,6 +268,14 @@ pub trait JqRunner: Send + Sync {
         program: &JqProgram,
         document: &Value,
     ) -> Result<Value, String>;
+
+    /// Whether a transition that took up a run's computation ([`crate::Event::Continue`]) may
+    /// go on into one more step that runs jq, rather than stop before it. The runner's caller
+    /// decides (a slice of CPU time per turn, so that cheap programs are not a transition each)
+    /// and records each answer, so that a replay gets the same ones. Without a runner, never.
+    fn go_on(&self) -> bool {
+        false
+    }
 }
 
 static RUNNER: OnceLock<Box<dyn JqRunner>> = OnceLock::new();
@@ -278,6 +286,12 @@ static RUNNER: OnceLock<Box<dyn JqRunner>> = OnceLock::new();
 /// through every transition.
 pub fn install_jq_runner(runner: Box<dyn JqRunner>) -> bool {
     RUNNER.set(runner).is_ok()
+}
+
+/// Whether a transition that took up a run's computation may go on into another step that runs
+/// jq ([`JqRunner::go_on`]).
+pub(crate) fn go_on_installed() -> bool {
+    RUNNER.get().is_some_and(|runner| runner.go_on())
 }
 
 /// Runs `program` through the installed runner, or in this thread.

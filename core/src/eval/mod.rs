@@ -11,6 +11,7 @@ mod jq;
 pub mod path;
 mod transform;
 
+pub(crate) use jq::go_on_installed;
 pub use jq::{JqOutputLimits, JqProgram, JqRunner, JqSite, install_jq_runner, parse_output};
 pub use transform::Transform;
 
