@@ -63,7 +63,8 @@ fn chain(steps: usize, agent: &str) -> String {
 }
 
 /// `steps` `jq:` transforms in a row, each reshaping the one before: what a budget costs per
-/// transform (the whole chain settles within the submit).
+/// transform (the chain settles in turns of the run's computation, each going on while it has
+/// used under 20 ms of CPU).
 fn jq_chain(steps: usize) -> String {
     let steps: Vec<Value> = (0..steps)
         .map(|i| {
