@@ -409,3 +409,53 @@ async fn reading_a_run_back_runs_none_of_its_programs() {
         "the restarted coordinator started a sandbox: it ran a program again"
     );
 }
+
+/// Issue 28, hole 3: a coordinator that dies (SIGKILL) while a run's program runs stops renewing
+/// the run's continuation timer; when its lease runs out, another coordinator takes the run up
+/// where it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_computing_coordinator_s_run_is_taken_up_when_its_lease_runs_out() {
+    let timing = Timing {
+        lease_ms: 2_000,
+        worker_silence_ms: 2_000,
+    };
+    let mut fleet = Fleet::start_with_env(2, timing, &[("BATON_JQ_CPU_MS", "600000")]).await;
+    let mut first = fleet.client(0).await.expect("coordinator-0 answers");
+    let run_id = harness::submit(&mut first, ENDLESS, &json!({})).await;
+    wait_for_sandboxes(fleet.coordinator_pid(0), 1).await;
+    let orphan = children(fleet.coordinator_pid(0))[0];
+    fleet.kill_coordinator(0);
+    // The dead coordinator's sandbox stops its program rather than spin on for ten minutes.
+    let deadline = std::time::Instant::now() + harness::DEADLINE;
+    while std::fs::read_to_string(format!("/proc/{orphan}/stat"))
+        .is_ok_and(|stat| !stat.contains(") Z "))
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the dead coordinator's sandbox still runs its program"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    wait_for_sandboxes(fleet.coordinator_pid(1), 1).await;
+    let mut second = fleet.client(1).await.expect("coordinator-1 answers");
+    let record = second
+        .get_run(GetRunRequest {
+            run_id: run_id.clone(),
+        })
+        .await
+        .expect("GetRun")
+        .into_inner();
+    assert_eq!(record.status, "running", "{record:#?}");
+    let cancelled = tokio::time::timeout(
+        harness::DEADLINE,
+        second.cancel_run(baton_proto::v1::CancelRunRequest {
+            run_id,
+            reason: String::new(),
+        }),
+    )
+    .await
+    .expect("the cancel does not wait for the program")
+    .expect("CancelRun")
+    .into_inner();
+    assert_eq!(cancelled.status, "cancelled");
+}

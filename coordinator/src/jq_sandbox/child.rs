@@ -23,6 +23,10 @@ use super::frames::{Request, read_frame, reply, write_frame};
 /// The exit code of a sandbox whose program ran out of CPU time.
 pub const CPU_BUDGET_EXIT: i32 = 86;
 
+/// The exit code of a sandbox whose coordinator died while its program ran: nobody waits for
+/// the answer, and the program must not go on burning CPU for the rest of its budget.
+pub const ORPHANED_EXIT: i32 = 87;
+
 /// How many compiled programs a sandbox keeps (a workflow's transforms run again and again).
 const CACHED_PROGRAMS: usize = 64;
 
@@ -40,12 +44,13 @@ pub fn serve(memory_bytes: u64) -> ExitCode {
         },
     );
     let deadline = Arc::new(AtomicU64::new(0));
+    let parent = rustix::process::getppid();
     let watchdog = {
         let deadline = deadline.clone();
         std::thread::Builder::new()
             .name("jq-watchdog".into())
             .stack_size(64 << 10)
-            .spawn(move || watch(&deadline))
+            .spawn(move || watch(&deadline, parent))
             .expect("a sandbox starts its watchdog")
     };
     // The thread above is counted in what the process holds already: the budget comes on top.
@@ -107,8 +112,10 @@ fn compiled<'a>(
     Ok(&programs[source])
 }
 
-/// Sleeps while no program runs; checks the CPU clock while one does.
-fn watch(deadline: &AtomicU64) {
+/// Sleeps while no program runs; checks the CPU clock while one does, and that the coordinator
+/// that started this sandbox is still there (an idle sandbox learns it from its stdin closing;
+/// a busy one reads no stdin until its program ends, which could be the whole budget away).
+fn watch(deadline: &AtomicU64, parent: Option<rustix::process::Pid>) {
     loop {
         let due = deadline.load(Ordering::SeqCst);
         if due == 0 {
@@ -117,6 +124,9 @@ fn watch(deadline: &AtomicU64) {
         }
         if cpu_now_ns() > due {
             std::process::exit(CPU_BUDGET_EXIT);
+        }
+        if rustix::process::getppid() != parent {
+            std::process::exit(ORPHANED_EXIT);
         }
         std::thread::sleep(WATCH_INTERVAL);
     }
