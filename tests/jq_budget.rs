@@ -432,7 +432,8 @@ async fn a_killed_computing_coordinator_s_run_is_taken_up_when_its_lease_runs_ou
     {
         assert!(
             std::time::Instant::now() < deadline,
-            "the dead coordinator's sandbox still runs its program"
+            "the dead coordinator's sandbox still runs its program: {}",
+            std::fs::read_to_string(format!("/proc/{orphan}/status")).unwrap_or_default()
         );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }

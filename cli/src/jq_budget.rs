@@ -65,8 +65,11 @@ pub struct SandboxArgs {
     /// What programs may allocate, in bytes.
     #[arg(long)]
     memory_bytes: u64,
+    /// The coordinator that started it: the sandbox stops its program once that one is gone.
+    #[arg(long)]
+    parent_pid: Option<u32>,
 }
 
 pub fn sandbox(args: SandboxArgs) -> std::process::ExitCode {
-    baton_coordinator::jq_sandbox::child::serve(args.memory_bytes)
+    baton_coordinator::jq_sandbox::child::serve(args.memory_bytes, args.parent_pid)
 }

@@ -133,11 +133,21 @@ pub enum Holding {
 /// worker for the agent takes it at once.
 pub fn renewed(entry: &TaskEntry, holding: &Holding, now_ms: i64, lease_ms: u64) -> TaskEntry {
     let until = now_ms + lease_ms as i64;
-    // A continuation waits for its turn here, never for a worker.
+    // A continuation waits for its turn, never for a worker: kept while it waits here (or its
+    // turn is under way), else left due at once for whichever coordinator sweeps it first, so
+    // that a run whose turn went astray here (a cancel that failed after stopping it) is
+    // never held by nobody's hand.
     if entry.state == TaskState::Continuing {
-        return TaskEntry {
-            due_ms: until,
-            ..entry.clone()
+        return match holding {
+            Holding::Nowhere => TaskEntry {
+                owner: String::new(),
+                due_ms: now_ms,
+                ..entry.clone()
+            },
+            _ => TaskEntry {
+                due_ms: until,
+                ..entry.clone()
+            },
         };
     }
     match holding {
@@ -385,10 +395,12 @@ mod tests {
         let held = continuation("c1", 1_000, LEASE);
         assert_eq!((held.owner.as_str(), held.due_ms), ("c1", 11_000));
         assert_eq!(held.agent, APPROVAL_TIMERS, "no worker runs it");
-        // Wherever the hub says the task is (it knows nothing of continuations), renewing keeps
-        // it with its holder.
-        let renewed = renewed(&held, &Holding::Nowhere, 5_000, LEASE);
+        // Renewed while the run waits for its turn here; left due to all once it does not.
+        let renewed = renewed(&held, &Holding::Queued, 5_000, LEASE);
         assert_eq!((renewed.owner.as_str(), renewed.due_ms), ("c1", 15_000));
+        let astray = super::renewed(&held, &Holding::Nowhere, 5_000, LEASE);
+        assert_eq!((astray.owner.as_str(), astray.due_ms), ("", 5_000));
+        assert_eq!(astray.state, TaskState::Continuing);
         assert_eq!(continuation_claimed(&renewed, "c2", 14_999, LEASE), None);
         let taken = continuation_claimed(&renewed, "c2", 15_000, LEASE).expect("due");
         assert_eq!((taken.owner.as_str(), taken.attempt), ("c2", 2));

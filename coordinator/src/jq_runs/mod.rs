@@ -124,51 +124,60 @@ fn parsed(result: Result<String, String>) -> Result<(Value, String), String> {
 /// a shutdown) can stop the jq program it runs instead of waiting for it.
 #[derive(Default)]
 pub struct Aborts {
-    running: std::sync::Mutex<std::collections::HashMap<String, Arc<Abort>>>,
-    /// Runs being cancelled: their transitions are stopped as soon as they run jq, until the
-    /// cancel is applied (an answer retried at once must not take the run back first).
-    stopped: std::sync::Mutex<std::collections::HashMap<String, usize>>,
+    state: std::sync::Mutex<AbortsState>,
     /// Shutting down: every transition from now on is stopped as soon as it runs jq.
     stopping: std::sync::atomic::AtomicBool,
 }
 
+#[derive(Default)]
+struct AbortsState {
+    running: std::collections::HashMap<String, Arc<Abort>>,
+    /// Runs being cancelled: their transitions are stopped as soon as they run jq, until the
+    /// cancel is applied (an answer retried at once must not take the run back first).
+    stopped: std::collections::HashMap<String, usize>,
+}
+
 impl Aborts {
-    fn running(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, Arc<Abort>>> {
-        self.running
+    fn state(&self) -> std::sync::MutexGuard<'_, AbortsState> {
+        self.state
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// The abort of a transition of `run_id` about to run (its run is locked: one at a time).
-    pub fn begin(&self, run_id: &str) -> Arc<Abort> {
+    /// The abort of a transition of `run_id` about to run (its run is locked: one at a time),
+    /// until the returned guard is dropped.
+    pub fn begin(&self, run_id: &str) -> Running<'_> {
         let abort = Arc::new(Abort::default());
+        let mut state = self.state();
         if self.stopping.load(std::sync::atomic::Ordering::SeqCst)
-            || self.stopped().contains_key(run_id)
+            || state.stopped.contains_key(run_id)
         {
             abort.abort();
         }
-        self.running().insert(run_id.to_owned(), abort.clone());
-        abort
-    }
-
-    /// The transition `abort` belonged to is over.
-    pub fn end(&self, run_id: &str, abort: &Arc<Abort>) {
-        let mut running = self.running();
-        if running.get(run_id).is_some_and(|a| Arc::ptr_eq(a, abort)) {
-            running.remove(run_id);
+        state.running.insert(run_id.to_owned(), abort.clone());
+        Running {
+            aborts: self,
+            run_id: run_id.to_owned(),
+            abort,
         }
     }
 
     /// Whether a transition of `run_id` is under way here (it may be running a jq program).
     pub fn in_progress(&self, run_id: &str) -> bool {
-        self.running().contains_key(run_id)
+        self.state().running.contains_key(run_id)
+    }
+
+    /// Whether a cancel of `run_id` is on its way here.
+    pub fn stopped(&self, run_id: &str) -> bool {
+        self.state().stopped.contains_key(run_id)
     }
 
     /// Stops the jq program `run_id`'s transition in progress runs, if any, and those of its
     /// transitions until the returned guard is dropped (the cancel applied).
     pub fn stop(&self, run_id: &str) -> Stopped<'_> {
-        *self.stopped().entry(run_id.to_owned()).or_default() += 1;
-        if let Some(abort) = self.running().get(run_id) {
+        let mut state = self.state();
+        *state.stopped.entry(run_id.to_owned()).or_default() += 1;
+        if let Some(abort) = state.running.get(run_id) {
             abort.abort();
         }
         Stopped {
@@ -177,18 +186,39 @@ impl Aborts {
         }
     }
 
-    fn stopped(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, usize>> {
-        self.stopped
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-
     /// Stops every transition's jq program, now and from now on.
     pub fn abort_all(&self) {
         self.stopping
             .store(true, std::sync::atomic::Ordering::SeqCst);
-        for abort in self.running().values() {
+        for abort in self.state().running.values() {
             abort.abort();
+        }
+    }
+}
+
+/// A transition under way, stoppable through [`Running::abort`]; over when dropped (however
+/// the transition ends: written, refused, or its future dropped).
+pub struct Running<'a> {
+    aborts: &'a Aborts,
+    run_id: String,
+    abort: Arc<Abort>,
+}
+
+impl Running<'_> {
+    pub fn abort(&self) -> &Arc<Abort> {
+        &self.abort
+    }
+}
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        let mut state = self.aborts.state();
+        if state
+            .running
+            .get(&self.run_id)
+            .is_some_and(|a| Arc::ptr_eq(a, &self.abort))
+        {
+            state.running.remove(&self.run_id);
         }
     }
 }
@@ -201,11 +231,11 @@ pub struct Stopped<'a> {
 
 impl Drop for Stopped<'_> {
     fn drop(&mut self) {
-        let mut stopped = self.aborts.stopped();
-        if let Some(count) = stopped.get_mut(&self.run_id) {
+        let mut state = self.aborts.state();
+        if let Some(count) = state.stopped.get_mut(&self.run_id) {
             *count -= 1;
             if *count == 0 {
-                stopped.remove(&self.run_id);
+                state.stopped.remove(&self.run_id);
             }
         }
     }

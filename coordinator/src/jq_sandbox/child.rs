@@ -33,8 +33,10 @@ const CACHED_PROGRAMS: usize = 64;
 /// How often the watchdog looks at the CPU clock while a program runs.
 const WATCH_INTERVAL: Duration = Duration::from_millis(5);
 
-/// Serves requests until stdin closes; `memory_bytes` is what programs may allocate.
-pub fn serve(memory_bytes: u64) -> ExitCode {
+/// Serves requests until stdin closes; `memory_bytes` is what programs may allocate, and
+/// `parent_pid` the coordinator that started it (its parent when it started; `None`: whatever
+/// parent it has now).
+pub fn serve(memory_bytes: u64, parent_pid: Option<u32>) -> ExitCode {
     let _ = rustix::process::nice(10);
     let _ = setrlimit(
         Resource::Core,
@@ -44,7 +46,14 @@ pub fn serve(memory_bytes: u64) -> ExitCode {
         },
     );
     let deadline = Arc::new(AtomicU64::new(0));
-    let parent = rustix::process::getppid();
+    let parent = match parent_pid {
+        Some(pid) => rustix::process::Pid::from_raw(pid as i32),
+        None => rustix::process::getppid(),
+    };
+    // Its coordinator died before it got here: nobody will ever send it a request.
+    if rustix::process::getppid() != parent {
+        return ExitCode::from(ORPHANED_EXIT as u8);
+    }
     let watchdog = {
         let deadline = deadline.clone();
         std::thread::Builder::new()

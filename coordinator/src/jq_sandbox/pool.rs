@@ -162,6 +162,14 @@ impl Pool {
         if let Some(abort) = abort {
             *abort.running() = None;
         }
+        // Stopped as it answered: the kill may be on its way to this process, which must not go
+        // back to the pool to fail another run's program.
+        if abort.is_some_and(Abort::is_aborted) {
+            let _ = sandbox.child.kill();
+            let _ = sandbox.child.wait();
+            self.ended();
+            return aborted();
+        }
         match exchanged {
             Ok(reply) => {
                 self.give_back(sandbox);
@@ -246,6 +254,9 @@ impl Pool {
             .args(&self.launcher.args)
             .arg("--memory-bytes")
             .arg(self.budget.memory_bytes.to_string())
+            // Named, not read by the sandbox at its start: the coordinator may die before then.
+            .arg("--parent-pid")
+            .arg(std::process::id().to_string())
             // Nothing of the coordinator's environment (credentials among it) goes in.
             .env_clear()
             .stdin(Stdio::piped())

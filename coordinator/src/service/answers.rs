@@ -172,6 +172,11 @@ impl<S: Store> Coordinator<S> {
             // Not recorded: the task goes back to the queue rather than being lost. (A
             // transition stopped mid-computation, by a cancel or a shutdown, is not recorded
             // either.)
+            // A cancel on its way abandons the task anyway; should it fail, the task's lease
+            // runs out and it is delivered again.
+            Err(Error::ComputationStopped { .. }) if self.inner.aborts.stopped(run_id) => {
+                hub.finish(worker_id, run_id, &key).unwrap_or_default()
+            }
             Err(Error::Store(store::Error::Unavailable(_)) | Error::ComputationStopped { .. }) => {
                 hub.requeue(worker_id, run_id, &key)
             }

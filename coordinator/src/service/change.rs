@@ -33,6 +33,8 @@ pub(super) struct Change<'a> {
     pub stored: &'a StoredEvent,
     pub answering: Option<Answering<'a>>,
     pub embedded: Option<&'a Embedded>,
+    /// A task entry (key, attempt) the write applies only while current, besides an answer's.
+    pub fence: Option<(&'a str, u32)>,
 }
 
 impl<S: Store> Coordinator<S> {
@@ -52,6 +54,20 @@ impl<S: Store> Coordinator<S> {
             .await
     }
 
+    /// A turn of the run's computation ([`Event::Continue`]), written only while the run's
+    /// continuation timer is at `fence`'s attempt (this coordinator holds it).
+    pub(super) async fn apply_turn(&self, run_id: &str, fence: (&str, u32)) -> Result<(), Error> {
+        let change = Change {
+            event: &Event::Continue,
+            stored: &StoredEvent::Continue,
+            answering: None,
+            embedded: None,
+            fence: Some(fence),
+        };
+        let (mut outcomes, _) = self.apply_changes(run_id, &[change], false).await?;
+        outcomes.pop().expect("one outcome per change")
+    }
+
     /// [`Coordinator::apply`] of an event logged as `stored`.
     pub(super) async fn apply_logged(
         &self,
@@ -67,6 +83,7 @@ impl<S: Store> Coordinator<S> {
             stored: &stored,
             answering,
             embedded,
+            fence: None,
         };
         let (mut outcomes, record) = self.apply_changes(run_id, &[change], want_record).await?;
         outcomes.pop().expect("one outcome per change")?;
@@ -100,9 +117,13 @@ impl<S: Store> Coordinator<S> {
             let mut started = std::time::Instant::now();
             // A cancel, or this coordinator shutting down, stops a jq program the engine runs
             // here rather than waiting for it; the transition is then dropped, unwritten.
-            let abort = self.inner.aborts.begin(run_id);
+            let running = self.inner.aborts.begin(run_id);
             for change in changes {
-                let live = Live::enter(self.inner.config.jq_run_cpu, loaded.jq_cpu, abort.clone());
+                let live = Live::enter(
+                    self.inner.config.jq_run_cpu,
+                    loaded.jq_cpu,
+                    running.abort().clone(),
+                );
                 let applied = loaded.run.apply_at(change.event.clone(), now);
                 let Computed {
                     evaluations: computed,
@@ -110,7 +131,6 @@ impl<S: Store> Coordinator<S> {
                     stopped,
                 } = live.finish();
                 if stopped {
-                    self.inner.aborts.end(run_id, &abort);
                     *guard = None;
                     return Err(Error::ComputationStopped {
                         run_id: run_id.to_owned(),
@@ -131,7 +151,6 @@ impl<S: Store> Coordinator<S> {
                         );
                         if stale_refusals < 2 && moved_on {
                             stale_refusals += 1;
-                            self.inner.aborts.end(run_id, &abort);
                             *guard = None;
                             continue 'attempt;
                         }
@@ -153,6 +172,7 @@ impl<S: Store> Coordinator<S> {
                     now_ms: now,
                     embedded: change.embedded,
                     computed: &computed,
+                    fence: change.fence,
                 };
                 let planned = plan(loaded, &applied, &self.holder());
                 held.push(self.held_change(&planned));
@@ -176,7 +196,7 @@ impl<S: Store> Coordinator<S> {
                 outcomes.push(Ok(()));
                 started = add_elapsed(&profile.plan_us, started);
             }
-            self.inner.aborts.end(run_id, &abort);
+            // Under way until written: a read meanwhile does not wait for the write either.
             let Some(write) = write else {
                 // Every event was refused: nothing to write.
                 return Ok((outcomes, None));

@@ -9,11 +9,10 @@
 //! another coordinator's sweep takes the run up.
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashSet};
+use std::collections::{BinaryHeap, HashMap, HashSet};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use baton_core::Event;
 use tokio::sync::Notify;
 
 use super::{Coordinator, Error, Inner};
@@ -45,6 +44,13 @@ impl Turns {
         true
     }
 
+    /// The run whose turn it is, left waiting.
+    pub fn peek(&self) -> Option<String> {
+        self.queue
+            .peek()
+            .map(|Reverse((_, _, run_id))| run_id.clone())
+    }
+
     /// The run whose turn it is.
     pub fn pop(&mut self) -> Option<String> {
         let Reverse((_, _, run_id)) = self.queue.pop()?;
@@ -70,10 +76,12 @@ impl Turns {
     }
 }
 
-/// The runs waiting here, and the signal that one arrived.
+/// The runs waiting here, those whose turn is under way, and the signal that one arrived.
 #[derive(Default)]
 pub(super) struct Continuations {
     turns: Mutex<Turns>,
+    /// Runs whose turn is under way here (a run may wait again meanwhile).
+    in_turn: Mutex<HashMap<String, usize>>,
     arrived: Notify,
 }
 
@@ -90,14 +98,59 @@ impl Continuations {
         }
     }
 
-    /// The next run whose turn it is, waiting for one to arrive.
-    async fn next(&self) -> String {
+    fn in_turn(&self) -> std::sync::MutexGuard<'_, HashMap<String, usize>> {
+        self.in_turn
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Whether `run_id` waits for its turn here, or its turn is under way.
+    fn here(&self, run_id: &str) -> bool {
+        // One lock at a time: `take` holds the queue's while it marks a turn under way.
+        let waiting = self.turns().waiting.contains(run_id);
+        waiting || self.in_turn().contains_key(run_id)
+    }
+
+    /// The next run whose turn it is (under way until the [`Turn`] is dropped), waiting for one
+    /// to arrive.
+    async fn next(self: &Arc<Self>) -> Turn {
         loop {
             let arrived = self.arrived.notified();
-            if let Some(run_id) = self.turns().pop() {
-                return run_id;
+            if let Some(turn) = self.take() {
+                return turn;
             }
             arrived.await;
+        }
+    }
+
+    /// The run whose turn it is now, if any: marked under way before it leaves the queue, so
+    /// that it is never in neither.
+    fn take(self: &Arc<Self>) -> Option<Turn> {
+        let mut turns = self.turns();
+        let run_id = turns.peek()?;
+        *self.in_turn().entry(run_id.clone()).or_default() += 1;
+        turns.pop();
+        Some(Turn {
+            continuations: self.clone(),
+            run_id,
+        })
+    }
+}
+
+/// A run's turn under way; over when dropped (a panic included).
+struct Turn {
+    continuations: Arc<Continuations>,
+    run_id: String,
+}
+
+impl Drop for Turn {
+    fn drop(&mut self) {
+        let mut in_turn = self.continuations.in_turn();
+        if let Some(count) = in_turn.get_mut(&self.run_id) {
+            *count -= 1;
+            if *count == 0 {
+                in_turn.remove(&self.run_id);
+            }
         }
     }
 }
@@ -106,7 +159,7 @@ impl Continuations {
 /// no strong handle while it waits, so that dropping the coordinator stops it.
 pub(super) async fn run_turns<S: Store>(inner: Weak<Inner<S>>, continuations: Arc<Continuations>) {
     loop {
-        let run_id = continuations.next().await;
+        let turn = continuations.next().await;
         let Some(inner) = inner.upgrade() else {
             return;
         };
@@ -114,7 +167,15 @@ pub(super) async fn run_turns<S: Store>(inner: Weak<Inner<S>>, continuations: Ar
         if coordinator.inner.leases.stopping() {
             return;
         }
-        coordinator.take_turn(&run_id).await;
+        // On a task of its own: a turn that panics ends there (its run's timer is released at
+        // the next renewal, for any coordinator), not this computer.
+        let taken = tokio::spawn(async move {
+            coordinator.take_turn(&turn.run_id).await;
+            drop(turn);
+        });
+        if let Err(panicked) = taken.await {
+            tracing::error!(error = %panicked, "a run's turn of computation panicked");
+        }
     }
 }
 
@@ -132,20 +193,47 @@ impl<S: Store> Coordinator<S> {
         self.inner.continuations.turns().len()
     }
 
+    /// Whether `run_id` waits for its turn here or has its turn under way: what keeps its
+    /// continuation timer renewed.
+    pub(super) fn computes_here(&self, run_id: &str) -> bool {
+        self.inner.continuations.here(run_id)
+    }
+
     async fn take_turn(&self, run_id: &str) {
-        match self.apply(run_id, Event::Continue, None, false, None).await {
+        // Only the holder of the run's continuation takes its turn, fenced by the timer's
+        // attempt: a coordinator whose lease lapsed (a store that stalled) and was claimed by
+        // another must not go on computing the same run beside it.
+        let Some(timer) = self.held_entry(run_id, lease::CONTINUATION) else {
+            return;
+        };
+        match self
+            .apply_turn(run_id, (lease::CONTINUATION, timer.attempt))
+            .await
+        {
             Ok(_) => {}
             // Taken up already (here, or by a coordinator that claimed its timer), or over.
             Err(
                 Error::NotContinuing { .. } | Error::RunFinished { .. } | Error::RunNotFound(_),
             ) => {}
-            // A cancel stopped it (the cancel's transition follows), or this coordinator is
-            // shutting down (its timer is released for another).
-            Err(Error::ComputationStopped { .. }) => {}
+            Err(Error::Store(store::Error::Fenced { .. })) => {
+                self.forget_held(run_id, lease::CONTINUATION);
+            }
+            // Shutting down: its timer is released for another coordinator.
+            Err(Error::ComputationStopped { .. }) if self.inner.leases.stopping() => {}
             Err(error) => {
-                // The store did not answer, or the run could not be read: its timer is still
-                // this coordinator's, so it tries again in a while.
-                tracing::warn!(run_id, %error, "cannot go on with the run's computation; trying again");
+                // A cancel stopped it (whose transition ends the run, or, should it fail, the
+                // run's turn comes again), or the store did not answer, or the run could not be
+                // read: its timer is still this coordinator's, so it tries again in a while.
+                // (Meanwhile the run waits nowhere here, and a renewal may leave its timer to
+                // every coordinator: then whichever sweeps it first goes on with it.)
+                match error {
+                    Error::ComputationStopped { .. } => {
+                        tracing::debug!(run_id, "a run's turn was stopped by a cancel")
+                    }
+                    error => {
+                        tracing::warn!(run_id, %error, "cannot go on with the run's computation; trying again")
+                    }
+                }
                 let coordinator = self.clone();
                 let run_id = run_id.to_owned();
                 tokio::spawn(async move {
@@ -163,6 +251,14 @@ impl<S: Store> Coordinator<S> {
         stored: Vec<u8>,
         entry: &TaskEntry,
     ) {
+        // This coordinator's own, whose renewal is late (the store was unreachable): it goes on
+        // here as it was.
+        if self
+            .held_entry(run_id, lease::CONTINUATION)
+            .is_some_and(|held| held.attempt == entry.attempt)
+        {
+            return;
+        }
         let config = &self.inner.config;
         let Some(claimed) = lease::continuation_claimed(
             entry,

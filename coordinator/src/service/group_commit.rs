@@ -129,6 +129,7 @@ impl Queued {
                 sent: self.sent.as_ref(),
             }),
             embedded: self.embedded.as_ref(),
+            fence: None,
         }
     }
 }

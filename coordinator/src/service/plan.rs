@@ -96,6 +96,9 @@ pub(super) struct Applied<'a> {
     pub embedded: Option<&'a Embedded>,
     /// The jq programs the transition ran, in order (their outputs stored under their sites).
     pub computed: &'a [Evaluation],
+    /// A task entry (key, attempt) the write applies only while current (a turn of the run's
+    /// computation: its continuation timer's).
+    pub fence: Option<(&'a str, u32)>,
 }
 
 /// Turns a transition into the store write that records it.
@@ -111,6 +114,9 @@ pub(super) fn plan(loaded: &Loaded, applied: &Applied<'_>, holder: &Holder<'_>) 
     };
     let mut tasks_set = Vec::new();
     let mut head = loaded.state_sha256.clone();
+    if let Some((key, attempt)) = applied.fence {
+        write.fences.push((key.to_owned(), attempt));
+    }
     if let Some(answering) = applied.answering {
         let key = task_key(answering.task);
         write.tasks_removed.push(key.clone());

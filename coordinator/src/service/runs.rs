@@ -282,30 +282,25 @@ impl<S: Store> Coordinator<S> {
 
     /// Reads the run as the store has it now (reloaded if another coordinator moved it on),
     /// holding its lock while `read` runs. A run whose transition is under way here may hold
-    /// its lock for as long as a jq program runs: past [`READ_PATIENCE`] the read is of the
-    /// store's copy instead, read back apart (which runs none of the run's programs), so that
-    /// a computing run is as readable as any other.
+    /// its lock for as long as a jq program runs (or a store write waits): past
+    /// [`READ_PATIENCE`] the read is of the store's copy instead, read back apart (which runs
+    /// none of the run's programs), so that a computing run is as readable as any other and a
+    /// cancel's look at the run never waits for its program.
     pub(super) async fn read_fresh<T>(
         &self,
         run_id: &str,
         read: impl FnOnce(&Loaded) -> T,
     ) -> Result<T, Error> {
-        if self.inner.aborts.in_progress(run_id) {
-            match tokio::time::timeout(READ_PATIENCE, self.fresh(run_id)).await {
-                Ok(guard) => return Ok(read(guard?.as_ref().expect("fresh loads the run"))),
-                Err(_) => {
-                    let stored = self
-                        .inner
-                        .store
-                        .load_run(run_id)
-                        .await?
-                        .ok_or_else(|| Error::RunNotFound(run_id.to_owned()))?;
-                    return Ok(read(&self.rebuild(stored).await?));
-                }
-            }
+        if let Ok(guard) = tokio::time::timeout(READ_PATIENCE, self.fresh(run_id)).await {
+            return Ok(read(guard?.as_ref().expect("fresh loads the run")));
         }
-        let guard = self.fresh(run_id).await?;
-        Ok(read(guard.as_ref().expect("fresh loads the run")))
+        let stored = self
+            .inner
+            .store
+            .load_run(run_id)
+            .await?
+            .ok_or_else(|| Error::RunNotFound(run_id.to_owned()))?;
+        Ok(read(&self.rebuild(stored).await?))
     }
 
     /// The run's workflow, loading the run if needed.

@@ -247,6 +247,7 @@ impl<S: Store> Coordinator<S> {
             now_ms: now,
             embedded: None,
             computed: &[],
+            fence: None,
         };
         let planned = plan(&loaded, &applied, &self.holder());
         match self.create_settled(&header, planned.write.clone()).await {

@@ -140,10 +140,11 @@ pub enum Action {
         error: Option<String>,
     },
     /// The walk stopped before `step_id`, which runs a `jq:` program: apply
-    /// [`Event::Continue`] to go on. A jq program never runs in the transition that reaches
-    /// its step (a submit, an agent's answer), only in a transition of its own, so that the
-    /// coordinator chooses when (fairly between runs) and a run that computes is stored,
-    /// listed and cancellable before it does.
+    /// [`Event::Continue`] to go on. A top-level step that runs jq is never entered by the
+    /// transition that reaches it (a submit, an agent's answer), only in a turn of its own, so
+    /// that the coordinator chooses when (fairly between runs) and a run that computes is
+    /// stored, listed and cancellable before it does. (A map item's chain is the exception: it
+    /// goes on, jq steps included, in the transition of the item's answer.)
     Continue { step_id: Arc<str> },
 }
 

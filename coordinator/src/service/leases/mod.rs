@@ -236,7 +236,14 @@ impl<S: Store> Coordinator<S> {
         let Some(slot) = self.inner.runs.cached(run_id) else {
             return;
         };
-        let mut guard = slot.lock().await;
+        // Only what is shown: a run busy with a long transition (a map item's jq chain, say) is
+        // not waited for while the lease writes are held (every renewal and claim here waits on
+        // them); its next transition or read shows the store's entries.
+        let Ok(mut guard) =
+            tokio::time::timeout(std::time::Duration::from_millis(100), slot.lock()).await
+        else {
+            return;
+        };
         let Some(loaded) = guard.as_mut() else {
             return;
         };

@@ -29,12 +29,21 @@ impl<S: Store> Coordinator<S> {
         if snapshot.is_empty() {
             return;
         }
-        let located = self.inner.hub.locate(
+        let mut located = self.inner.hub.locate(
             &snapshot
                 .iter()
                 .map(|((run, key), entry)| (run.clone(), key.clone(), entry.agent.clone()))
                 .collect::<Vec<_>>(),
         );
+        // The hub knows nothing of continuations: a run waits for its turn here, or not.
+        for (((run_id, _), entry), holding) in snapshot.iter().zip(located.iter_mut()) {
+            if entry.state == crate::model::TaskState::Continuing {
+                *holding = match self.computes_here(run_id) {
+                    true => lease::Holding::Queued,
+                    false => lease::Holding::Nowhere,
+                };
+            }
+        }
         let now = self.now_ms();
         let renewed: Vec<TaskEntry> = snapshot
             .iter()
@@ -83,7 +92,12 @@ impl<S: Store> Coordinator<S> {
                     held.remove(&key);
                     given_up.push((
                         key,
-                        "no worker here serves its agent; released to the other coordinators",
+                        match entry.state {
+                            crate::model::TaskState::Continuing => {
+                                "the run's computation waits here no more; released to every coordinator"
+                            }
+                            _ => "no worker here serves its agent; released to the other coordinators",
+                        },
                     ));
                 } else {
                     missed.push((key, entry));

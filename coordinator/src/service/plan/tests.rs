@@ -70,6 +70,7 @@ fn first(transition: &Transition) -> Applied<'_> {
         now_ms: NOW,
         embedded: None,
         computed: &[],
+        fence: None,
     }
 }
 
@@ -113,6 +114,7 @@ fn planner_answered_as(data: Value, sent: Option<&Part>) -> (Loaded, Planned) {
         now_ms: NOW + 5,
         embedded: None,
         computed: &[],
+        fence: None,
     };
     let planned = take(&mut loaded, &applied, &holder(&["planner"]));
     (loaded, planned)
@@ -267,6 +269,7 @@ fn an_approval_with_a_timeout_gets_a_timer_that_its_decision_removes() {
         now_ms: NOW + 9,
         embedded: None,
         computed: &[],
+        fence: None,
     };
     let decided = take(&mut loaded, &applied, &holder(&["coder"]));
     assert!(decided.write.tasks_removed.contains(&"ok#1".to_string()));
@@ -299,6 +302,7 @@ fn a_cancel_abandons_the_task_and_leaves_no_task_or_timer() {
         now_ms: NOW + 1,
         embedded: None,
         computed: &[],
+        fence: None,
     };
     let planned = plan(&loaded, &applied, &holder(&["planner"]));
     assert_eq!(planned.write.status, "cancelled");
@@ -390,6 +394,7 @@ fn settling_a_map_item_writes_as_much_at_the_last_item_as_at_the_first() {
             now_ms: NOW + i64::from(i),
             embedded: None,
             computed: &[],
+            fence: None,
         };
         let planned = take(&mut loaded, &applied, &holder(&["tester"]));
         if i + 1 < ITEMS {
