@@ -216,6 +216,25 @@ async fn wait_for_sandboxes(pid: u32, count: usize) {
     }
 }
 
+/// Cancels `run_id` through `client`, which must answer within the harness's deadline (a
+/// cancel that waited for the run's program would not); the run's record.
+async fn cancel_at_once(
+    client: &mut baton_proto::v1::run_service_client::RunServiceClient<tonic::transport::Channel>,
+    run_id: &str,
+) -> baton_proto::v1::RunRecord {
+    tokio::time::timeout(
+        harness::DEADLINE,
+        client.cancel_run(baton_proto::v1::CancelRunRequest {
+            run_id: run_id.to_owned(),
+            reason: "enough".into(),
+        }),
+    )
+    .await
+    .expect("the cancel does not wait for the program")
+    .expect("CancelRun")
+    .into_inner()
+}
+
 /// A program that would run for ten minutes: with a budget that large, only a stop ends it.
 const ENDLESS: &str = r#"{"id": "spin", "steps": [
     {"id": "spin", "type": "transform", "transform": "jq: def f: f; f"}
@@ -276,17 +295,7 @@ async fn a_computing_run_is_stored_listed_and_cancelled_at_once() {
         .into_inner();
     assert_eq!(still.status, "running", "the endless program runs on");
 
-    let cancelled = tokio::time::timeout(
-        harness::DEADLINE,
-        client.cancel_run(baton_proto::v1::CancelRunRequest {
-            run_id: run_id.clone(),
-            reason: "enough".into(),
-        }),
-    )
-    .await
-    .expect("the cancel does not wait for the program")
-    .expect("CancelRun")
-    .into_inner();
+    let cancelled = cancel_at_once(&mut client, &run_id).await;
     assert_eq!(cancelled.status, "cancelled", "{cancelled:#?}");
     assert_ne!(step(&cancelled, "spin").status, "succeeded");
     // The sandbox running the program was killed (the other one, idle, stays in the pool).
@@ -320,17 +329,7 @@ async fn sigterm_stops_a_computing_coordinator_and_another_goes_on_with_the_run(
     // Its continuation was released at once: coordinator-1 runs the program now.
     wait_for_sandboxes(fleet.coordinator_pid(1), 1).await;
     let mut second = fleet.client(1).await.expect("coordinator-1 answers");
-    let cancelled = tokio::time::timeout(
-        harness::DEADLINE,
-        second.cancel_run(baton_proto::v1::CancelRunRequest {
-            run_id: run_id.clone(),
-            reason: String::new(),
-        }),
-    )
-    .await
-    .expect("the cancel does not wait for the program")
-    .expect("CancelRun")
-    .into_inner();
+    let cancelled = cancel_at_once(&mut second, &run_id).await;
     assert_eq!(cancelled.status, "cancelled");
 }
 
@@ -447,16 +446,6 @@ async fn a_killed_computing_coordinator_s_run_is_taken_up_when_its_lease_runs_ou
         .expect("GetRun")
         .into_inner();
     assert_eq!(record.status, "running", "{record:#?}");
-    let cancelled = tokio::time::timeout(
-        harness::DEADLINE,
-        second.cancel_run(baton_proto::v1::CancelRunRequest {
-            run_id,
-            reason: String::new(),
-        }),
-    )
-    .await
-    .expect("the cancel does not wait for the program")
-    .expect("CancelRun")
-    .into_inner();
+    let cancelled = cancel_at_once(&mut second, &run_id).await;
     assert_eq!(cancelled.status, "cancelled");
 }

@@ -90,12 +90,7 @@ impl<S: Store> Coordinator<S> {
 
     /// Everything about `step_id` of `run_id`, read from the store now.
     pub async fn inspect_step(&self, run_id: &str, step_id: &str) -> Result<StepDetail, Error> {
-        let stored = self
-            .inner
-            .store
-            .load_run(run_id)
-            .await?
-            .ok_or_else(|| Error::RunNotFound(run_id.to_owned()))?;
+        let stored = self.stored_run(run_id).await?;
         let state: StepState = match stored.steps.get(step_id) {
             Some(bytes) => serde_json::from_slice(bytes).map_err(|e| Error::Corrupt {
                 run_id: run_id.to_owned(),

@@ -27,12 +27,7 @@ pub struct Verification {
 impl<S: Store> Coordinator<S> {
     /// Recomputes a run's state chain from the store (not from this coordinator's memory).
     pub async fn verify(&self, run_id: &str) -> Result<Verification, Error> {
-        let stored = self
-            .inner
-            .store
-            .load_run(run_id)
-            .await?
-            .ok_or_else(|| Error::RunNotFound(run_id.to_owned()))?;
+        let stored = self.stored_run(run_id).await?;
         let state_sha256 = stored.state_sha256.clone();
         let checked = match chain::replay_checked(&stored, &self.inner.workflows) {
             Ok(checked) => checked,

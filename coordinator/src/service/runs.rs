@@ -294,13 +294,17 @@ impl<S: Store> Coordinator<S> {
         if let Ok(guard) = tokio::time::timeout(READ_PATIENCE, self.fresh(run_id)).await {
             return Ok(read(guard?.as_ref().expect("fresh loads the run")));
         }
-        let stored = self
-            .inner
+        let stored = self.stored_run(run_id).await?;
+        Ok(read(&self.rebuild(stored).await?))
+    }
+
+    /// The run as the store holds it now, not as this coordinator's memory does.
+    pub(super) async fn stored_run(&self, run_id: &str) -> Result<StoredRun, Error> {
+        self.inner
             .store
             .load_run(run_id)
             .await?
-            .ok_or_else(|| Error::RunNotFound(run_id.to_owned()))?;
-        Ok(read(&self.rebuild(stored).await?))
+            .ok_or_else(|| Error::RunNotFound(run_id.to_owned()))
     }
 
     /// The run's workflow, loading the run if needed.
