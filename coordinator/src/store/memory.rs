@@ -135,6 +135,37 @@ impl Output {
 }
 
 impl MemoryStore {
+    /// Claims `key` for `run_id` unless a live claim holds it, which `taken_over` may give up
+    /// (by its run id and request digest): a reclaim of a voided run's key.
+    fn claim_key(
+        &self,
+        key: &str,
+        run_id: &str,
+        request_sha256: &str,
+        ttl_s: u64,
+        taken_over: impl Fn(&str, &str) -> bool,
+    ) -> Claim {
+        let mut keys = self.keys.lock().expect("keys lock");
+        let now = std::time::Instant::now();
+        if let Some((held, digest, expires)) = keys.get(key)
+            && *expires > now
+            && !taken_over(held, digest)
+        {
+            return Claim::Held {
+                run_id: held.clone(),
+                request_sha256: digest.clone(),
+            };
+        }
+        keys.insert(
+            key.to_owned(),
+            (
+                run_id.to_owned(),
+                request_sha256.to_owned(),
+                now + std::time::Duration::from_secs(ttl_s),
+            ),
+        );
+        Claim::Claimed
+    }
     pub fn new() -> Self {
         Self::default()
     }
@@ -549,25 +580,7 @@ impl Store for MemoryStore {
         request_sha256: &str,
         ttl_s: u64,
     ) -> Result<Claim, Error> {
-        let mut keys = self.keys.lock().expect("keys lock");
-        let now = std::time::Instant::now();
-        if let Some((held, digest, expires)) = keys.get(key)
-            && *expires > now
-        {
-            return Ok(Claim::Held {
-                run_id: held.clone(),
-                request_sha256: digest.clone(),
-            });
-        }
-        keys.insert(
-            key.to_owned(),
-            (
-                run_id.to_owned(),
-                request_sha256.to_owned(),
-                now + std::time::Duration::from_secs(ttl_s),
-            ),
-        );
-        Ok(Claim::Claimed)
+        Ok(self.claim_key(key, run_id, request_sha256, ttl_s, |_, _| false))
     }
 
     async fn reclaim_idempotency_key(
@@ -578,26 +591,11 @@ impl Store for MemoryStore {
         request_sha256: &str,
         ttl_s: u64,
     ) -> Result<Claim, Error> {
-        let mut keys = self.keys.lock().expect("keys lock");
-        let now = std::time::Instant::now();
-        if let Some((held, digest, expires)) = keys.get(key)
-            && *expires > now
-            && (held != voided_run_id || digest != request_sha256)
-        {
-            return Ok(Claim::Held {
-                run_id: held.clone(),
-                request_sha256: digest.clone(),
-            });
-        }
-        keys.insert(
-            key.to_owned(),
-            (
-                run_id.to_owned(),
-                request_sha256.to_owned(),
-                now + std::time::Duration::from_secs(ttl_s),
-            ),
-        );
-        Ok(Claim::Claimed)
+        Ok(
+            self.claim_key(key, run_id, request_sha256, ttl_s, |held, digest| {
+                held == voided_run_id && digest == request_sha256
+            }),
+        )
     }
 
     async fn append_output(&self, pieces: Vec<(String, OutputPiece)>) -> Result<(), Error> {
