@@ -68,7 +68,9 @@ pub enum Error {
     #[error("store unavailable: {0}")]
     Unavailable(String),
     /// A `create_run` or `apply_transition` was sent but its answer never came (it timed out, the
-    /// connection dropped, or it reached fewer replicas than asked for): it may have been done
+    /// connection dropped, or it reached fewer replicas than asked for), or, on a Redis Cluster,
+    /// failed in any way but the script's own refusal (the cluster client tries a request
+    /// again, so its last error says nothing of an earlier try that ran): it may have been done
     /// or not, and may even be done later. [`Store::settle_create`] and
     /// [`Store::settle_transition`] find out, and make sure.
     #[error("store unavailable: {0}")]

@@ -52,8 +52,9 @@ impl Store for RedisStore {
         } else {
             self.index_and_create(&header, &first.status, &cmd).await
         };
-        let written: Result<(u64, _), Error> =
-            written.map_err(|err| with_fence_attempt(write_error(err, run_id, 0), &first));
+        let written: Result<(u64, _), Error> = written.map_err(|err| {
+            with_fence_attempt(write_error(err, run_id, 0, self.con.is_cluster()), &first)
+        });
         if landed_or_may_have(&written) {
             self.register_timers(
                 first
@@ -86,10 +87,12 @@ impl Store for RedisStore {
         let mut cmd = evalsha(&APPLY_TRANSITION, &keys.names());
         cmd.arg(expected_version);
         add_transition(&mut cmd, &write, &self.timer_prefix_of(run_id), run_id);
-        let written = self
-            .write(&APPLY_TRANSITION, &cmd)
-            .await
-            .map_err(|err| with_fence_attempt(write_error(err, run_id, expected_version), &write));
+        let written = self.write(&APPLY_TRANSITION, &cmd).await.map_err(|err| {
+            with_fence_attempt(
+                write_error(err, run_id, expected_version, self.con.is_cluster()),
+                &write,
+            )
+        });
         if landed_or_may_have(&written) {
             self.register_timers(
                 write
@@ -120,7 +123,7 @@ impl Store for RedisStore {
         let (exists, replicated): (u8, _) = self
             .write(&SETTLE_CREATE, &cmd)
             .await
-            .map_err(|err| write_error(err, run_id, 0))?;
+            .map_err(|err| write_error(err, run_id, 0, self.con.is_cluster()))?;
         self.replicated(run_id, replicated).map_err(indeterminate)?;
         if exists == 1 {
             return Ok(Settled::Done);
@@ -144,7 +147,7 @@ impl Store for RedisStore {
         let ((outcome, _version), replicated): ((String, u64), _) = self
             .write(&SETTLE_TRANSITION, &cmd)
             .await
-            .map_err(|err| write_error(err, run_id, expected_version))?;
+            .map_err(|err| write_error(err, run_id, expected_version, self.con.is_cluster()))?;
         self.replicated(run_id, replicated).map_err(indeterminate)?;
         let settled = match outcome.as_str() {
             "done" => Settled::Done,
@@ -1049,8 +1052,14 @@ fn not_run_here(err: &RedisError) -> bool {
 /// way and it may have been. Registering a slot that holds no timer costs a sweep one read;
 /// leaving a written timer unregistered leaves its task unswept until the next repair, minutes
 /// away if the writer dies meanwhile.
+/// Whether a write may have been done, so that the timers it wrote must be findable by sweeps:
+/// unless the script itself refused it, or Redis answered that it ran nothing. Registering the
+/// slot of a timer that was never written costs a sweep finding it empty.
 fn landed_or_may_have<T>(written: &Result<T, Error>) -> bool {
-    matches!(written, Ok(_) | Err(Error::Indeterminate(_)))
+    matches!(
+        written,
+        Ok(_) | Err(Error::Indeterminate(_) | Error::Unavailable(_))
+    )
 }
 
 /// A write that reached its master but not the replicas asked for: done there, and perhaps

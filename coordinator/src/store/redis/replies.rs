@@ -57,14 +57,24 @@ fn out_of_memory(err: &RedisError) -> bool {
 /// script's first write for memory before it writes anything, so nothing was written. When no
 /// answer came (a timeout, a connection lost after sending), the write may have been done:
 /// [`Error::Indeterminate`]. A connection refused sent nothing.
-pub(super) fn write_error(err: RedisError, run_id: &str, expected: u64) -> Error {
+pub(super) fn write_error(err: RedisError, run_id: &str, expected: u64, cluster: bool) -> Error {
     let answered = err.clone().into_server_errors().is_some()
         || matches!(
             err.kind(),
             ErrorKind::Parse | ErrorKind::UnexpectedReturnType
         );
     if answered || err.is_connection_refusal() {
-        return script_error(err, run_id, expected);
+        return match script_error(err, run_id, expected) {
+            // A cluster client tries a request again (on another node, or a new connection)
+            // before it gives up, and the error of its last try says nothing of an earlier one
+            // that reached a master and ran: only the scripts' own refusals are certain there.
+            // (A run's timers written by such a try went unregistered, and it stayed stuck
+            // until the registry's repair, minutes later, in the cluster chaos test.)
+            Error::Unavailable(why) if cluster => {
+                Error::Indeterminate(format!("Redis Cluster gave up on the write: {why}"))
+            }
+            error => error,
+        };
     }
     Error::Indeterminate(format!("Redis did not answer: {err}"))
 }
