@@ -5,28 +5,19 @@
 //! states and tasks that changed (each task with its lease and timer), the links appended to the
 //! state chain, the decisions reported (with their embeddings), and the run's status.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use baton_core::handoff::DecisionRecord;
-use baton_core::integrity::ChainLink;
-use baton_core::workflow::StepType;
-use baton_core::{Action, Run, RunStatus, StepRecord, TaskId, Transition, Workflow};
-use bytes::Bytes;
+use baton_core::{Run, StepRecord, TaskId, Transition, Workflow};
 use serde_json::Value;
 
+use self::phases::Planner;
 use super::json;
 use super::runs::{Loaded, SettledTiming};
-use crate::decisions::{Embedded, StoredDecision};
+use crate::decisions::Embedded;
 use crate::jq_runs::Evaluation;
-use crate::lease;
-use crate::model::{
-    AttemptRecord, AttemptUsage, ItemCounts, LoggedEvent, ModelUsage, StepState, StepStatus,
-    StoredEvent, TaskEntry, keep_attempts,
-};
+use crate::model::{AttemptRecord, LoggedEvent, ModelUsage, StepState, StepStatus, TaskEntry};
 use crate::parts::Part;
 use crate::store::TransitionWrite;
-use crate::task_ref::{chain_step, record_key, task_key, visit_key};
 
 /// A transition's write, and the changes it makes to the step and task maps.
 #[derive(Clone)]
@@ -101,314 +92,22 @@ pub(super) struct Applied<'a> {
     pub fence: Option<(&'a str, u32)>,
 }
 
-/// Turns a transition into the store write that records it.
+/// Turns a transition into the store write that records it, phase by phase: the answer
+/// recorded, the settled visits stored and chained, the programs' outputs kept, the maps'
+/// progress, the actions' tasks and timers, the new decisions, then the run's status.
 pub(super) fn plan(loaded: &Loaded, applied: &Applied<'_>, holder: &Holder<'_>) -> Planned {
-    let run = &applied.transition.run;
-    let now = applied.now_ms;
-    // Only what changes is copied: a transition costs the size of its change, not of the run
-    // (a 500-branch parallel step settles 500 times).
-    let mut steps: BTreeMap<String, StepState> = BTreeMap::new();
-    let mut write = TransitionWrite {
-        events: applied.event.map(json).into_iter().collect(),
-        ..TransitionWrite::default()
-    };
-    let mut tasks_set = Vec::new();
-    let mut head = loaded.state_sha256.clone();
-    if let Some((key, attempt)) = applied.fence {
-        write.fences.push((key.to_owned(), attempt));
-    }
+    let mut planner = Planner::new(loaded, applied, holder);
     if let Some(answering) = applied.answering {
-        let key = task_key(answering.task);
-        write.tasks_removed.push(key.clone());
-        // Recorded only while this attempt is the task's current one.
-        write.fences.push((key.clone(), answering.attempt));
-        if answering.task.item.is_some() {
-            // A map item's tokens are summed on its map step: one write the size of the
-            // models used, however many items there are.
-            let map = map_of(run.workflow(), &answering.task.step_id);
-            let counts = changed(&mut steps, loaded, map)
-                .items
-                .get_or_insert_with(Default::default);
-            if let Some(entry) = loaded.tasks.get(&key) {
-                counts.add_usage(
-                    &entry
-                        .usage
-                        .iter()
-                        .map(|u| u.usage.clone())
-                        .collect::<Vec<_>>(),
-                );
-            }
-            counts.add_usage(answering.usage);
-        }
+        planner.record_answer(answering);
     }
-    if let Some(answering) = applied.answering.filter(|a| a.task.item.is_none()) {
-        let state = changed(&mut steps, loaded, &answering.task.step_id);
-        if !answering.worker_id.is_empty() {
-            state.worker_id = answering.worker_id.to_owned();
-        }
-        // The answer can overtake the bookkeeping of its own delivery.
-        state.attempts = state.attempts.max(answering.attempt);
-        // What the visit's failed attempts used and how they ended (carried by its task), then
-        // this one.
-        let entry = loaded.tasks.get(&task_key(answering.task));
-        if let Some(entry) = entry {
-            state.usage.extend(entry.usage.iter().cloned());
-        }
-        let visit = answering.task.visit;
-        state
-            .usage
-            .extend(AttemptUsage::of(visit, answering.attempt, answering.usage));
-        let error = match applied.event.map(|logged| &logged.event) {
-            Some(StoredEvent::AgentFailed { error, .. }) => error.as_str(),
-            _ => "",
-        };
-        let earlier = entry.map(|entry| entry.attempt_log.iter().cloned());
-        keep_attempts(
-            &mut state.attempt_log,
-            earlier
-                .into_iter()
-                .flatten()
-                .chain([answering.record(now, error)]),
-        );
-    }
-    let mut settled = Vec::new();
-    let mut encoded = Vec::new();
-    for record in &run.history_since(applied.history_before) {
-        settled.push(settled_timing(loaded, run, record));
-        let key = record_key(record);
-        // Agent and transform data is stored once here; parallel and map data is rebuilt from
-        // its branches and items, conditions and approvals from the event log.
-        if matches!(record.step_type, StepType::Agent | StepType::Transform)
-            && let Some(data) = &record.data
-        {
-            let part = result_part(applied.answering, data);
-            write.results.push((key.clone(), part.json.clone()));
-            encoded.push((data.clone(), part));
-        }
-        let link = ChainLink::after(
-            &head,
-            &chain_step(record),
-            record.visit,
-            record.result_sha256(),
-        );
-        head = link.state_sha256.clone();
-        write.links.push(json(&link));
-        if record.item.is_some() {
-            // An item's step visit: its map step's counts say how the items stand. A chain
-            // step's own state shows its visits (over every item) and how the latest ended.
-            if record.parent.as_deref() != Some(&*record.step_id) {
-                let state = changed(&mut steps, loaded, &record.step_id);
-                state.status = record.status.into();
-                state.visits = run.visits(&record.step_id);
-            }
-            continue;
-        }
-        let state = changed(&mut steps, loaded, &record.step_id);
-        state.status = record.status.into();
-        state.visits = run.visits(&record.step_id);
-        state.error = record.error.as_deref().unwrap_or_default().to_owned();
-        // A decided (or timed out) approval's timer goes with it.
-        if record.step_type == StepType::Approval && loaded.tasks.contains_key(&key) {
-            write.tasks_removed.push(key);
-        }
-        if record.step_type == StepType::Map
-            && record.status != baton_core::StepStatus::Redriven
-            && let Some(data) = &record.data
-        {
-            let counts = state.items.get_or_insert_with(Default::default);
-            let entries = data["data"].as_array().map_or(&[][..], Vec::as_slice);
-            counts.count = entries.len() as u64;
-            counts.succeeded = entries
-                .iter()
-                .filter(|entry| entry["status"] == "fulfilled")
-                .count() as u64;
-            counts.failed = counts.count - counts.succeeded;
-            counts.running = 0;
-        }
-    }
-    // The log names an agent's answer by its result key, and a replay reads the data back from
-    // there. An answer the engine took but whose step failed (its messages removed an id the
-    // history does not have) settles with no data, so the loop above stored nothing: without
-    // this, the chain would link a visit whose event cannot be read back, and every load of
-    // the run would report tampering for what was the agent's own mistake.
-    if let Some(LoggedEvent {
-        event: StoredEvent::AgentSucceeded { result, .. },
-        ..
-    }) = applied.event
-        && let Some(sent) = applied.answering.and_then(|answering| answering.sent)
-        && !write.results.iter().any(|(key, _)| key == result)
-    {
-        write.results.push((result.clone(), sent.json.clone()));
-    }
-    // A replay reads each jq program's output back from its site instead of running it again.
-    // A transform's is its step's result, stored above; a map step's items, or an output whose
-    // step failed after all (the transition's transforms made too much data), are stored here.
-    for evaluation in applied.computed {
-        if let Ok(output) = &evaluation.outcome
-            && !write.results.iter().any(|(key, _)| *key == evaluation.at)
-        {
-            write.results.push((
-                evaluation.at.clone(),
-                Bytes::copy_from_slice(output.as_bytes()),
-            ));
-        }
-    }
-    // The items of the maps under way, as this transition leaves them.
-    for progress in run.map_progress() {
-        let touched =
-            steps.contains_key(progress.step_id.as_ref())
-                || applied.transition.actions.iter().any(
-                    |action| matches!(action, Action::Dispatch(task) if task.task.item.is_some()),
-                );
-        if !touched {
-            continue;
-        }
-        let state = changed(&mut steps, loaded, &progress.step_id);
-        if state.since_visit != progress.visit {
-            // The map's visit starts: its items so far belong to the visit before.
-            state.since_visit = progress.visit;
-            state.since_ms = now;
-            state.visits = progress.visit;
-            state.error.clear();
-            state.items = Some(ItemCounts {
-                usage: Vec::new(),
-                ..ItemCounts::default()
-            });
-        }
-        state.status = StepStatus::Running;
-        let counts = state.items.get_or_insert_with(Default::default);
-        counts.count = progress.count as u64;
-        counts.succeeded = progress.succeeded as u64;
-        counts.failed = progress.failed as u64;
-        counts.running = progress.running as u64;
-    }
-    for action in &applied.transition.actions {
-        match action {
-            Action::Dispatch(task) => {
-                let key = task_key(&task.task);
-                let owner = (holder.serves)(&task.agent).then_some(holder.id);
-                let entry = lease::dispatched(&task.agent, owner, now, holder.lease_ms);
-                write.tasks_set.push((key.clone(), entry.encode()));
-                tasks_set.push((key, entry));
-                if task.task.item.is_some() {
-                    // Items: their map step's counts, below.
-                    continue;
-                }
-                let state = changed(&mut steps, loaded, &task.task.step_id);
-                state.status = StepStatus::Queued;
-                state.visits = run.visits(&task.task.step_id);
-                state.error.clear();
-                state.since_ms = now;
-                state.since_visit = task.task.visit;
-                // The attempt that reaches a worker is written here when it does.
-                state.attempts = 0;
-                // A parallel step's visit starts with its first branch.
-                if let Some(parallel) = parallel_of(run.workflow(), &task.task.step_id) {
-                    let visit = run.visits(parallel);
-                    let state = changed(&mut steps, loaded, parallel);
-                    if state.since_visit != visit {
-                        state.since_ms = now;
-                        state.since_visit = visit;
-                        state.status = StepStatus::Running;
-                        state.error.clear();
-                    }
-                }
-            }
-            Action::AwaitApproval {
-                step_id,
-                visit,
-                timeout_ms,
-                ..
-            } => {
-                let state = changed(&mut steps, loaded, step_id);
-                state.status = StepStatus::Waiting;
-                state.visits = run.visits(step_id);
-                state.since_ms = now;
-                state.since_visit = *visit;
-                if let Some(timeout_ms) = timeout_ms {
-                    let key = visit_key(step_id, *visit);
-                    let entry = lease::approval_timer(now, *timeout_ms);
-                    write.tasks_set.push((key.clone(), entry.encode()));
-                    tasks_set.push((key, entry));
-                }
-            }
-            Action::Abandon(task) => {
-                write.tasks_removed.push(task_key(task));
-                let step = match task.item {
-                    Some(_) => map_of(run.workflow(), &task.step_id),
-                    None => &task.step_id,
-                };
-                // A map given up on keeps its failed status; a cancelled run's is cancelled.
-                if task.item.is_none() || run.status() == RunStatus::Cancelled {
-                    changed(&mut steps, loaded, step).status = StepStatus::Cancelled;
-                }
-            }
-            Action::Finished { .. } => {}
-            Action::Continue { .. } => {
-                // Held here for a lease, or (shutting down) due at once for another.
-                let entry = match holder.continues {
-                    true => lease::continuation(holder.id, now, holder.lease_ms),
-                    false => lease::continuation("", now, 0),
-                };
-                write
-                    .tasks_set
-                    .push((lease::CONTINUATION.to_owned(), entry.encode()));
-                tasks_set.push((lease::CONTINUATION.to_owned(), entry));
-            }
-        }
-    }
-    // A continuation taken up: its timer goes, unless the walk stopped again (set above).
-    if matches!(
-        applied.event.map(|logged| &logged.event),
-        Some(StoredEvent::Continue)
-    ) && !write
-        .tasks_set
-        .iter()
-        .any(|(key, _)| key == lease::CONTINUATION)
-    {
-        write.tasks_removed.push(lease::CONTINUATION.to_owned());
-    }
-    write.steps = steps
-        .iter()
-        .map(|(id, state)| (id.clone(), json(state)))
-        .collect();
-    // `skip` on the vector, not its iterator: O(log n), not a walk over every decision so far.
-    let new_decisions = run
-        .decisions()
-        .skip(loaded.run.decisions().len().min(run.decisions().len()));
-    for (n, decision) in new_decisions.iter().enumerate() {
-        let vector = applied
-            .embedded
-            .and_then(|e| e.vectors.get(n).map(|v| (e.model.clone(), v.clone())));
-        let stored = StoredDecision {
-            run_id: loaded.header.run_id.clone(),
-            decision: DecisionRecord::clone(decision),
-            model: vector.as_ref().map(|(model, _)| model.clone()),
-            embedding: vector.map(|(_, v)| v),
-        };
-        write
-            .decisions
-            .push((decision.key.clone(), stored.encode()));
-    }
-    // A finished run keeps no task or timer (a cancelled run's approval timer, say).
-    if run.status().is_terminal() {
-        for key in loaded.tasks.keys() {
-            if !write.tasks_removed.contains(key) {
-                write.tasks_removed.push(key.clone());
-            }
-        }
-    }
-    write.status = run.status().as_str().into();
-    write.error = run.error().map(str::to_owned);
-    write.state_sha256 = head;
-    write.updated_ms = now;
-    Planned {
-        write,
-        encoded,
-        steps: steps.into_iter().collect(),
-        tasks_set,
-        settled,
-    }
+    planner.settle_history();
+    planner.keep_data_of_a_failed_answer();
+    planner.keep_computed_outputs();
+    planner.count_map_progress();
+    planner.act();
+    planner.drop_taken_continuation();
+    planner.store_new_decisions();
+    planner.finish()
 }
 
 impl Loaded {
@@ -496,16 +195,6 @@ pub(super) fn map_of<'w>(workflow: &'w Workflow, step_id: &'w str) -> &'w str {
         .map_or(step_id, |map| &*workflow.step(map).id)
 }
 
-/// The step's state as this transition changes it, starting from what `loaded` holds.
-fn changed<'a>(
-    steps: &'a mut BTreeMap<String, StepState>,
-    loaded: &Loaded,
-    id: &str,
-) -> &'a mut StepState {
-    steps
-        .entry(id.to_owned())
-        .or_insert_with(|| loaded.steps.get(id).cloned().unwrap_or_default())
-}
-
+mod phases;
 #[cfg(test)]
 mod tests;

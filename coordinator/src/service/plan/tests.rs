@@ -1,10 +1,11 @@
 use std::sync::Arc;
 
-use baton_core::integrity::genesis;
+use baton_core::integrity::{ChainLink, genesis};
 use baton_core::{Decision, Event, TaskId};
 use serde_json::{Value, json};
 
 use super::*;
+use crate::lease;
 use crate::model::{StoredEvent, TaskState};
 use crate::store::RunHeader;
 
