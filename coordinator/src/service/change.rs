@@ -2,19 +2,20 @@
 //! [`plan`] its store write, write it in one atomic call checked against the run's version, and
 //! only then act on it: hand tasks to the hub, tell watchers, write spans.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use baton_core::workflow::StepType;
 use baton_core::{Action, EngineError, Event, Transition};
 
+use super::leases::HeldChange;
 use super::plan::{Answering, Applied, plan};
-use super::runs::Loaded;
+use super::runs::{Loaded, LoadedGuard, Slot};
 use super::stats::add_elapsed;
 use super::watch::RunEvent;
 use super::{Coordinator, Error};
 use crate::decisions::Embedded;
 use crate::hub::Assignment;
-use crate::jq_runs::{Computed, Evaluation, Live};
+use crate::jq_runs::{Computed, Evaluation, Live, Running};
 use crate::model::{LoggedEvent, StoredEvent};
 use crate::record::RunRecord;
 use crate::store::{self, Store, TransitionWrite};
@@ -103,107 +104,39 @@ impl<S: Store> Coordinator<S> {
         // A conflict means another coordinator moved the run on: reload it and try again.
         let mut conflicts = 0;
         let mut stale_refusals = 0;
-        'attempt: loop {
+        loop {
             let (slot, mut guard) = self.locked(run_id).await?;
             let loaded = guard.as_mut().expect("locked loads the run");
-            let profile = &self.inner.counters.profile;
-            let now = self.now_ms();
             let version = loaded.version;
             let history_before = loaded.run.history().len();
-            let mut outcomes = Vec::with_capacity(changes.len());
-            let mut write: Option<TransitionWrite> = None;
-            let mut actions = Vec::new();
-            let mut held = Vec::new();
-            let mut started = std::time::Instant::now();
             // A cancel, or this coordinator shutting down, stops a jq program the engine runs
             // here rather than waiting for it; the transition is then dropped, unwritten.
             let running = self.inner.aborts.begin(run_id);
-            for change in changes {
-                let live = Live::enter(
-                    self.inner.config.jq_run_cpu,
-                    loaded.jq_cpu,
-                    running.abort().clone(),
-                );
-                let applied = loaded.run.apply_at(change.event.clone(), now);
-                let Computed {
-                    evaluations: computed,
-                    went_on,
-                    stopped,
-                } = live.finish();
-                if stopped {
+            let computed = self
+                .compute_changes(run_id, loaded, changes, &running, stale_refusals < 2)
+                .await;
+            let batch = match computed {
+                Ok(Some(batch)) => batch,
+                // Refused on a copy of the run the store has moved past: reload it and compute
+                // again.
+                Ok(None) => {
+                    stale_refusals += 1;
                     *guard = None;
-                    return Err(Error::ComputationStopped {
-                        run_id: run_id.to_owned(),
-                    });
+                    continue;
                 }
-                let transition = match applied {
-                    Ok(transition) => transition,
-                    Err(error) => {
-                        // A refusal is only as good as the copy of the run it was made on: if
-                        // the store has moved on (another coordinator's transition, or a copy
-                        // loaded while this one's write was landing), the event may apply to
-                        // the run as it is now. An approval decided right after it was
-                        // requested was refused as "not waiting" by a copy from before the
-                        // request. A store that cannot say leaves the refusal as it is.
-                        let moved_on = matches!(
-                            self.inner.store.version(run_id).await,
-                            Ok(stored) if stored != Some(version)
-                        );
-                        if stale_refusals < 2 && moved_on {
-                            stale_refusals += 1;
-                            *guard = None;
-                            continue 'attempt;
-                        }
-                        outcomes.push(Err(refused(run_id, error, change.answering)));
-                        continue;
-                    }
-                };
-                started = add_elapsed(&profile.engine_us, started);
-                let logged = LoggedEvent {
-                    jq: computed.iter().map(Evaluation::record).collect(),
-                    went_on,
-                    ..LoggedEvent::new(now, change.stored.clone())
-                };
-                let applied = Applied {
-                    event: Some(&logged),
-                    answering: change.answering,
-                    transition: &transition,
-                    history_before: loaded.run.history().len(),
-                    now_ms: now,
-                    embedded: change.embedded,
-                    computed: &computed,
-                    fence: change.fence,
-                };
-                let planned = plan(loaded, &applied, &self.holder());
-                held.push(self.held_change(&planned));
-                // Taken on before the write, so that the next change is planned on it; a write
-                // that fails drops this copy of the run (below).
-                let Transition {
-                    run,
-                    actions: transition_actions,
-                } = transition;
-                let next = loaded.take_on(run, planned);
-                let jq_cpu = computed.iter().map(|c| c.cpu).sum::<Duration>();
-                loaded.jq_cpu += jq_cpu;
-                if !jq_cpu.is_zero() {
-                    self.inner.metrics.jq_ran(jq_cpu);
+                Err(stopped) => {
+                    *guard = None;
+                    return Err(stopped);
                 }
-                match &mut write {
-                    Some(write) => write.then(next),
-                    None => write = Some(next),
-                }
-                actions.extend(transition_actions);
-                outcomes.push(Ok(()));
-                started = add_elapsed(&profile.plan_us, started);
-            }
+            };
             // Under way until written: a read meanwhile does not wait for the write either.
-            let Some(write) = write else {
+            let Some(write) = batch.write else {
                 // Every event was refused: nothing to write.
-                return Ok((outcomes, None));
+                return Ok((batch.outcomes, None));
             };
             // A write whose answer is lost is settled (done, or never to be) before this goes on.
             let written = self.apply_settled(run_id, version, write).await;
-            let started = add_elapsed(&profile.store_us, started);
+            let started = add_elapsed(&self.inner.counters.profile.store_us, batch.started);
             match written {
                 Ok(version) => {
                     self.inner.counters.transition_written();
@@ -222,26 +155,161 @@ impl<S: Store> Coordinator<S> {
                     return Err(other);
                 }
             }
-            let assignments = self.act(run_id, loaded, &actions, history_before);
-            for held in held {
-                self.note_held(run_id, held);
-            }
-            add_elapsed(&profile.act_us, started);
-            let record = want_record.then(|| self.record_of(loaded));
-            let finished = loaded.run.status().is_terminal();
-            drop(guard);
-            if finished {
-                self.inner.runs.evict(run_id);
-            } else if changes
-                .iter()
-                .any(|change| matches!(change.event, Event::Redrive))
-            {
-                // A finished run is not kept in memory; a retried one runs again here.
-                self.inner.runs.insert(run_id, slot.clone());
-            }
-            self.assigned(assignments).await;
-            return Ok((outcomes, record));
+            let written = Written {
+                actions: batch.actions,
+                held: batch.held,
+                history_before,
+                started,
+            };
+            let record = self
+                .act_on_written(run_id, (slot, guard), written, changes, want_record)
+                .await;
+            return Ok((batch.outcomes, record));
         }
+    }
+
+    /// The engine's transitions for `changes`, each planned on the run as the one before left
+    /// it and taken on by `loaded` before the write. A refusal made on a copy of the run the
+    /// store has moved past is given back (when `may_reload`) as `None`, to be made again on a
+    /// fresh one.
+    async fn compute_changes(
+        &self,
+        run_id: &str,
+        loaded: &mut Loaded,
+        changes: &[Change<'_>],
+        running: &Running<'_>,
+        may_reload: bool,
+    ) -> Result<Option<Batch>, Error> {
+        let profile = &self.inner.counters.profile;
+        let now = self.now_ms();
+        let mut batch = Batch {
+            outcomes: Vec::with_capacity(changes.len()),
+            write: None,
+            actions: Vec::new(),
+            held: Vec::new(),
+            started: std::time::Instant::now(),
+        };
+        for change in changes {
+            let live = Live::enter(
+                self.inner.config.jq_run_cpu,
+                loaded.jq_cpu,
+                running.abort().clone(),
+            );
+            let applied = loaded.run.apply_at(change.event.clone(), now);
+            let computed = live.finish();
+            if computed.stopped {
+                return Err(Error::ComputationStopped {
+                    run_id: run_id.to_owned(),
+                });
+            }
+            let transition = match applied {
+                Ok(transition) => transition,
+                Err(error) => {
+                    // A refusal is only as good as the copy of the run it was made on: if
+                    // the store has moved on (another coordinator's transition, or a copy
+                    // loaded while this one's write was landing), the event may apply to
+                    // the run as it is now. An approval decided right after it was
+                    // requested was refused as "not waiting" by a copy from before the
+                    // request. A store that cannot say leaves the refusal as it is.
+                    let moved_on = matches!(
+                        self.inner.store.version(run_id).await,
+                        Ok(stored) if stored != Some(loaded.version)
+                    );
+                    if may_reload && moved_on {
+                        return Ok(None);
+                    }
+                    batch
+                        .outcomes
+                        .push(Err(refused(run_id, error, change.answering)));
+                    continue;
+                }
+            };
+            batch.started = add_elapsed(&profile.engine_us, batch.started);
+            self.take_on_change(loaded, change, transition, computed, now, &mut batch);
+            batch.outcomes.push(Ok(()));
+            batch.started = add_elapsed(&profile.plan_us, batch.started);
+        }
+        Ok(Some(batch))
+    }
+
+    /// Plans one change's transition, takes it on (so that the next change is planned on it; a
+    /// write that fails drops this copy of the run) and adds it to the batch's write.
+    fn take_on_change(
+        &self,
+        loaded: &mut Loaded,
+        change: &Change<'_>,
+        transition: Transition,
+        computed: Computed,
+        now: i64,
+        batch: &mut Batch,
+    ) {
+        let Computed {
+            evaluations: computed,
+            went_on,
+            ..
+        } = computed;
+        let logged = LoggedEvent {
+            jq: computed.iter().map(Evaluation::record).collect(),
+            went_on,
+            ..LoggedEvent::new(now, change.stored.clone())
+        };
+        let applied = Applied {
+            event: Some(&logged),
+            answering: change.answering,
+            transition: &transition,
+            history_before: loaded.run.history().len(),
+            now_ms: now,
+            embedded: change.embedded,
+            computed: &computed,
+            fence: change.fence,
+        };
+        let planned = plan(loaded, &applied, &self.holder());
+        batch.held.push(self.held_change(&planned));
+        let Transition { run, actions } = transition;
+        let next = loaded.take_on(run, planned);
+        let jq_cpu = computed.iter().map(|c| c.cpu).sum::<Duration>();
+        loaded.jq_cpu += jq_cpu;
+        if !jq_cpu.is_zero() {
+            self.inner.metrics.jq_ran(jq_cpu);
+        }
+        match &mut batch.write {
+            Some(write) => write.then(next),
+            None => batch.write = Some(next),
+        }
+        batch.actions.extend(actions);
+    }
+
+    /// After the write: the actions carried out, the leases noted, the record built (when
+    /// wanted) before a finished run leaves memory, and the tasks handed out once the run's
+    /// lock is let go.
+    async fn act_on_written(
+        &self,
+        run_id: &str,
+        (slot, mut guard): (Slot, LoadedGuard),
+        written: Written,
+        changes: &[Change<'_>],
+        want_record: bool,
+    ) -> Option<RunRecord> {
+        let loaded = guard.as_mut().expect("locked loads the run");
+        let assignments = self.act(run_id, loaded, &written.actions, written.history_before);
+        for held in written.held {
+            self.note_held(run_id, held);
+        }
+        add_elapsed(&self.inner.counters.profile.act_us, written.started);
+        let record = want_record.then(|| self.record_of(loaded));
+        let finished = loaded.run.status().is_terminal();
+        drop(guard);
+        if finished {
+            self.inner.runs.evict(run_id);
+        } else if changes
+            .iter()
+            .any(|change| matches!(change.event, Event::Redrive))
+        {
+            // A finished run is not kept in memory; a retried one runs again here.
+            self.inner.runs.insert(run_id, slot.clone());
+        }
+        self.assigned(assignments).await;
+        record
     }
 
     /// Carries out stored transitions (their actions, in order, and the steps they settled since
@@ -322,6 +390,25 @@ impl<S: Store> Coordinator<S> {
             }
         }
     }
+}
+
+/// A batch of changes computed, before its write.
+struct Batch {
+    outcomes: Vec<Result<(), Error>>,
+    /// `None` when the engine refused every change.
+    write: Option<TransitionWrite>,
+    actions: Vec<Action>,
+    held: Vec<HeldChange>,
+    /// Where the profile's clock stands.
+    started: Instant,
+}
+
+/// A batch written, to act on.
+struct Written {
+    actions: Vec<Action>,
+    held: Vec<HeldChange>,
+    history_before: usize,
+    started: Instant,
 }
 
 /// Why the engine refused an event, as the coordinator reports it.
