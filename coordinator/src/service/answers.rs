@@ -16,12 +16,16 @@ use super::spans::Answered;
 use super::{Coordinator, Error};
 use crate::bounded;
 use crate::decisions::Embedded;
+use crate::hub::Sent;
 use crate::metrics::Refused;
 use crate::model::ModelUsage;
 use crate::parts::Part;
 use crate::store::{self, Store};
 use crate::task_ref::TaskRef;
 use crate::traces;
+
+/// An outcome as recorded: the attempt's error when it failed, and its retry's delay.
+type RecordedOutcome = Result<(Option<String>, Option<u64>), Error>;
 
 /// A worker's answer to one attempt of a task.
 #[derive(Debug)]
@@ -71,38 +75,9 @@ impl<S: Store> Coordinator<S> {
         let task = &answer.task;
         let run_id = task.run_id.as_str();
         let key = task.key();
-        let hub = &self.inner.hub;
-        if !hub.holds(worker_id, run_id, &key, task.attempt) {
-            // Counted as fenced: most often the answer of an attempt that was given to another
-            // worker after this one was taken for lost. Counted as refused too: it may also be a
-            // worker answering a task it was never given.
-            self.inner.metrics.fenced.inc();
-            self.inner.metrics.worker_refused(Refused::Result);
-            return Err(Error::TaskNotHeld {
-                worker_id: worker_id.to_owned(),
-                task_id: task.to_string(),
-            });
-        }
-        let sent = hub.sent(worker_id, run_id, &key);
-        if let Some(sent) = &sent {
-            self.inner
-                .metrics
-                .task_answered(&sent.agent, sent.started.elapsed());
-        }
-        let trace = sent.as_ref().and_then(|sent| sent.trace.clone());
-        if let Some(trace) = &trace
-            && let Some((trace_id, span_id)) =
-                traces::attempt_ids(&trace.run_traceparent, &task.to_string())
-        {
-            let logs = tracing::Span::current();
-            logs.record("trace_id", trace_id);
-            logs.record("span_id", span_id);
-        }
-        // Read before the outcome changes the entry.
-        let lost_before = match &trace {
-            Some(_) => self.held_entry(run_id, &key).map_or(0, |entry| entry.lost),
-            None => 0,
-        };
+        self.check_held(worker_id, task, &key)?;
+        let sent = self.inner.hub.sent(worker_id, run_id, &key);
+        let lost_before = self.note_answer_arrived(task, &key, sent.as_ref());
         // The attempt's live output goes to the store before its answer is recorded, so that
         // watchers see all of it before the step's end.
         self.inner.output.flushed(run_id).await;
@@ -115,7 +90,84 @@ impl<S: Store> Coordinator<S> {
             started_ms: sent.as_ref().map_or(0, |sent| self.sent_at_ms(sent)),
             sent: None,
         };
-        let (applied, refusal) = match answer.outcome {
+        let (applied, refusal) = self.record_outcome(task, answering, answer.outcome).await;
+        if let (Some(sent), Ok((error, retry_after_ms))) = (&sent, &applied) {
+            self.trace_attempt(&Answered {
+                worker_id,
+                attempt: task.attempt,
+                sent,
+                persisting,
+                error: error.as_deref(),
+                retry_after_ms: *retry_after_ms,
+                lost_before,
+                abandoned: None,
+            });
+        }
+        let applied = applied.map(|_| ());
+        self.release_answered(worker_id, run_id, &key, &applied)
+            .await;
+        match (applied, refusal) {
+            (Err(Error::RunFinished { .. }), _) => Ok(()),
+            (Err(error), _) => Err(error),
+            (Ok(()), Some(refused)) => Err(refused),
+            (Ok(()), None) => Ok(()),
+        }
+    }
+
+    /// Refuses an answer from a worker that does not hold the task at that attempt.
+    fn check_held(&self, worker_id: &str, task: &TaskRef, key: &str) -> Result<(), Error> {
+        if self
+            .inner
+            .hub
+            .holds(worker_id, &task.run_id, key, task.attempt)
+        {
+            return Ok(());
+        }
+        // Counted as fenced: most often the answer of an attempt that was given to another
+        // worker after this one was taken for lost. Counted as refused too: it may also be a
+        // worker answering a task it was never given.
+        self.inner.metrics.fenced.inc();
+        self.inner.metrics.worker_refused(Refused::Result);
+        Err(Error::TaskNotHeld {
+            worker_id: worker_id.to_owned(),
+            task_id: task.to_string(),
+        })
+    }
+
+    /// Metrics and log fields for an answer that arrived; how often its task was lost before
+    /// (read before the outcome changes its entry), for its attempt's span.
+    fn note_answer_arrived(&self, task: &TaskRef, key: &str, sent: Option<&Sent>) -> u32 {
+        let Some(sent) = sent else {
+            return 0;
+        };
+        self.inner
+            .metrics
+            .task_answered(&sent.agent, sent.started.elapsed());
+        let Some(trace) = &sent.trace else {
+            return 0;
+        };
+        if let Some((trace_id, span_id)) =
+            traces::attempt_ids(&trace.run_traceparent, &task.to_string())
+        {
+            let logs = tracing::Span::current();
+            logs.record("trace_id", trace_id);
+            logs.record("span_id", span_id);
+        }
+        self.held_entry(&task.run_id, key)
+            .map_or(0, |entry| entry.lost)
+    }
+
+    /// The answer's outcome applied to its run: data settles the step, an error goes through
+    /// the retry policy. With the attempt's error and its retry's delay when it failed, and the
+    /// refusal to tell the worker when its result was refused.
+    async fn record_outcome(
+        &self,
+        task: &TaskRef,
+        answering: Answering<'_>,
+        outcome: Outcome,
+    ) -> (RecordedOutcome, Option<Error>) {
+        let run_id = task.run_id.as_str();
+        match outcome {
             Outcome::Data {
                 data,
                 notes,
@@ -154,42 +206,35 @@ impl<S: Store> Coordinator<S> {
                     Some(reason),
                 )
             }
-        };
-        if let (Some(sent), Ok((error, retry_after_ms))) = (&sent, &applied) {
-            self.trace_attempt(&Answered {
-                worker_id,
-                attempt: task.attempt,
-                sent,
-                persisting,
-                error: error.as_deref(),
-                retry_after_ms: *retry_after_ms,
-                lost_before,
-                abandoned: None,
-            });
         }
-        let applied = applied.map(|_| ());
-        let assignments = match &applied {
+    }
+
+    /// The answering worker is done with the task, unless its answer could not be recorded: then
+    /// the task goes back to the queue rather than being lost.
+    async fn release_answered(
+        &self,
+        worker_id: &str,
+        run_id: &str,
+        key: &str,
+        applied: &Result<(), Error>,
+    ) {
+        let hub = &self.inner.hub;
+        let assignments = match applied {
             // Not recorded: the task goes back to the queue rather than being lost. (A
             // transition stopped mid-computation, by a cancel or a shutdown, is not recorded
             // either.)
             // A cancel on its way abandons the task anyway; should it fail, the task's lease
             // runs out and it is delivered again.
             Err(Error::ComputationStopped { .. }) if self.inner.aborts.stopped(run_id) => {
-                hub.finish(worker_id, run_id, &key).unwrap_or_default()
+                hub.finish(worker_id, run_id, key).unwrap_or_default()
             }
             Err(Error::Store(store::Error::Unavailable(_)) | Error::ComputationStopped { .. }) => {
-                hub.requeue(worker_id, run_id, &key)
+                hub.requeue(worker_id, run_id, key)
             }
             // Recorded, or refused (a stale answer): either way this worker is done with it.
-            _ => hub.finish(worker_id, run_id, &key).unwrap_or_default(),
+            _ => hub.finish(worker_id, run_id, key).unwrap_or_default(),
         };
         self.assigned(assignments).await;
-        match (applied, refusal) {
-            (Err(Error::RunFinished { .. }), _) => Ok(()),
-            (Err(error), _) => Err(error),
-            (Ok(()), Some(refused)) => Err(refused),
-            (Ok(()), None) => Ok(()),
-        }
     }
 
     /// Vectors for a result's decisions. An embedder that fails does not hold the result

@@ -3,12 +3,12 @@
 use std::sync::Arc;
 
 use baton_core::integrity::genesis_of_digest;
-use baton_core::{Diagnostic, Diagnostics, Run};
+use baton_core::{Diagnostic, Diagnostics, Run, Transition};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 use tokio::sync::Mutex as AsyncMutex;
 
-use super::plan::{Applied, plan};
+use super::plan::{Applied, Planned, plan};
 use super::runs::Loaded;
 use super::{Coordinator, Error, json};
 use crate::model::{LoggedEvent, StoredEvent};
@@ -108,35 +108,14 @@ impl<S: Store> Coordinator<S> {
     /// answers (`resolve`): an error means the run was not created and never will be, or says
     /// it may have been and names it.
     pub async fn submit(&self, submission: Submission) -> Result<Submitted, Error> {
-        let text = std::str::from_utf8(&submission.workflow).map_err(|_| {
-            Error::InvalidWorkflow(Diagnostics(vec![Diagnostic::error(
-                "$",
-                None,
-                "the workflow is not UTF-8 text",
-            )]))
-        })?;
-        let known = self
-            .inner
-            .workflows
-            .parse(text)
-            .map_err(|e| Error::InvalidWorkflow(e.diagnostics))?;
+        let (text, known) = self.parse_workflow(&submission)?;
         let workflow_id = known.workflow.id.clone().unwrap_or_default();
         let submitted = |run_id: String, existing: bool| Submitted {
             run_id,
             existing,
             workflow_id: workflow_id.clone(),
         };
-        if let Some((name, limit)) = limited(&submission) {
-            // Checked before the run is stored; submits racing each other may pass it together.
-            let running = self.inner.store.running_runs_of(name).await?;
-            if running >= limit as usize {
-                return Err(Error::TooManyRunning {
-                    principal: name.to_owned(),
-                    running,
-                    limit,
-                });
-            }
-        }
+        self.check_running_limit(&submission).await?;
         let mut voided = None;
         for _ in 0..RECLAIMS {
             let run_id = match self.claim(&submission, voided.take()).await? {
@@ -159,6 +138,40 @@ impl<S: Store> Coordinator<S> {
              unanswered): submit again"
         ))
         .into())
+    }
+
+    /// The submission's workflow, read and validated (parsed once per distinct text).
+    fn parse_workflow<'s>(&self, submission: &'s Submission) -> Result<(&'s str, Known), Error> {
+        let text = std::str::from_utf8(&submission.workflow).map_err(|_| {
+            Error::InvalidWorkflow(Diagnostics(vec![Diagnostic::error(
+                "$",
+                None,
+                "the workflow is not UTF-8 text",
+            )]))
+        })?;
+        let known = self
+            .inner
+            .workflows
+            .parse(text)
+            .map_err(|e| Error::InvalidWorkflow(e.diagnostics))?;
+        Ok((text, known))
+    }
+
+    /// Refuses a submission whose principal already runs as many runs as it may. Checked before
+    /// the run is stored; submits racing each other may pass it together.
+    async fn check_running_limit(&self, submission: &Submission) -> Result<(), Error> {
+        let Some((name, limit)) = limited(submission) else {
+            return Ok(());
+        };
+        let running = self.inner.store.running_runs_of(name).await?;
+        if running >= limit as usize {
+            return Err(Error::TooManyRunning {
+                principal: name.to_owned(),
+                running,
+                limit,
+            });
+        }
+        Ok(())
     }
 
     /// The run id a submission starts its run under: a fresh one, or the one its idempotency
@@ -234,7 +247,7 @@ impl<S: Store> Coordinator<S> {
         };
         let chain_start = genesis_of_digest(&run_id, &known.text_sha256, &submission.input_value);
         let transition = Run::start(known.workflow.clone(), submission.input_value.clone());
-        let mut loaded = Loaded::new(header.clone(), transition.run.clone(), now, chain_start);
+        let loaded = Loaded::new(header.clone(), transition.run.clone(), now, chain_start);
         // The first event says the run started the way a replay must start it: its walk stops
         // before any step that runs jq, which goes on in a transition of its own, once the run
         // is stored (listed, watchable, cancellable). No submit ever runs a jq program.
@@ -268,22 +281,35 @@ impl<S: Store> Coordinator<S> {
         {
             tracing::warn!(run_id, principal = name, %error, "run created but not counted against its principal's max_running_runs");
         }
+        self.take_in_created(&run_id, loaded, transition, planned)
+            .await;
+        Ok(false)
+    }
+
+    /// A run just created, kept in memory (locked while its first actions are carried out) and
+    /// its first tasks handed out.
+    async fn take_in_created(
+        &self,
+        run_id: &str,
+        mut loaded: Loaded,
+        transition: Transition,
+        planned: Planned,
+    ) {
         let held = self.held_change(&planned);
         loaded.adopt(transition.run.clone(), 1, planned);
         let slot = Arc::new(AsyncMutex::new(None));
         let mut guard = slot.lock().await;
-        self.inner.runs.insert(&run_id, slot.clone());
-        let assignments = self.act(&run_id, &mut loaded, &transition.actions, 0);
-        self.note_held(&run_id, held);
+        self.inner.runs.insert(run_id, slot.clone());
+        let assignments = self.act(run_id, &mut loaded, &transition.actions, 0);
+        self.note_held(run_id, held);
         self.inner.metrics.run_started();
         let finished = loaded.run.status().is_terminal();
         *guard = Some(loaded);
         drop(guard);
         if finished {
-            self.inner.runs.evict(&run_id);
+            self.inner.runs.evict(run_id);
         }
         self.assigned(assignments).await;
-        Ok(false)
     }
 }
 
