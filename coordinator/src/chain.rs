@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use baton_core::integrity::{ChainLink, genesis_of_digest};
 use baton_core::workflow::StepType;
-use baton_core::{Action, Run, StepRecord};
+use baton_core::{Action, Run, StepRecord, Transition};
 use serde_json::Value;
 
 use crate::jq_runs::Replay;
@@ -110,16 +110,7 @@ pub fn replay_observed(
     };
     // A run created since steps that run jq wait for their turn says so first; one stored
     // before is replayed as it ran then.
-    let yields = stored.events.first().is_some_and(|first| {
-        matches!(
-            serde_json::from_slice::<LoggedEvent>(first),
-            Ok(LoggedEvent {
-                event: StoredEvent::Started,
-                ..
-            })
-        )
-    });
-    let started = match yields {
+    let started = match starts_in_turns(stored) {
         true => Run::start(known.workflow, input),
         false => Run::start_settling_jq_inline(known.workflow, input),
     };
@@ -129,84 +120,33 @@ pub fn replay_observed(
         return Ok(check.finish(run, Some(mismatch)));
     }
     for (i, bytes) in stored.events.iter().enumerate() {
-        // An event log that changed is a mismatch like a changed result: the run stops there.
-        let logged: LoggedEvent = match serde_json::from_slice(bytes) {
-            Ok(logged) => logged,
-            Err(e) => {
-                let mismatch = check.mismatch(None, format!("event {i} cannot be read: {e}"));
-                return Ok(check.finish(run, Some(mismatch)));
-            }
-        };
-        let event = match logged
-            .event
-            .to_event(|key| read_result(&stored.results, key).ok())
-        {
-            Ok(Some(event)) => event,
+        match check.replay_event(&run, i, bytes) {
             // How the run started: nothing to apply.
-            Ok(None) => continue,
-            Err(_) => {
-                let mismatch = result_unreadable(&check, &logged, &stored.results);
-                return Ok(check.finish(run, Some(mismatch)));
+            Ok(None) => {}
+            Ok(Some((next, at_ms))) => {
+                // Shown only once its data held against the chain.
+                observe(&next.actions, at_ms);
+                run = next.run;
             }
-        };
-        let recorded = match recorded_jq(&logged, &stored.results) {
-            Ok(recorded) => recorded,
-            Err((at, problem)) => {
-                let mismatch = check.mismatch(
-                    site_step(&at),
-                    format!("the stored output of its jq program cannot be read: {problem}"),
-                );
-                return Ok(check.finish(run, Some(mismatch)));
-            }
-        };
-        check.jq_cpu += logged
-            .jq
-            .iter()
-            .map(|record| Duration::from_micros(record.cpu_us))
-            .sum::<Duration>();
-        let before = run.history().len();
-        let replaying = Replay::enter(recorded, logged.went_on);
-        let applied = run.apply_at(event, logged.at_ms);
-        drop(replaying);
-        let next = match applied {
-            Ok(transition) => transition,
-            Err(e) => {
-                let mismatch = check.mismatch(
-                    event_step(&logged),
-                    format!("event {i} does not apply to the run as stored: {e}"),
-                );
-                return Ok(check.finish(run, Some(mismatch)));
-            }
-        };
-        if let Some(mismatch) = check.settled(next.run.history_since(before).into_iter()) {
-            return Ok(check.finish(run, Some(mismatch)));
+            Err(mismatch) => return Ok(check.finish(run, Some(mismatch))),
         }
-        // Shown only once its data held against the chain.
-        observe(&next.actions, logged.at_ms);
-        run = next.run;
     }
-    let mismatch = if check.checked < links.len() {
-        let extra = &links[check.checked];
-        Some(check.mismatch(
-            Some((extra.step_id.clone(), extra.visit)),
-            format!(
-                "the chain has {} links but the stored events settle {} step visits",
-                links.len(),
-                check.checked
-            ),
-        ))
-    } else if stored.state_sha256 != check.head {
-        Some(check.mismatch(
-            None,
-            format!(
-                "the run records state {} but its chain ends at {}",
-                stored.state_sha256, check.head
-            ),
-        ))
-    } else {
-        None
-    };
+    let mismatch = check.mismatch_at_the_end(&stored.state_sha256);
     Ok(check.finish(run, mismatch))
+}
+
+/// Whether the run's log starts with [`StoredEvent::Started`]: it was created since steps that
+/// run jq wait for their turn.
+fn starts_in_turns(stored: &StoredRun) -> bool {
+    stored.events.first().is_some_and(|first| {
+        matches!(
+            serde_json::from_slice::<LoggedEvent>(first),
+            Ok(LoggedEvent {
+                event: StoredEvent::Started,
+                ..
+            })
+        )
+    })
 }
 
 /// The outcomes of the jq programs `logged`'s transition ran, by site, read back from the
@@ -293,6 +233,80 @@ struct Check<'a> {
 }
 
 impl Check<'_> {
+    /// Event `i` of the log (`bytes`) applied to `run` with the outputs its jq programs
+    /// recorded, its settled visits checked against the chain; with its time. `None` for the
+    /// event that starts the run. An event log that changed is a mismatch like a changed result:
+    /// the run stops there.
+    fn replay_event(
+        &mut self,
+        run: &Run,
+        i: usize,
+        bytes: &[u8],
+    ) -> Result<Option<(Transition, i64)>, Mismatch> {
+        let logged: LoggedEvent = serde_json::from_slice(bytes)
+            .map_err(|e| self.mismatch(None, format!("event {i} cannot be read: {e}")))?;
+        let event = match logged
+            .event
+            .to_event(|key| read_result(self.results, key).ok())
+        {
+            Ok(Some(event)) => event,
+            Ok(None) => return Ok(None),
+            Err(_) => return Err(result_unreadable(self, &logged, self.results)),
+        };
+        let recorded = recorded_jq(&logged, self.results).map_err(|(at, problem)| {
+            self.mismatch(
+                site_step(&at),
+                format!("the stored output of its jq program cannot be read: {problem}"),
+            )
+        })?;
+        self.jq_cpu += logged
+            .jq
+            .iter()
+            .map(|record| Duration::from_micros(record.cpu_us))
+            .sum::<Duration>();
+        let before = run.history().len();
+        let replaying = Replay::enter(recorded, logged.went_on);
+        let applied = run.apply_at(event, logged.at_ms);
+        drop(replaying);
+        let next = applied.map_err(|e| {
+            self.mismatch(
+                event_step(&logged),
+                format!("event {i} does not apply to the run as stored: {e}"),
+            )
+        })?;
+        if let Some(mismatch) = self.settled(next.run.history_since(before).into_iter()) {
+            return Err(mismatch);
+        }
+        Ok(Some((next, logged.at_ms)))
+    }
+
+    /// Once every event is replayed: links the events did not settle, or a recorded state
+    /// that is not where the chain ends.
+    fn mismatch_at_the_end(&self, state_sha256: &str) -> Option<Mismatch> {
+        let links = self.links;
+        if self.checked < links.len() {
+            let extra = &links[self.checked];
+            Some(self.mismatch(
+                Some((extra.step_id.clone(), extra.visit)),
+                format!(
+                    "the chain has {} links but the stored events settle {} step visits",
+                    links.len(),
+                    self.checked
+                ),
+            ))
+        } else if state_sha256 != self.head {
+            Some(self.mismatch(
+                None,
+                format!(
+                    "the run records state {} but its chain ends at {}",
+                    state_sha256, self.head
+                ),
+            ))
+        } else {
+            None
+        }
+    }
+
     fn mismatch(&self, step: Option<(String, u32)>, problem: String) -> Mismatch {
         Mismatch {
             step,

@@ -121,110 +121,128 @@ impl Default for Metrics {
             refused: Family::default(),
             registry: Registry::default(),
         };
-        registry.register(
-            "runs_started",
-            "Runs submitted to this coordinator",
-            metrics.runs_started.clone(),
-        );
-        registry.register(
-            "runs_finished",
-            "Runs this coordinator saw finish, by status",
-            metrics.runs_finished.clone(),
-        );
-        registry.register(
-            "steps",
-            "Step visits settled by this coordinator, by step type and outcome",
-            metrics.steps.clone(),
-        );
-        registry.register(
-            "task_duration_seconds",
-            "Agent tasks from the moment a worker got them to their answer, by agent",
-            metrics.task_duration.clone(),
-        );
-        registry.register(
-            "task_queue_wait_seconds",
-            "Agent tasks from ready to sent to a worker, by agent",
-            metrics.queue_wait.clone(),
-        );
-        registry.register(
-            "store_request_seconds",
-            "Round trips to the store (Redis), by operation: a transition is one script call",
-            metrics.store_requests.clone(),
-        );
-        registry.register(
-            "queue_depth",
-            "Tasks ready and waiting for a worker in this coordinator, by agent: scale workers on it",
-            metrics.queue_depth.clone(),
-        );
-        registry.register(
-            "queue_oldest_age_seconds",
-            "How long the oldest waiting task of each agent has waited",
-            metrics.queue_oldest.clone(),
-        );
-        registry.register(
-            "workers_connected",
-            "Workers connected to this coordinator",
-            metrics.workers.clone(),
-        );
-        registry.register(
-            "runs_in_memory",
-            "Runs this coordinator holds in memory; one untouched for --run-idle-ms is dropped",
-            metrics.runs_in_memory.clone(),
-        );
-        registry.register(
-            "worker_free_slots",
-            "Free slots of the connected workers, by agent",
-            metrics.free_slots.clone(),
-        );
-        registry.register(
-            "lease_expiries",
-            "Tasks delivered again because their worker or coordinator was lost",
-            metrics.redeliveries.clone(),
-        );
-        registry.register(
-            "tasks_rebalanced",
-            "Tasks that waited here for a slot and moved to coordinators whose workers had room",
-            metrics.rebalanced.clone(),
-        );
-        registry.register(
-            "retries",
-            "Failed attempts scheduled again by a retry policy",
-            metrics.retries.clone(),
-        );
-        registry.register(
-            "timeouts",
-            "Attempts that ran past their step's timeout_ms",
-            metrics.timeouts.clone(),
-        );
-        registry.register(
-            "fenced_results",
-            "Answers refused because their attempt was no longer current",
-            metrics.fenced.clone(),
-        );
-        registry.register(
-            "integrity_failures",
-            "Stored data that did not match the run's state chain",
-            metrics.integrity_failures.clone(),
-        );
-        registry.register(
-            "computations_waiting",
-            "Runs waiting here for their turn to run a step's jq program",
-            metrics.computations_waiting.clone(),
-        );
-        registry.register(
-            "jq_cpu_seconds",
-            "CPU time the jq programs of runs used, in this coordinator's sandboxes",
-            metrics.jq_cpu.clone(),
-        );
-        registry.register(
-            "worker_messages_refused",
-            "Workers' messages refused because the worker does not hold the task they name, by message (held, resend, result, output, query), or a hello whose worker id another principal's worker holds (hello)",
-            metrics.refused.clone(),
-        );
+        // In this order in /metrics.
+        metrics.register_runs_and_tasks(&mut registry);
+        metrics.register_queues_and_workers(&mut registry);
+        metrics.register_repairs_and_refusals(&mut registry);
         Metrics {
             registry,
             ..metrics
         }
+    }
+}
+
+impl Metrics {
+    /// Runs, step visits, tasks and the store's round trips.
+    fn register_runs_and_tasks(&self, registry: &mut Registry) {
+        registry.register(
+            "runs_started",
+            "Runs submitted to this coordinator",
+            self.runs_started.clone(),
+        );
+        registry.register(
+            "runs_finished",
+            "Runs this coordinator saw finish, by status",
+            self.runs_finished.clone(),
+        );
+        registry.register(
+            "steps",
+            "Step visits settled by this coordinator, by step type and outcome",
+            self.steps.clone(),
+        );
+        registry.register(
+            "task_duration_seconds",
+            "Agent tasks from the moment a worker got them to their answer, by agent",
+            self.task_duration.clone(),
+        );
+        registry.register(
+            "task_queue_wait_seconds",
+            "Agent tasks from ready to sent to a worker, by agent",
+            self.queue_wait.clone(),
+        );
+        registry.register(
+            "store_request_seconds",
+            "Round trips to the store (Redis), by operation: a transition is one script call",
+            self.store_requests.clone(),
+        );
+    }
+
+    /// What waits for a worker, and the workers.
+    fn register_queues_and_workers(&self, registry: &mut Registry) {
+        registry.register(
+            "queue_depth",
+            "Tasks ready and waiting for a worker in this coordinator, by agent: scale workers on it",
+            self.queue_depth.clone(),
+        );
+        registry.register(
+            "queue_oldest_age_seconds",
+            "How long the oldest waiting task of each agent has waited",
+            self.queue_oldest.clone(),
+        );
+        registry.register(
+            "workers_connected",
+            "Workers connected to this coordinator",
+            self.workers.clone(),
+        );
+        registry.register(
+            "runs_in_memory",
+            "Runs this coordinator holds in memory; one untouched for --run-idle-ms is dropped",
+            self.runs_in_memory.clone(),
+        );
+        registry.register(
+            "worker_free_slots",
+            "Free slots of the connected workers, by agent",
+            self.free_slots.clone(),
+        );
+    }
+
+    /// What went wrong and was repaired or refused, and the runs' computations.
+    fn register_repairs_and_refusals(&self, registry: &mut Registry) {
+        registry.register(
+            "lease_expiries",
+            "Tasks delivered again because their worker or coordinator was lost",
+            self.redeliveries.clone(),
+        );
+        registry.register(
+            "tasks_rebalanced",
+            "Tasks that waited here for a slot and moved to coordinators whose workers had room",
+            self.rebalanced.clone(),
+        );
+        registry.register(
+            "retries",
+            "Failed attempts scheduled again by a retry policy",
+            self.retries.clone(),
+        );
+        registry.register(
+            "timeouts",
+            "Attempts that ran past their step's timeout_ms",
+            self.timeouts.clone(),
+        );
+        registry.register(
+            "fenced_results",
+            "Answers refused because their attempt was no longer current",
+            self.fenced.clone(),
+        );
+        registry.register(
+            "integrity_failures",
+            "Stored data that did not match the run's state chain",
+            self.integrity_failures.clone(),
+        );
+        registry.register(
+            "computations_waiting",
+            "Runs waiting here for their turn to run a step's jq program",
+            self.computations_waiting.clone(),
+        );
+        registry.register(
+            "jq_cpu_seconds",
+            "CPU time the jq programs of runs used, in this coordinator's sandboxes",
+            self.jq_cpu.clone(),
+        );
+        registry.register(
+            "worker_messages_refused",
+            "Workers' messages refused because the worker does not hold the task they name, by message (held, resend, result, output, query), or a hello whose worker id another principal's worker holds (hello)",
+            self.refused.clone(),
+        );
     }
 }
 

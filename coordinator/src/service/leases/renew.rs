@@ -3,7 +3,7 @@
 use tokio::sync::MutexGuard;
 
 use crate::lease;
-use crate::model::TaskEntry;
+use crate::model::{TaskEntry, TaskState};
 use crate::service::Coordinator;
 use crate::store::{Store, TaskSwap};
 
@@ -19,7 +19,7 @@ impl<S: Store> Coordinator<S> {
     /// [`Coordinator::renew_leases`] under the lease writes, which the caller holds (`_writes`
     /// says so): shutdown writes its workers down this way before it sends them away.
     pub(in crate::service) async fn renew_held(&self, _writes: &MutexGuard<'_, ()>) {
-        let snapshot: Vec<((String, String), TaskEntry)> = self
+        let snapshot: Vec<(HeldKey, TaskEntry)> = self
             .inner
             .leases
             .held()
@@ -29,29 +29,7 @@ impl<S: Store> Coordinator<S> {
         if snapshot.is_empty() {
             return;
         }
-        let mut located = self.inner.hub.locate(
-            &snapshot
-                .iter()
-                .map(|((run, key), entry)| (run.clone(), key.clone(), entry.agent.clone()))
-                .collect::<Vec<_>>(),
-        );
-        // The hub knows nothing of continuations: a run waits for its turn here, or not.
-        for (((run_id, _), entry), holding) in snapshot.iter().zip(located.iter_mut()) {
-            if entry.state == crate::model::TaskState::Continuing {
-                *holding = match self.computes_here(run_id) {
-                    true => lease::Holding::Queued,
-                    false => lease::Holding::Nowhere,
-                };
-            }
-        }
-        let now = self.now_ms();
-        let renewed: Vec<TaskEntry> = snapshot
-            .iter()
-            .zip(&located)
-            .map(|((_, entry), holding)| {
-                lease::renewed(entry, holding, now, self.inner.config.lease_ms)
-            })
-            .collect();
+        let renewed = self.renewals(&snapshot);
         let swaps = snapshot
             .iter()
             .zip(&renewed)
@@ -70,43 +48,90 @@ impl<S: Store> Coordinator<S> {
                 return;
             }
         };
-        let mut given_up = Vec::new();
-        let mut missed = Vec::new();
-        let mut shown = Vec::new();
-        {
-            let mut held = self.inner.leases.held();
-            for ((key, entry), (next, ok)) in
-                snapshot.into_iter().zip(renewed.into_iter().zip(swapped))
-            {
-                // Changed since the snapshot (a transition answered or removed it): that
-                // change wins.
-                if held.get(&key) != Some(&entry) {
-                    continue;
-                }
-                if ok && next.owner == self.inner.config.coordinator_id {
-                    held.insert(key.clone(), next.clone());
-                    if next.worker_id != entry.worker_id {
-                        shown.push((key, next));
-                    }
-                } else if ok {
-                    held.remove(&key);
-                    given_up.push((
-                        key,
-                        match entry.state {
-                            crate::model::TaskState::Continuing => {
-                                "the run's computation waits here no more; released to every coordinator"
-                            }
-                            _ => "no worker here serves its agent; released to the other coordinators",
-                        },
-                    ));
-                } else {
-                    missed.push((key, entry));
-                }
+        let mut outcome = self.take_renewals(snapshot, renewed, swapped);
+        self.check_missed(&mut outcome).await;
+        let mut assignments = Vec::new();
+        for ((run_id, task_key), reason) in outcome.given_up {
+            tracing::info!(%run_id, task = %task_key, reason, "lease given up");
+            let forgotten = self.inner.hub.forget(&run_id, &task_key, reason);
+            assignments.extend(forgotten.assignments);
+        }
+        for ((run_id, key), entry) in outcome.shown {
+            self.show_task(&run_id, &key, &entry).await;
+        }
+        self.assigned(assignments).await;
+    }
+
+    /// Each held task's entry renewed as where it stands now says (held by a worker here,
+    /// queued here, or nowhere here).
+    fn renewals(&self, snapshot: &[(HeldKey, TaskEntry)]) -> Vec<TaskEntry> {
+        let mut located = self.inner.hub.locate(
+            &snapshot
+                .iter()
+                .map(|((run, key), entry)| (run.clone(), key.clone(), entry.agent.clone()))
+                .collect::<Vec<_>>(),
+        );
+        // The hub knows nothing of continuations: a run waits for its turn here, or not.
+        for (((run_id, _), entry), holding) in snapshot.iter().zip(located.iter_mut()) {
+            if entry.state == TaskState::Continuing {
+                *holding = match self.computes_here(run_id) {
+                    true => lease::Holding::Queued,
+                    false => lease::Holding::Nowhere,
+                };
             }
         }
-        // A miss is another coordinator's claim, or this coordinator's own renewal whose reply
-        // was lost (the store went away): the stored entry tells which.
-        for (key, entry) in missed {
+        let now = self.now_ms();
+        snapshot
+            .iter()
+            .zip(&located)
+            .map(|((_, entry), holding)| {
+                lease::renewed(entry, holding, now, self.inner.config.lease_ms)
+            })
+            .collect()
+    }
+
+    /// The renewals the store took, noted: a task still this coordinator's is held at its new
+    /// entry, one it renewed for nobody is given up, and one whose swap missed is checked.
+    fn take_renewals(
+        &self,
+        snapshot: Vec<(HeldKey, TaskEntry)>,
+        renewed: Vec<TaskEntry>,
+        swapped: Vec<bool>,
+    ) -> Renewals {
+        let mut outcome = Renewals::default();
+        let mut held = self.inner.leases.held();
+        for ((key, entry), (next, ok)) in snapshot.into_iter().zip(renewed.into_iter().zip(swapped))
+        {
+            // Changed since the snapshot (a transition answered or removed it): that change
+            // wins.
+            if held.get(&key) != Some(&entry) {
+                continue;
+            }
+            if ok && next.owner == self.inner.config.coordinator_id {
+                held.insert(key.clone(), next.clone());
+                if next.worker_id != entry.worker_id {
+                    outcome.shown.push((key, next));
+                }
+            } else if ok {
+                held.remove(&key);
+                let reason = match entry.state {
+                    TaskState::Continuing => {
+                        "the run's computation waits here no more; released to every coordinator"
+                    }
+                    _ => "no worker here serves its agent; released to the other coordinators",
+                };
+                outcome.given_up.push((key, reason));
+            } else {
+                outcome.missed.push((key, entry));
+            }
+        }
+        outcome
+    }
+
+    /// A miss is another coordinator's claim, or this coordinator's own renewal whose reply was
+    /// lost (the store went away): the stored entry tells which.
+    async fn check_missed(&self, outcome: &mut Renewals) {
+        for (key, entry) in std::mem::take(&mut outcome.missed) {
             let stored = self
                 .inner
                 .store
@@ -128,19 +153,25 @@ impl<S: Store> Coordinator<S> {
                 }
                 _ => {
                     held.remove(&key);
-                    given_up.push((key, "another coordinator took this task over"));
+                    outcome
+                        .given_up
+                        .push((key, "another coordinator took this task over"));
                 }
             }
         }
-        let mut assignments = Vec::new();
-        for ((run_id, task_key), reason) in given_up {
-            tracing::info!(%run_id, task = %task_key, reason, "lease given up");
-            let forgotten = self.inner.hub.forget(&run_id, &task_key, reason);
-            assignments.extend(forgotten.assignments);
-        }
-        for ((run_id, key), entry) in shown {
-            self.show_task(&run_id, &key, &entry).await;
-        }
-        self.assigned(assignments).await;
     }
+}
+
+/// A held task: its run id and task key.
+type HeldKey = (String, String);
+
+/// What a renewal came to.
+#[derive(Default)]
+struct Renewals {
+    /// Tasks let go, and why.
+    given_up: Vec<(HeldKey, &'static str)>,
+    /// Tasks whose swap missed, with the entry expected.
+    missed: Vec<(HeldKey, TaskEntry)>,
+    /// Tasks now run by another worker: their step's state shows it.
+    shown: Vec<(HeldKey, TaskEntry)>,
 }
