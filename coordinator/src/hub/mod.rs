@@ -10,22 +10,24 @@
 //! only the parts that worker does not hold yet.
 //!
 //! - [`task`]: tasks ready for a worker, the messages on a worker's stream, assignments.
+//! - `queues`: the hub's state: the queues of waiting tasks, and placing them on workers.
 //! - `session`: one connected worker: its stream, its tasks, its part-cache mirror.
 
+mod queues;
 mod session;
 pub mod task;
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, HashSet};
 use std::sync::Mutex;
 use std::time::Duration;
 
 use tokio::sync::oneshot;
 
+use self::queues::{Place, State};
 pub use self::session::{MIRROR_MAX_BYTES, MIRROR_MAX_PARTS, WorkerStream};
 use self::session::{Session, cancel};
 pub use self::task::{Assignment, Forgotten, ReadyTask, Sent, TaskMessage, ToWorker};
 use crate::clock::Instant;
-use crate::dispatch::{self, WorkerLoad};
 /// Where a task is in the hub ([`Hub::locate`]), and a worker as a task entry names it.
 pub use crate::lease::{Holding, Worker};
 
@@ -69,15 +71,6 @@ pub struct Counters {
 #[derive(Default)]
 pub struct Hub {
     state: Mutex<State>,
-}
-
-#[derive(Default)]
-struct State {
-    workers: HashMap<String, Session>,
-    queues: HashMap<String, VecDeque<ReadyTask>>,
-    tasks_dispatched: u64,
-    bytes_to_workers: u64,
-    connections: u64,
 }
 
 impl Hub {
@@ -585,150 +578,6 @@ impl Hub {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().expect("hub lock")
-    }
-}
-
-/// Where a task joins its agent's queue.
-enum Place {
-    /// A new task waits behind the others.
-    Back,
-    /// A task that was in a worker's hands already goes out before the ones that never were.
-    Front,
-}
-
-impl State {
-    /// Queues `task` and sends what its agent's queue can place now.
-    fn enqueue(&mut self, task: ReadyTask, place: Place) -> Vec<Assignment> {
-        let agent = task.agent.clone();
-        let queue = self.queues.entry(agent.clone()).or_default();
-        match place {
-            Place::Back => queue.push_back(task),
-            Place::Front => queue.push_front(task),
-        }
-        self.dispatch(&[agent])
-    }
-
-    /// Gives `worker_id` queued tasks for its agents until it is full (or the queues are
-    /// empty).
-    fn fill(&mut self, worker_id: &str) -> Vec<Assignment> {
-        // Only the agents with tasks waiting: a slot freed with nothing queued (a chain's step,
-        // every time) costs a lookup per agent, not a placement.
-        let Some(agents) = self.workers.get(worker_id).map(|worker| {
-            worker
-                .agents
-                .iter()
-                .filter(|agent| self.queues.get(*agent).is_some_and(|q| !q.is_empty()))
-                .cloned()
-                .collect::<Vec<String>>()
-        }) else {
-            return Vec::new();
-        };
-        if agents.is_empty() {
-            return Vec::new();
-        }
-        self.dispatch(&agents)
-    }
-
-    /// Sends the queued tasks of `agents` that [`dispatch::assign`] places. A worker whose
-    /// stream turns out to be closed takes nothing more (its disconnect follows), and the
-    /// placement is made again without it, so a dead stream cannot hold up dispatch.
-    fn dispatch(&mut self, agents: &[String]) -> Vec<Assignment> {
-        let mut assignments = Vec::new();
-        loop {
-            let placed = self.placements(agents);
-            if placed.is_empty() {
-                return assignments;
-            }
-            let mut closed = false;
-            for (agent, worker_id, waited) in placed {
-                let task = self
-                    .queues
-                    .get_mut(&agent)
-                    .and_then(VecDeque::pop_front)
-                    .expect("placed from this queue");
-                let worker = self.workers.get_mut(&worker_id).expect("placed on it");
-                let Some(bytes) = worker.send_task(&task) else {
-                    worker.capacity = 0;
-                    self.queues.entry(agent).or_default().push_front(task);
-                    closed = true;
-                    break;
-                };
-                self.tasks_dispatched += 1;
-                self.bytes_to_workers += bytes;
-                assignments.push(Assignment {
-                    worker_id,
-                    run_id: task.run_id().to_owned(),
-                    task_key: task.key.clone(),
-                    agent: task.agent.clone(),
-                    waited,
-                });
-                let mut task = task;
-                task.started = Some(Instant::now());
-                worker
-                    .holding
-                    .insert((task.run_id().to_owned(), task.key.clone()), task);
-            }
-            if !closed {
-                return assignments;
-            }
-        }
-    }
-
-    /// Where the policy puts the waiting tasks of `agents`: (agent, worker id, time waited),
-    /// in the order they are to be sent.
-    fn placements(&self, agents: &[String]) -> Vec<(String, String, Duration)> {
-        let queues: Vec<(&str, &VecDeque<ReadyTask>)> = agents
-            .iter()
-            .filter_map(|agent| {
-                let queue = self.queues.get(agent).filter(|queue| !queue.is_empty())?;
-                Some((agent.as_str(), queue))
-            })
-            .collect();
-        if queues.is_empty() {
-            return Vec::new();
-        }
-        let loads: Vec<WorkerLoad<'_>> = self
-            .workers
-            .iter()
-            .map(|(id, worker)| WorkerLoad {
-                id,
-                agents: &worker.agents,
-                capacity: worker.capacity,
-                load: worker.holding.len(),
-                protocol: worker.protocol,
-            })
-            .collect();
-        dispatch::assign(&loads, &queues, Instant::now())
-            .into_iter()
-            .map(|placement| {
-                (
-                    queues[placement.queue].0.to_owned(),
-                    loads[placement.worker].id.to_owned(),
-                    placement.waited,
-                )
-            })
-            .collect()
-    }
-
-    /// Free slots per agent (a worker serving two agents counts for both).
-    fn slots_per_agent(&self) -> HashMap<String, usize> {
-        let mut free: HashMap<String, usize> = HashMap::new();
-        for worker in self.workers.values() {
-            for agent in &worker.agents {
-                *free.entry(agent.clone()).or_default() += worker.free_slots();
-            }
-        }
-        free
-    }
-}
-
-impl dispatch::Waiting for ReadyTask {
-    fn ready_at(&self) -> Instant {
-        self.ready_at
-    }
-
-    fn needs_protocol(&self) -> u32 {
-        ReadyTask::needs_protocol(self)
     }
 }
 
