@@ -233,27 +233,13 @@ pub async fn runs(args: RunsArgs) -> anyhow::Result<ExitCode> {
             workflow,
             page_token,
         } => {
-            let page = client
-                .list_runs(ListRunsRequest {
-                    limit,
-                    status: status.unwrap_or_default(),
-                    workflow_id: workflow.unwrap_or_default(),
-                    page_token: page_token.unwrap_or_default(),
-                })
-                .await
-                .map_err(failed)?
-                .into_inner();
-            for run in page.runs {
-                writeln!(
-                    stdout,
-                    "{}  {:<10} {}",
-                    run.run_id, run.status, run.workflow_id
-                )?;
-            }
-            // On stderr, so that stdout stays one run per line for scripts.
-            if !page.next_page_token.is_empty() {
-                eprintln!("next page: --page-token {}", page.next_page_token);
-            }
+            let request = ListRunsRequest {
+                limit,
+                status: status.unwrap_or_default(),
+                workflow_id: workflow.unwrap_or_default(),
+                page_token: page_token.unwrap_or_default(),
+            };
+            list_runs(&mut client, request, &mut stdout).await?;
         }
         RunsCommand::Get { run_id, json } => {
             let record = client
@@ -261,50 +247,13 @@ pub async fn runs(args: RunsArgs) -> anyhow::Result<ExitCode> {
                 .await
                 .map_err(failed)?
                 .into_inner();
-            if json {
-                writeln!(
+            match json {
+                true => writeln!(
                     stdout,
                     "{}",
                     serde_json::to_string_pretty(&record_to_json(&record))?
-                )?;
-            } else {
-                print_summary(&mut stdout, &record)?;
-                for step in &record.steps {
-                    let worker = if step.worker_id.is_empty() {
-                        String::new()
-                    } else {
-                        format!("  on {}", step.worker_id)
-                    };
-                    let items = step
-                        .items
-                        .as_ref()
-                        .map(|items| {
-                            format!(
-                                "  items {}/{} done, {} failed, {} running",
-                                items.succeeded + items.failed,
-                                items.count,
-                                items.failed,
-                                items.running
-                            )
-                        })
-                        .unwrap_or_default();
-                    writeln!(
-                        stdout,
-                        "  {:<24} {:<10} visits {}{worker}{items}",
-                        step.step_id, step.status, step.visits
-                    )?;
-                }
-                for usage in &record.usage {
-                    writeln!(
-                        stdout,
-                        "  tokens {}: {} prompt, {} completion",
-                        usage.model, usage.prompt_tokens, usage.completion_tokens
-                    )?;
-                }
-                writeln!(stdout, "  state sha256 {}", record.state_sha256)?;
-                if !record.trace_id.is_empty() {
-                    writeln!(stdout, "  trace {}", record.trace_id)?;
-                }
+                )?,
+                false => print_record(&mut stdout, &record)?,
             }
         }
         RunsCommand::Watch { run_id } => {
@@ -333,39 +282,113 @@ pub async fn runs(args: RunsArgs) -> anyhow::Result<ExitCode> {
                 return Ok(exit_code(&record));
             }
         }
-        RunsCommand::Verify { run_id } => {
-            let verified = client
-                .verify_run(VerifyRunRequest {
-                    run_id: run_id.clone(),
-                })
-                .await
-                .map_err(failed)?
-                .into_inner();
-            if verified.ok {
-                writeln!(
-                    stdout,
-                    "run {run_id}: state chain holds ({} links, head {})",
-                    verified.links, verified.state_sha256
-                )?;
-                return Ok(ExitCode::SUCCESS);
-            }
-            let step = if verified.step_id.is_empty() {
-                String::new()
-            } else {
-                format!(
-                    " at step \"{}\" (visit {})",
-                    verified.step_id, verified.visit
-                )
-            };
-            writeln!(
-                stdout,
-                "run {run_id}: state chain does NOT hold{step}: {}",
-                verified.problem
-            )?;
-            return Ok(ExitCode::FAILURE);
-        }
+        RunsCommand::Verify { run_id } => return verify(&mut client, run_id, &mut stdout).await,
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `runs list`: a run per line on stdout, the next page's token on stderr.
+async fn list_runs(
+    client: &mut Client,
+    request: ListRunsRequest,
+    stdout: &mut impl Write,
+) -> anyhow::Result<()> {
+    let page = client
+        .list_runs(request)
+        .await
+        .map_err(failed)?
+        .into_inner();
+    for run in page.runs {
+        writeln!(
+            stdout,
+            "{}  {:<10} {}",
+            run.run_id, run.status, run.workflow_id
+        )?;
+    }
+    // On stderr, so that stdout stays one run per line for scripts.
+    if !page.next_page_token.is_empty() {
+        eprintln!("next page: --page-token {}", page.next_page_token);
+    }
+    Ok(())
+}
+
+/// `runs get`: the summary, a line per step, the tokens, the state and the trace.
+fn print_record(stdout: &mut impl Write, record: &RunRecord) -> anyhow::Result<()> {
+    print_summary(stdout, record)?;
+    for step in &record.steps {
+        let worker = if step.worker_id.is_empty() {
+            String::new()
+        } else {
+            format!("  on {}", step.worker_id)
+        };
+        let items = step
+            .items
+            .as_ref()
+            .map(|items| {
+                format!(
+                    "  items {}/{} done, {} failed, {} running",
+                    items.succeeded + items.failed,
+                    items.count,
+                    items.failed,
+                    items.running
+                )
+            })
+            .unwrap_or_default();
+        writeln!(
+            stdout,
+            "  {:<24} {:<10} visits {}{worker}{items}",
+            step.step_id, step.status, step.visits
+        )?;
+    }
+    for usage in &record.usage {
+        writeln!(
+            stdout,
+            "  tokens {}: {} prompt, {} completion",
+            usage.model, usage.prompt_tokens, usage.completion_tokens
+        )?;
+    }
+    writeln!(stdout, "  state sha256 {}", record.state_sha256)?;
+    if !record.trace_id.is_empty() {
+        writeln!(stdout, "  trace {}", record.trace_id)?;
+    }
+    Ok(())
+}
+
+/// `runs verify`: whether the state chain holds, and where it breaks if not (exit code 1).
+async fn verify(
+    client: &mut Client,
+    run_id: String,
+    stdout: &mut impl Write,
+) -> anyhow::Result<ExitCode> {
+    let verified = client
+        .verify_run(VerifyRunRequest {
+            run_id: run_id.clone(),
+        })
+        .await
+        .map_err(failed)?
+        .into_inner();
+    if verified.ok {
+        writeln!(
+            stdout,
+            "run {run_id}: state chain holds ({} links, head {})",
+            verified.links, verified.state_sha256
+        )?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let step = if verified.step_id.is_empty() {
+        String::new()
+    } else {
+        format!(
+            " at step \"{}\" (visit {})",
+            verified.step_id, verified.visit
+        )
+    };
+    writeln!(
+        stdout,
+        "run {run_id}: state chain does NOT hold{step}: {}",
+        verified.problem
+    )?;
+    Ok(ExitCode::FAILURE)
 }
 
 #[derive(clap::Args)]

@@ -2,13 +2,13 @@
 //! coordinators (`--coordinators`, plus one no worker uses for the streaming workload, whose
 //! watcher reads through it), workers spread over the coordinators.
 
-use std::net::TcpListener;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
 use baton_proto::connection::ClientSecurity;
 use tokio::process::{Child, Command};
 
+use super::ports::free_port;
 use super::redis_server::Topology;
 use super::secure::Secure;
 
@@ -64,10 +64,6 @@ pub struct Options<'a> {
     /// Start another coordinator no worker connects to (W5's watcher's).
     pub second_coordinator: bool,
     pub secure: bool,
-}
-
-pub fn free_port() -> anyhow::Result<u16> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
 }
 
 /// Waits until `ready` holds, or fails after `deadline`.

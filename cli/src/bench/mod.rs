@@ -44,6 +44,7 @@
 
 mod cluster;
 mod model_server;
+mod ports;
 mod redis_cluster;
 mod redis_server;
 mod runs;

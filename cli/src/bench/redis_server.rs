@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, bail};
 use redis::{ConnectionAddr, ConnectionInfo, IntoConnectionInfo as _};
 
-use super::cluster::free_port;
+use super::ports::free_port;
 
 /// How many ports to try for one server when another process takes the one picked for it
 /// before the server binds it.
