@@ -3,6 +3,8 @@
 //!
 //! The edge:
 //! - [`grpc`]: the tonic services: proto in, domain types to [`service`], proto out; TLS.
+//! - [`web`]: the web UI on the HTTP port: its pages, and the JSON API they call, admitted as
+//!   the RPCs they stand for; a run's watch as server-sent events.
 //! - [`fuzzing`]: fuzz targets for what the edge decodes from workers and clients.
 //! - [`auth`]: who may call, as whom: principals, roles, protected mode.
 //! - [`bounded`]: texts from outside cut to a limit with a marker, names checked.
