@@ -109,10 +109,9 @@ mod tests {
             .map(str::trim)
             .filter(|line| line.starts_with("import ") || line.starts_with("} from "))
             .map(|line| {
-                let quoted = line.trim_end_matches(';');
-                let name = quoted.trim_end_matches(['\'', '"']);
-                let start = name.rfind(['\'', '"']).map_or(0, |quote| quote + 1);
-                &name[start..]
+                let unquoted = line.trim_end_matches(';').trim_end_matches(['\'', '"']);
+                let opening = unquoted.rfind(['\'', '"']).map_or(0, |quote| quote + 1);
+                &unquoted[opening..]
             })
             .collect()
     }

@@ -5,8 +5,8 @@
 // event stream and polling, which bring new records).
 
 import { api, apiRunPath, errorText } from './api.js';
-import { h } from './dom.js';
 import { Approvals } from './approvals.js';
+import { h } from './dom.js';
 import { RunGraph } from './graph.js';
 import { LiveOutput } from './live_output.js';
 import { Memory } from './memory.js';
