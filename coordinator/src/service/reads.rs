@@ -117,12 +117,21 @@ impl<S: Store> Coordinator<S> {
             }
         };
         for (key, bytes) in &tasks {
-            let (Some(task), Ok(entry)) = (
+            let (Some(task), Ok(mut entry)) = (
                 parse_task_key(key),
                 serde_json::from_slice::<TaskEntry>(bytes),
             ) else {
                 continue;
             };
+            // A task sent to a worker here is written down at the next lease renewal: until
+            // then the store says queued, and a record read from the store's copy (the run
+            // busy past the read's patience) would show a running step queued again.
+            if entry.state == TaskState::Queued
+                && let Some(worker_id) = self.inner.hub.worker_holding(run_id, key)
+            {
+                entry.state = TaskState::Running;
+                entry.worker_id = worker_id;
+            }
             if task.item.is_some() || entry.state == TaskState::Waiting {
                 continue;
             }
