@@ -3,7 +3,7 @@
 //! throwaway `redis-server` (see `support/redis_server.rs`), and against a `RedisStore` on a real
 //! Redis Cluster of 3 masters and 3 replicas (`support/redis_cluster.rs`; one cluster for the
 //! whole binary, each case under its own key prefix). The Redis cases are never skipped.
-//! The cases follow the contract on the `Store` trait. A few Redis-only cases at the end check
+//! The cases follow the contract on the store's traits. A few Redis-only cases at the end check
 //! the key layout.
 
 #[path = "support/redis_cluster.rs"]
@@ -19,9 +19,9 @@ use std::sync::Arc;
 use baton_coordinator::store::memory::MemoryStore;
 use baton_coordinator::store::redis::RedisStore;
 use baton_coordinator::store::{
-    Claim, DueTask, Error, MIN_SCAN_BUDGET, OUTPUT_MAX_BYTES, OutputOffset, OutputPiece, RunCursor,
-    RunHeader, RunQuery, RunSummary, Settled, Store, StoredRun, TaskSwap, TransitionWrite,
-    WRITES_KEPT, new_write_id, scan_budget,
+    Claim, Coordination, DueTask, Error, Listing, LiveOutput, MIN_SCAN_BUDGET, OUTPUT_MAX_BYTES,
+    OutputOffset, OutputPiece, RunCursor, RunHeader, RunQuery, RunSummary, Runs, Settled, Store,
+    StoredRun, TaskSwap, Tasks, TransitionWrite, WRITES_KEPT, new_write_id, scan_budget,
 };
 use baton_core::RunStatus;
 use redis_server::RedisServer;
