@@ -1,6 +1,6 @@
 //! Leases: who holds a task until when, and what happens when that runs out. Pure functions of a
 //! stored [`TaskEntry`]; the coordinator writes their answers with a compare-and-swap
-//! ([`crate::store::Store::swap_tasks`]), so of two coordinators deciding about the same task only
+//! ([`crate::store::Tasks::swap_tasks`]), so of two coordinators deciding about the same task only
 //! one succeeds.
 //!
 //! The life of a task's entry:

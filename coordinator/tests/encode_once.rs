@@ -11,7 +11,7 @@ mod fake_worker;
 use std::time::Duration;
 
 use baton_coordinator::service::RunEvent;
-use baton_coordinator::store::Store;
+use baton_coordinator::store::Runs;
 use baton_coordinator::store::memory::MemoryStore;
 use baton_coordinator::{Config, Coordinator};
 use baton_proto::v1;

@@ -18,7 +18,7 @@ mod redis_server;
 
 use baton_coordinator::service::RunEvent;
 use baton_coordinator::store::redis::RedisStore;
-use baton_coordinator::store::{Store, TaskSwap};
+use baton_coordinator::store::{Runs, TaskSwap, Tasks};
 use baton_coordinator::{Config, Coordinator, Error};
 use baton_proto::v1::Task;
 use fake_worker::{FakeWorker, json_bytes};

@@ -11,8 +11,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use baton_coordinator::service::{EventStream, RunEvent};
-use baton_coordinator::store::Store;
 use baton_coordinator::store::memory::MemoryStore;
+use baton_coordinator::store::{LiveOutput, Store};
 use baton_coordinator::{Config, Coordinator, Error};
 use fake_worker::{FakeWorker, json_bytes};
 use futures::StreamExt;

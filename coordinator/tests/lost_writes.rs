@@ -25,7 +25,7 @@ use std::time::Duration;
 
 use baton_coordinator::store::redis::RedisStore;
 use baton_coordinator::store::{
-    Claim, Error as StoreError, RunHeader, RunQuery, Settled, Store, TransitionWrite,
+    Claim, Coordination, Error as StoreError, RunHeader, RunQuery, Runs, Settled, TransitionWrite,
 };
 use baton_coordinator::{Config, Coordinator, Error};
 use baton_core::Decision;

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use baton_coordinator::store::redis::{ConnectOptions, RedisStore, WaitReplicas};
-use baton_coordinator::store::{Error, RunHeader, RunQuery, Store, TransitionWrite};
+use baton_coordinator::store::{Error, Listing, RunHeader, RunQuery, Runs, Tasks, TransitionWrite};
 use redis_cluster::RedisCluster;
 
 fn header(run_id: &str) -> RunHeader {

@@ -16,7 +16,8 @@ use std::time::Duration;
 
 use baton_coordinator::store::redis::{ConnectOptions, RedisStore, redacted};
 use baton_coordinator::store::{
-    Claim, Error, OutputPiece, RunHeader, RunQuery, Store, TaskSwap, TransitionWrite,
+    Claim, Coordination, Error, Listing, LiveOutput, OutputPiece, RunHeader, RunQuery, Runs,
+    TaskSwap, Tasks, TransitionWrite,
 };
 use redis_server::{RedisServer, free_port};
 use secured_redis::{

@@ -12,7 +12,7 @@ mod redis_server;
 
 use std::time::Duration;
 
-use baton_coordinator::store::Store;
+use baton_coordinator::store::Runs;
 use baton_coordinator::store::redis::RedisStore;
 use baton_coordinator::{Config, Coordinator};
 use fake_worker::{FakeWorker, json_bytes};

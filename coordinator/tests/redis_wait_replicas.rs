@@ -12,7 +12,7 @@ mod redis_server;
 use std::time::Duration;
 
 use baton_coordinator::store::redis::{ConnectOptions, RedisStore, WaitReplicas};
-use baton_coordinator::store::{Error, RunHeader, Store, TransitionWrite};
+use baton_coordinator::store::{Error, RunHeader, Runs, TransitionWrite};
 use redis_server::RedisServer;
 
 fn header(run_id: &str) -> RunHeader {

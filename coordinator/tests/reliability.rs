@@ -12,8 +12,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use baton_coordinator::clock::{Clock, Instant};
-use baton_coordinator::store::Store;
 use baton_coordinator::store::memory::MemoryStore;
+use baton_coordinator::store::{Runs, Store, Tasks};
 use baton_coordinator::{Config, Coordinator, Error};
 use baton_proto::v1::{CoordinatorMessage, Task, coordinator_message};
 use fake_worker::{FakeWorker, json_bytes};

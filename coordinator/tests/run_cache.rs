@@ -10,8 +10,8 @@ mod fake_worker;
 use std::sync::Arc;
 use std::time::Duration;
 
-use baton_coordinator::store::Store;
 use baton_coordinator::store::memory::MemoryStore;
+use baton_coordinator::store::{Runs, Store};
 use baton_coordinator::{Config, Coordinator};
 use baton_core::Decision;
 use fake_worker::{FakeWorker, json_bytes, payload};

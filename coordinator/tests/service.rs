@@ -10,7 +10,7 @@ use std::sync::Arc;
 use baton_coordinator::grpc::worker_service;
 use baton_coordinator::record::WaitingFor;
 use baton_coordinator::store::memory::MemoryStore;
-use baton_coordinator::store::{RunQuery, Store};
+use baton_coordinator::store::{Coordination, Listing, LiveOutput, RunQuery, Runs, Store, Tasks};
 use baton_coordinator::{Config, Coordinator, Error};
 use baton_core::Decision;
 use baton_proto::Json;
@@ -503,7 +503,7 @@ struct FlakyStore {
     fail_next: std::sync::atomic::AtomicBool,
 }
 
-impl Store for FlakyStore {
+impl Runs for FlakyStore {
     async fn create_run(
         &self,
         header: baton_coordinator::store::RunHeader,
@@ -571,6 +571,12 @@ impl Store for FlakyStore {
         self.inner.load_run(run_id).await
     }
 
+    async fn version(&self, run_id: &str) -> Result<Option<u64>, baton_coordinator::store::Error> {
+        self.inner.version(run_id).await
+    }
+}
+
+impl Tasks for FlakyStore {
     async fn swap_tasks(
         &self,
         swaps: Vec<baton_coordinator::store::TaskSwap>,
@@ -601,85 +607,9 @@ impl Store for FlakyStore {
     ) -> Result<std::collections::BTreeMap<String, Vec<u8>>, baton_coordinator::store::Error> {
         self.inner.tasks(run_id).await
     }
+}
 
-    async fn version(&self, run_id: &str) -> Result<Option<u64>, baton_coordinator::store::Error> {
-        self.inner.version(run_id).await
-    }
-
-    async fn list_runs(
-        &self,
-        query: baton_coordinator::store::RunQuery,
-    ) -> Result<baton_coordinator::store::RunPage, baton_coordinator::store::Error> {
-        self.inner.list_runs(query).await
-    }
-
-    async fn ping(&self) -> Result<(), baton_coordinator::store::Error> {
-        self.inner.ping().await
-    }
-
-    async fn advertise_slots(
-        &self,
-        coordinator: &str,
-        free: std::collections::BTreeMap<String, usize>,
-        expires_ms: i64,
-    ) -> Result<(), baton_coordinator::store::Error> {
-        self.inner
-            .advertise_slots(coordinator, free, expires_ms)
-            .await
-    }
-
-    async fn slots_elsewhere(
-        &self,
-        me: &str,
-        now_ms: i64,
-    ) -> Result<std::collections::BTreeMap<String, usize>, baton_coordinator::store::Error> {
-        self.inner.slots_elsewhere(me, now_ms).await
-    }
-
-    async fn active_runs(&self) -> Result<Vec<String>, baton_coordinator::store::Error> {
-        self.inner.active_runs().await
-    }
-
-    async fn decisions(
-        &self,
-        run_id: &str,
-    ) -> Result<std::collections::BTreeMap<String, Vec<u8>>, baton_coordinator::store::Error> {
-        self.inner.decisions(run_id).await
-    }
-
-    async fn runs_of_workflow(
-        &self,
-        workflow_id: &str,
-        limit: usize,
-    ) -> Result<Vec<String>, baton_coordinator::store::Error> {
-        self.inner.runs_of_workflow(workflow_id, limit).await
-    }
-
-    async fn claim_idempotency_key(
-        &self,
-        key: &str,
-        run_id: &str,
-        request_sha256: &str,
-        ttl_s: u64,
-    ) -> Result<baton_coordinator::store::Claim, baton_coordinator::store::Error> {
-        self.inner
-            .claim_idempotency_key(key, run_id, request_sha256, ttl_s)
-            .await
-    }
-
-    async fn reclaim_idempotency_key(
-        &self,
-        key: &str,
-        voided_run_id: &str,
-        run_id: &str,
-        request_sha256: &str,
-        ttl_s: u64,
-    ) -> Result<baton_coordinator::store::Claim, baton_coordinator::store::Error> {
-        self.inner
-            .reclaim_idempotency_key(key, voided_run_id, run_id, request_sha256, ttl_s)
-            .await
-    }
-
+impl LiveOutput for FlakyStore {
     async fn append_output(
         &self,
         pieces: Vec<(String, baton_coordinator::store::OutputPiece)>,
@@ -714,6 +644,84 @@ impl Store for FlakyStore {
         baton_coordinator::store::Error,
     > {
         self.inner.wait_output(after, block).await
+    }
+}
+
+impl Listing for FlakyStore {
+    async fn list_runs(
+        &self,
+        query: baton_coordinator::store::RunQuery,
+    ) -> Result<baton_coordinator::store::RunPage, baton_coordinator::store::Error> {
+        self.inner.list_runs(query).await
+    }
+
+    async fn active_runs(&self) -> Result<Vec<String>, baton_coordinator::store::Error> {
+        self.inner.active_runs().await
+    }
+
+    async fn decisions(
+        &self,
+        run_id: &str,
+    ) -> Result<std::collections::BTreeMap<String, Vec<u8>>, baton_coordinator::store::Error> {
+        self.inner.decisions(run_id).await
+    }
+
+    async fn runs_of_workflow(
+        &self,
+        workflow_id: &str,
+        limit: usize,
+    ) -> Result<Vec<String>, baton_coordinator::store::Error> {
+        self.inner.runs_of_workflow(workflow_id, limit).await
+    }
+}
+
+impl Coordination for FlakyStore {
+    async fn ping(&self) -> Result<(), baton_coordinator::store::Error> {
+        self.inner.ping().await
+    }
+
+    async fn advertise_slots(
+        &self,
+        coordinator: &str,
+        free: std::collections::BTreeMap<String, usize>,
+        expires_ms: i64,
+    ) -> Result<(), baton_coordinator::store::Error> {
+        self.inner
+            .advertise_slots(coordinator, free, expires_ms)
+            .await
+    }
+
+    async fn slots_elsewhere(
+        &self,
+        me: &str,
+        now_ms: i64,
+    ) -> Result<std::collections::BTreeMap<String, usize>, baton_coordinator::store::Error> {
+        self.inner.slots_elsewhere(me, now_ms).await
+    }
+
+    async fn claim_idempotency_key(
+        &self,
+        key: &str,
+        run_id: &str,
+        request_sha256: &str,
+        ttl_s: u64,
+    ) -> Result<baton_coordinator::store::Claim, baton_coordinator::store::Error> {
+        self.inner
+            .claim_idempotency_key(key, run_id, request_sha256, ttl_s)
+            .await
+    }
+
+    async fn reclaim_idempotency_key(
+        &self,
+        key: &str,
+        voided_run_id: &str,
+        run_id: &str,
+        request_sha256: &str,
+        ttl_s: u64,
+    ) -> Result<baton_coordinator::store::Claim, baton_coordinator::store::Error> {
+        self.inner
+            .reclaim_idempotency_key(key, voided_run_id, run_id, request_sha256, ttl_s)
+            .await
     }
 }
 

@@ -19,8 +19,8 @@ use std::time::Duration;
 
 use baton_coordinator::clock::{Clock, Instant};
 use baton_coordinator::grpc::worker_service;
-use baton_coordinator::store::Store;
 use baton_coordinator::store::memory::MemoryStore;
+use baton_coordinator::store::{Runs, Store, Tasks};
 use baton_coordinator::{Config, Coordinator, Error};
 use baton_proto::v1::{
     self, CoordinatorMessage, Task, WorkerQueryDecisionsRequest, coordinator_message,

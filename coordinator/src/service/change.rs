@@ -18,7 +18,7 @@ use crate::hub::Assignment;
 use crate::jq_runs::{Computed, Evaluation, Live, Running};
 use crate::model::{LoggedEvent, StoredEvent};
 use crate::record::RunRecord;
-use crate::store::{self, Store, TransitionWrite};
+use crate::store::{self, Runs, Store, TransitionWrite};
 use crate::task_ref::TaskRef;
 use crate::traces;
 

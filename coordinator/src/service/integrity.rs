@@ -7,7 +7,7 @@ use baton_core::handoff::DecisionRecord;
 use super::{Coordinator, Error};
 use crate::chain::{self, Mismatch};
 use crate::decisions::StoredDecision;
-use crate::store::Store;
+use crate::store::{Listing, Store};
 
 /// What verifying a run found.
 #[derive(Debug, Clone, PartialEq, Eq)]

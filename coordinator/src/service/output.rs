@@ -24,7 +24,7 @@ use tokio::sync::{Notify, broadcast, mpsc, oneshot};
 
 use super::{Coordinator, Error, Inner};
 use crate::metrics::Refused;
-use crate::store::{OutputOffset, OutputPiece, Store};
+use crate::store::{LiveOutput, OutputOffset, OutputPiece, Store};
 use crate::task_ref::TaskRef;
 
 /// How many deliveries (each what one read of the store brought, however many pieces) a

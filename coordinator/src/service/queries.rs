@@ -4,7 +4,7 @@
 use super::{Coordinator, Error};
 use crate::decisions::{self, StoredDecision};
 use crate::metrics::Refused;
-use crate::store::Store;
+use crate::store::{Listing, Runs, Store};
 use crate::task_ref::TaskRef;
 
 /// Whose decisions a query ranks.

@@ -9,7 +9,7 @@ use super::runs::Loaded;
 use super::{Coordinator, Error, json};
 use crate::model::{StepStatus, TaskEntry, TaskState};
 use crate::record::{self, RunRecord, StepView, WaitingFor};
-use crate::store::{RunPage, RunQuery, Store};
+use crate::store::{Coordination, Listing, RunPage, RunQuery, Store, Tasks};
 use crate::task_ref::parse_task_key;
 use crate::traces;
 

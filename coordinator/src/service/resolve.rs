@@ -6,7 +6,7 @@
 //! still be done later. Telling the client it failed would be a lie half the time (a run told
 //! failed still ran, and a retry started it twice); telling it it succeeded, the other half.
 //! So the store is asked, on the run's own slot and in order with the write itself, which it was
-//! ([`Store::settle_create`], [`Store::settle_transition`]), for up to [`SETTLE_PATIENCE`]:
+//! ([`Runs::settle_create`], [`Runs::settle_transition`]), for up to [`SETTLE_PATIENCE`]:
 //! - done: the caller goes on as if the answer had come (the transition's actions are carried
 //!   out, the new run started);
 //! - not done: the settle made sure it never will be (the run id voided, the version fenced),
@@ -23,7 +23,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::{Coordinator, Error};
-use crate::store::{self, RunHeader, Settled, Store, TransitionWrite};
+use crate::store::{self, RunHeader, Runs, Settled, Store, TransitionWrite};
 
 /// How long a write whose answer was lost is settled for before the caller is told it may have
 /// been done: a client waits this much longer than the store's own timeout, at worst.

@@ -13,7 +13,7 @@ use super::{Coordinator, Error};
 use crate::chain::{self, Mismatch};
 use crate::model::{StepState, TaskEntry};
 use crate::parts::PartEncoder;
-use crate::store::{RunHeader, Store, StoredRun, TransitionWrite};
+use crate::store::{RunHeader, Runs, Store, StoredRun, TransitionWrite};
 use crate::workflows::Workflows;
 
 /// A run's place in the cache: locked for each change, `None` until loaded (or after a version

@@ -12,7 +12,7 @@ use super::plan::{Applied, Planned, plan};
 use super::runs::Loaded;
 use super::{Coordinator, Error, json};
 use crate::model::{LoggedEvent, StoredEvent};
-use crate::store::{self, Claim, RunHeader, Store};
+use crate::store::{self, Claim, Coordination, RunHeader, Runs, Store};
 use crate::workflows::Known;
 
 /// How long an idempotency key names its run: a client retrying within a day gets the same run.

@@ -19,7 +19,7 @@ use crate::clock::Instant;
 use crate::model::{TaskEntry, TaskState};
 use crate::parts::{Part, PartEncoder};
 use crate::record::RunRecord;
-use crate::store::{OutputOffset, OutputPiece, Store};
+use crate::store::{LiveOutput, OutputOffset, OutputPiece, Store};
 use crate::task_ref::parse_task_key;
 
 /// Something a watcher of a run is told.

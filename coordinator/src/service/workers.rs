@@ -10,7 +10,7 @@ use crate::hub::{ReadyTask, WorkerStream};
 use crate::lease;
 use crate::metrics::Refused;
 use crate::model::TaskEntry;
-use crate::store::Store;
+use crate::store::{Store, Tasks};
 use crate::task_ref::{MalformedTaskId, TaskRef};
 
 /// A worker's hello, as the edge checked it.

@@ -1,10 +1,51 @@
 //! A run's live output as the store keeps it: the pieces its agents stream while they run (an
 //! LLM's tokens), in order, so that watchers on any coordinator see them, and one that joins
 //! mid-step first sees what was streamed so far. Bounded, and gone soon after the run ends:
-//! the step's result is the agent's answer, never this.
+//! the step's result is the agent's answer, never this. The [`LiveOutput`] trait, and a piece
+//! ([`OutputPiece`]) and its place in the output ([`OutputOffset`]).
 
 use std::fmt;
 use std::str::FromStr;
+use std::time::Duration;
+
+use super::Error;
+use super::declare::store_trait;
+
+store_trait! {
+    /// A run's live output, appended by the coordinator that holds the task and read by the
+    /// watchers of any coordinator.
+    ///
+    /// Contract, for every implementation:
+    /// - Each piece gets an offset greater than every earlier one of its run.
+    /// - A run keeps the newest [`OUTPUT_MAX_BYTES`] of text: the oldest pieces go first.
+    /// - Once the transition that ends a run is written, its output takes no more pieces,
+    ///   stays readable for [`OUTPUT_KEPT_AFTER_END`], then is gone; a transition that makes an
+    ///   ended run `running` again (a retry) keeps what is left of it and lets it take pieces
+    ///   again.
+    pub trait LiveOutput {
+        /// Appends live output, `(run id, piece)` in order, to each run's output, only while
+        /// the run's status is `running` (pieces for a run that ended or does not exist are
+        /// dropped, not an error).
+        async fn append_output(&self, pieces: Vec<(String, OutputPiece)>) -> Result<(), Error>;
+
+        /// A run's pieces after an offset (all with `None`), oldest first (empty for an unknown
+        /// or ended run).
+        async fn read_output(
+            &self,
+            run_id: &str,
+            after: Option<OutputOffset>,
+        ) -> Result<Vec<(OutputOffset, OutputPiece)>, Error>;
+
+        /// Pieces after `(run id, offset)` of each run, as `(run id, offset, piece)`, waiting up
+        /// to `block` for some to come (empty when none did).
+        #[untimed = "it waits for output by design, so its duration says nothing about the store"]
+        async fn wait_output(
+            &self,
+            after: Vec<(String, OutputOffset)>,
+            block: Duration,
+        ) -> Result<Vec<(String, OutputOffset, OutputPiece)>, Error>;
+    }
+}
 
 /// The most text a run's output keeps: when a piece would pass it, the oldest pieces go.
 pub const OUTPUT_MAX_BYTES: usize = 4 << 20;

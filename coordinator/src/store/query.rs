@@ -1,4 +1,4 @@
-//! What [`Store::list_runs`](super::Store::list_runs) takes and gives: a [`RunQuery`] (filters,
+//! What [`Listing::list_runs`](super::Listing::list_runs) takes and gives: a [`RunQuery`] (filters,
 //! a page size, where to start) and a [`RunPage`] (the runs, and where the next page starts);
 //! and [`PageFill`], the walk over an index both stores share, so that they cut pages alike.
 

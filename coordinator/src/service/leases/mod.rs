@@ -34,7 +34,7 @@ use super::plan::{Holder, Planned};
 use super::{Coordinator, Error, Inner};
 use crate::clock::Instant;
 use crate::model::TaskEntry;
-use crate::store::{Store, TaskSwap};
+use crate::store::{Store, TaskSwap, Tasks};
 use crate::task_ref::parse_task_key;
 
 /// The leases this coordinator holds, keyed by (run id, visit key).

@@ -16,7 +16,7 @@ use crate::clock::Instant;
 use crate::hub::ReadyTask;
 use crate::lease;
 use crate::service::{Coordinator, Error};
-use crate::store::Store;
+use crate::store::{Coordination, Store};
 
 /// What this coordinator last advertised, and when.
 #[derive(Default)]

@@ -5,7 +5,7 @@ use tokio::sync::MutexGuard;
 use crate::lease;
 use crate::model::{TaskEntry, TaskState};
 use crate::service::Coordinator;
-use crate::store::{Store, TaskSwap};
+use crate::store::{Store, TaskSwap, Tasks};
 
 impl<S: Store> Coordinator<S> {
     /// Pushes out the lease of every task this coordinator holds (one store call), writing down

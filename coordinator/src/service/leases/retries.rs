@@ -9,7 +9,7 @@ use crate::model::{AttemptUsage, TaskEntry, TaskState, keep_attempts};
 use crate::service::plan::Answering;
 use crate::service::spans::Answered;
 use crate::service::{Coordinator, Error};
-use crate::store::Store;
+use crate::store::{Store, Tasks};
 use crate::task_ref::TaskRef;
 
 impl<S: Store> Coordinator<S> {

@@ -12,7 +12,7 @@ use crate::model::{TaskEntry, TaskState};
 use crate::service::plan::Answering;
 use crate::service::tasks::ready_task;
 use crate::service::{Coordinator, Error};
-use crate::store::{DueTask, Store};
+use crate::store::{DueTask, Store, Tasks};
 use crate::task_ref::{TaskRef, parse_task_key, task_key};
 
 /// How many approval timeouts one sweep takes on.

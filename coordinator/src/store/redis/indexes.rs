@@ -9,7 +9,7 @@ use ::redis::{AsyncCommands, Cmd, RedisError};
 
 use super::replies::unavailable;
 use super::{RUNNING, RedisStore};
-use crate::store::{Error, RunHeader, Settled, Store};
+use crate::store::{Error, RunHeader, Runs, Settled};
 
 /// Which index entries of a new run one call added (those it found there already belong to
 /// another call's create of the same id, or to the run itself).

@@ -1,4 +1,4 @@
-//! `list_runs` on the indexes: a page of runs walked from `P:runs` (or a workflow's runs) from
+//! [`Listing`] on Redis. `list_runs` on the indexes: a page of runs walked from `P:runs` (or a workflow's runs) from
 //! a cursor, their statuses read from the run headers; the running ones from `P:runs:active`.
 //!
 //! On a cluster each index is [`INDEX_SHARDS`](super::indexes::INDEX_SHARDS) sorted sets, and a
@@ -6,15 +6,15 @@
 //! few entries at a time and only again once the walk has used what it read, so a page costs
 //! about one round of reads, not one per entry.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 
-use ::redis::Cmd;
+use ::redis::{Cmd, Value};
 use baton_core::RunStatus;
 
 use super::RedisStore;
-use super::replies::unavailable;
+use super::replies::{fields, script_error, unavailable};
 use crate::store::query::PageFill;
-use crate::store::{Error, RunCursor, RunPage, RunQuery, RunSummary};
+use crate::store::{Error, Listing, RunCursor, RunPage, RunQuery, RunSummary};
 
 /// How many entries a batch of a status-filtered walk reads at least (a page of 10 over runs
 /// that mostly do not match would otherwise read them 10 at a time).
@@ -28,8 +28,60 @@ const SHARD_READ_MIN: usize = 16;
 /// (and Redis takes no range beyond a signed 64-bit number).
 const SHARD_READ_MAX: usize = 5_000;
 
+impl Listing for RedisStore {
+    async fn list_runs(&self, query: RunQuery) -> Result<RunPage, Error> {
+        self.read_retrying(|| self.list_page(&query)).await
+    }
+
+    async fn active_runs(&self) -> Result<Vec<String>, Error> {
+        self.read_retrying(|| async {
+            let reads = self
+                .active_keys()
+                .into_iter()
+                .map(|key| {
+                    let mut cmd = ::redis::cmd("SMEMBERS");
+                    cmd.arg(key);
+                    cmd
+                })
+                .collect();
+            let shards: Vec<Vec<String>> = self.con.each(reads).await.map_err(unavailable)?;
+            let mut ids: Vec<String> = shards.into_iter().flatten().collect();
+            if ids.is_empty() {
+                return Ok(ids);
+            }
+            let mut running = self.running(&ids).await?.into_iter();
+            ids.retain(|_| running.next().unwrap_or(false));
+            ids.sort();
+            Ok(ids)
+        })
+        .await
+    }
+
+    async fn decisions(&self, run_id: &str) -> Result<BTreeMap<String, Vec<u8>>, Error> {
+        self.read_retrying(|| async {
+            let mut con = self.con.clone();
+            let reply: Value = ::redis::cmd("HGETALL")
+                .arg(self.run_keys(run_id).decisions)
+                .query_async(&mut con)
+                .await
+                .map_err(|err| script_error(err, run_id, 0))?;
+            fields(run_id, "decisions", reply)
+        })
+        .await
+    }
+
+    async fn runs_of_workflow(
+        &self,
+        workflow_id: &str,
+        limit: usize,
+    ) -> Result<Vec<String>, Error> {
+        self.newest(self.workflow_runs_keys(workflow_id), limit)
+            .await
+    }
+}
+
 impl RedisStore {
-    /// One page of `query` (the [`Store`](crate::store::Store) contract's `list_runs`).
+    /// One page of `query` ([`Listing::list_runs`]).
     pub(super) async fn list_page(&self, query: &RunQuery) -> Result<RunPage, Error> {
         if query.limit == 0 {
             return Ok(RunPage::default());

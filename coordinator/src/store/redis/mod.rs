@@ -12,12 +12,20 @@
 //! - `timers`: the timer sets on a cluster, one per agent and slot, and the slot registry that
 //!   tells a sweep which slots to read.
 //! - `scripts`: the Lua scripts, each joined from files of `lua/`; a transition as arguments.
-//! - `impl_store`: `impl Store for RedisStore`, each call of the contract; the writes and reads
-//!   that wait for replicas.
+//! - `runs`, `tasks`, `output`, `listing`, `coordination`: each trait of the [`Store`] (`Runs`,
+//!   `Tasks`, `LiveOutput`, `Listing`, `Coordination`) implemented as commands and scripts on
+//!   the layout below:
+//!   - `runs`: a create, a transition and their settles, each one script; a run read back.
+//!   - `tasks`: swaps and due tasks, each one script; a run's tasks read.
+//!   - `output`: a run's live output appended to its stream, and read back from it.
+//!   - `listing`: `list_runs`, a page walked over the indexes from a cursor, filtered by status;
+//!     the active runs, a workflow's, a run's decisions.
+//!   - `coordination`: idempotency keys, free slots, `ping`.
+//! - `round_trips`: how writes and a run's reads go to Redis: a script and the `WAIT` behind it,
+//!   a new run's index entries and its create in one pipeline, a read at one version or behind a
+//!   replication barrier.
 //! - `replies`: replies read back: refusals and failures as [`Error`], hashes and lists as bytes.
 //! - `indexes`: the global indexes kept in line with the runs, and `rebuild_indexes`.
-//! - `listing`: `list_runs`, a page walked over the indexes from a cursor, filtered by status.
-//! - `output`: a run's live output read back from its stream.
 //! - `lua/`: the Lua source of the scripts ([Scripts](#scripts) says which file goes where).
 //!
 //! # Layout
@@ -213,14 +221,17 @@
 
 mod connect;
 mod connection;
-mod impl_store;
+mod coordination;
 mod indexes;
 mod keys;
 mod listing;
 mod output;
 mod replies;
+mod round_trips;
+mod runs;
 mod scripts;
 mod slots;
+mod tasks;
 mod timers;
 
 use std::collections::HashMap;

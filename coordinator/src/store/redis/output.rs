@@ -1,9 +1,133 @@
-//! A run's live output read back from its stream: `XRANGE` and `XREAD` replies as pieces.
+//! [`LiveOutput`] on Redis: a run's live output in its stream, appended by a script that
+//! checks the run runs, read with `XRANGE`, waited for with `XREAD` (polled on a cluster), and
+//! the replies read back as pieces.
+
+use std::collections::HashMap;
 
 use ::redis::Value;
 
-use super::replies::corrupt;
-use crate::store::{Error, OutputOffset, OutputPiece};
+use super::replies::{corrupt, unavailable};
+use super::scripts::APPEND_OUTPUT;
+use super::{BLOCKING_RESPONSE_TIMEOUT, CLUSTER_OUTPUT_POLL, RedisStore};
+use crate::store::{Error, LiveOutput, OUTPUT_MAX_BYTES, OutputOffset, OutputPiece};
+
+impl LiveOutput for RedisStore {
+    async fn append_output(&self, pieces: Vec<(String, OutputPiece)>) -> Result<(), Error> {
+        // One script call per run's consecutive pieces: each run's stay in order.
+        let mut by_run: Vec<(String, Vec<OutputPiece>)> = Vec::new();
+        for (run_id, piece) in pieces {
+            match by_run.last_mut() {
+                Some((last, run_pieces)) if *last == run_id => run_pieces.push(piece),
+                _ => by_run.push((run_id, vec![piece])),
+            }
+        }
+        let mut con = self.con.clone();
+        for (run_id, pieces) in &by_run {
+            let keys = self.run_keys(run_id);
+            let mut invocation = APPEND_OUTPUT.prepare_invoke();
+            invocation
+                .key(&keys.run)
+                .key(&keys.output)
+                .arg(OUTPUT_MAX_BYTES);
+            for piece in pieces {
+                invocation
+                    .arg(piece.step_id.as_str())
+                    .arg(piece.visit)
+                    .arg(piece.attempt)
+                    .arg(piece.text.as_str())
+                    .arg(if piece.restart { "1" } else { "0" });
+            }
+            let _appended: u64 = invocation
+                .invoke_async(&mut con)
+                .await
+                .map_err(unavailable)?;
+        }
+        Ok(())
+    }
+
+    async fn read_output(
+        &self,
+        run_id: &str,
+        after: Option<OutputOffset>,
+    ) -> Result<Vec<(OutputOffset, OutputPiece)>, Error> {
+        self.read_retrying(|| async {
+            let start = match after {
+                Some(offset) => format!("({offset}"),
+                None => "-".to_owned(),
+            };
+            let mut con = self.con.clone();
+            let reply: Value = ::redis::cmd("XRANGE")
+                .arg(self.run_keys(run_id).output)
+                .arg(start)
+                .arg("+")
+                .query_async(&mut con)
+                .await
+                .map_err(unavailable)?;
+            read_entries(run_id, reply)
+        })
+        .await
+    }
+
+    async fn wait_output(
+        &self,
+        after: Vec<(String, OutputOffset)>,
+        block: std::time::Duration,
+    ) -> Result<Vec<(String, OutputOffset, OutputPiece)>, Error> {
+        if after.is_empty() {
+            tokio::time::sleep(block).await;
+            return Ok(Vec::new());
+        }
+        let block = block.min(BLOCKING_RESPONSE_TIMEOUT / 2);
+        let by_key: HashMap<String, &str> = after
+            .iter()
+            .map(|(run_id, _)| (self.run_keys(run_id).output, run_id.as_str()))
+            .collect();
+        let lookup = |key: &str| by_key.get(key).map(|run_id| run_id.to_string());
+        if self.con.is_cluster() {
+            // The runs' streams are on many slots, and a blocking read would hold a node's one
+            // connection: read each stream without blocking, every CLUSTER_OUTPUT_POLL.
+            let deadline = tokio::time::Instant::now() + block;
+            loop {
+                let reads = after
+                    .iter()
+                    .map(|(run_id, offset)| {
+                        let mut cmd = ::redis::cmd("XREAD");
+                        cmd.arg("STREAMS")
+                            .arg(self.run_keys(run_id).output)
+                            .arg(offset.to_string());
+                        cmd
+                    })
+                    .collect();
+                let replies: Vec<Value> = self.con.each(reads).await.map_err(unavailable)?;
+                let mut pieces = Vec::new();
+                for reply in replies {
+                    pieces.extend(read_streams(reply, lookup)?);
+                }
+                if !pieces.is_empty() || tokio::time::Instant::now() >= deadline {
+                    return Ok(pieces);
+                }
+                tokio::time::sleep_until(
+                    deadline.min(tokio::time::Instant::now() + CLUSTER_OUTPUT_POLL),
+                )
+                .await;
+            }
+        }
+        let mut command = ::redis::cmd("XREAD");
+        command
+            .arg("BLOCK")
+            .arg(block.as_millis().max(1) as u64)
+            .arg("STREAMS");
+        for (run_id, _) in &after {
+            command.arg(self.run_keys(run_id).output);
+        }
+        for (_, offset) in &after {
+            command.arg(offset.to_string());
+        }
+        let mut con = self.blocking.clone();
+        let reply: Value = command.query_async(&mut con).await.map_err(unavailable)?;
+        read_streams(reply, lookup)
+    }
+}
 
 /// The entries of one stream (`XRANGE`'s reply, or one stream of `XREAD`'s).
 pub(super) fn read_entries(
