@@ -36,7 +36,7 @@ use crate::eval::{JqProgram, JqRunner, JqSite, Scope, install_jq_runner};
 use crate::handoff::AgentNotes;
 use crate::messages::{Message, add_messages};
 use crate::payload::{AgentPayload, ErrorInfo, Manifest, assemble};
-use crate::workflow::json::text_nesting_depth;
+use crate::text::text_nesting_depth;
 use crate::workflow::parse::parse_workflow_value;
 use crate::{
     Action, Context, Decision, Event, Limits, Run, RunStatus, StepResult, TaskId, Waiting,
