@@ -17,7 +17,7 @@
 
 use serde_json::Value;
 
-use crate::workflow::names::is_unprintable;
+use crate::text::is_unprintable;
 
 /// An integer literal of the text that no 64-bit integer holds.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -2,7 +2,7 @@
 
 use std::fmt;
 
-use crate::workflow::names::is_unprintable;
+use crate::text::is_unprintable;
 
 /// How bad a problem is: errors stop a workflow from being accepted, warnings do not.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]

@@ -16,6 +16,7 @@
 //! - [`integrity`]: canonical JSON hashing (RFC 8785) and the per-run state chain.
 //! - `engine`: the run state machine, `(Run, Event) -> (Run, [Action])` ([`Run`]).
 //! - `limits`: ceilings on every size a workflow author controls ([`Limits`]).
+//! - `text`: plain text below every parser: unprintable characters, JSON bracket depth.
 
 pub mod big_integers;
 mod blob_cache;
@@ -29,6 +30,7 @@ pub mod integrity;
 mod limits;
 pub mod messages;
 pub mod payload;
+mod text;
 pub mod workflow;
 
 pub use blob_cache::BlobLru;

@@ -24,7 +24,7 @@ use serde_json::{Value, json};
 
 use crate::Output;
 use crate::agents::AgentsFile;
-use crate::payload::{PartCache, PayloadError};
+use crate::payload::{PartCache, Payload, PayloadError};
 
 /// Every target of this crate, by name (the name of its corpus folder).
 pub const TARGETS: &[(&str, Target)] = &[
@@ -212,41 +212,147 @@ pub fn part_cache(data: &[u8]) {
 
 fn part_cache_stream(u: &mut Unstructured) -> arbitrary::Result<()> {
     let budget = u64::from(u.int_in_range(0..=2048u32)?);
-    let mut pool: Vec<Vec<u8>> = Vec::new();
-    for _ in 0..u.int_in_range(1..=8)? {
-        pool.push(if u.ratio(1, 10)? {
-            let len = u.int_in_range(0..=16)?;
-            u.bytes(len)?.to_vec()
-        } else {
-            serde_json::to_vec(&json_value(u, 3)?).expect("a value serialises")
-        });
-    }
-    let digests: Vec<String> = pool
-        .iter()
-        .map(|part| Json::new(part.clone()).sha256)
-        .collect();
-    let by_digest: HashMap<&str, &[u8]> = digests
-        .iter()
-        .map(String::as_str)
-        .zip(pool.iter().map(Vec::as_slice))
-        .collect();
+    let pool = Pool::draw(u)?;
     let mut cache = PartCache::new(budget);
     let mut mirror = BlobLru::new(budget);
     for _ in 0..u.int_in_range(1..=8)? {
-        let manifest = arbitrary_manifest(u, &digests)?;
+        let manifest = arbitrary_manifest(u, &pool.digests)?;
         let fault: Fault = u.arbitrary()?;
-        // What the coordinator sends: each part the mirror does not hold, once.
+        let sent = pool.sent_for(&manifest, &mut mirror);
+        let delivery = Delivery::damaged(u, &manifest, fault, sent)?;
+        let used_before = cache.used();
+        match cache.receive(delivery.manifest, delivery.parts) {
+            Ok(payload) => {
+                assert!(
+                    fault == Fault::None || delivery.harmless || fault == Fault::ManifestReplaced,
+                    "a task damaged on the way ({fault:?}) was taken"
+                );
+                if fault == Fault::ManifestReplaced && !delivery.harmless {
+                    // Another manifest that happens to read: it names other parts, and the
+                    // caches no longer agree. The worker would start a new stream on its next
+                    // mismatch; here, start again.
+                    let _ = payload.bytes();
+                    let _ = payload.try_value();
+                    cache = PartCache::new(budget);
+                    mirror = BlobLru::new(budget);
+                    continue;
+                }
+                pool.check_spliced(&payload, &manifest);
+                assert_eq!(
+                    cache.used(),
+                    mirror.used(),
+                    "the mirror knows what the worker holds"
+                );
+                assert!(cache.used() <= budget);
+            }
+            Err(error) => {
+                assert!(
+                    refused_for(fault, &error),
+                    "{fault:?} was refused as: {error}"
+                );
+                assert_eq!(
+                    cache.used(),
+                    used_before,
+                    "nothing of a refused task is kept"
+                );
+                let _ = error.to_string();
+                cache = PartCache::new(budget);
+                mirror = BlobLru::new(budget);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The parts a stream's manifests name: JSON, and now and then bytes that are not.
+struct Pool {
+    /// Each part's digest, in the order drawn (a part drawn twice is named twice).
+    digests: Vec<String>,
+    by_digest: HashMap<String, Vec<u8>>,
+}
+
+impl Pool {
+    fn draw(u: &mut Unstructured) -> arbitrary::Result<Pool> {
+        let mut parts: Vec<Vec<u8>> = Vec::new();
+        for _ in 0..u.int_in_range(1..=8)? {
+            parts.push(if u.ratio(1, 10)? {
+                let len = u.int_in_range(0..=16)?;
+                u.bytes(len)?.to_vec()
+            } else {
+                serde_json::to_vec(&json_value(u, 3)?).expect("a value serialises")
+            });
+        }
+        let digests: Vec<String> = parts
+            .iter()
+            .map(|part| Json::new(part.clone()).sha256)
+            .collect();
+        let by_digest = digests.iter().cloned().zip(parts).collect();
+        Ok(Pool { digests, by_digest })
+    }
+
+    fn part(&self, digest: &str) -> &[u8] {
+        &self.by_digest[digest]
+    }
+
+    /// What the coordinator sends with a task of `manifest`: each part the mirror does not
+    /// hold, once. The mirror then holds them all.
+    fn sent_for(&self, manifest: &Manifest, mirror: &mut BlobLru) -> Vec<Json> {
         let mut sent_digests = HashSet::new();
-        let mut sent: Vec<Json> = manifest
+        let sent: Vec<Json> = manifest
             .parts()
             .filter(|(_, digest)| !mirror.contains(digest) && sent_digests.insert(*digest))
-            .map(|(_, digest)| Json::new(by_digest[digest].to_vec()))
+            .map(|(_, digest)| Json::new(self.part(digest).to_vec()))
             .collect();
         for (_, digest) in manifest.parts() {
-            mirror.touch(digest, by_digest[digest].len() as u64);
+            mirror.touch(digest, self.part(digest).len() as u64);
         }
+        sent
+    }
+
+    /// A payload received intact is the bytes the engine would have written; JSON when every
+    /// part is.
+    fn check_spliced(&self, payload: &Payload, manifest: &Manifest) {
+        let expected = assemble(manifest, |digest| {
+            self.by_digest.get(digest).map(Vec::as_slice)
+        })
+        .expect("every part is in the pool");
+        assert_eq!(
+            payload.bytes(),
+            &expected[..],
+            "the payload splices back whole"
+        );
+        let every_part_is_json = manifest
+            .parts()
+            .all(|(_, digest)| serde_json::from_slice::<Value>(self.part(digest)).is_ok());
+        if every_part_is_json {
+            let value = payload
+                .try_value()
+                .expect("a payload of JSON parts is JSON");
+            assert!(value.is_object());
+        } else {
+            let _ = payload.try_value();
+        }
+    }
+}
+
+/// A task as it reaches the worker: its manifest and parts, after `fault` did its damage.
+struct Delivery {
+    manifest: Option<Json>,
+    parts: Vec<Json>,
+    /// The fault changed nothing that matters (nothing to lose or flip; a replaced byte that
+    /// reads as the same manifest).
+    harmless: bool,
+}
+
+impl Delivery {
+    fn damaged(
+        u: &mut Unstructured,
+        manifest: &Manifest,
+        fault: Fault,
+        mut sent: Vec<Json>,
+    ) -> arbitrary::Result<Delivery> {
         let mut manifest_json = Some(Json::new(
-            serde_json::to_vec(&manifest).expect("a manifest serialises"),
+            serde_json::to_vec(manifest).expect("a manifest serialises"),
         ));
         let mut harmless = false;
         match fault {
@@ -273,83 +379,37 @@ fn part_cache_stream(u: &mut Unstructured) -> arbitrary::Result<()> {
                 json.flip(at, 1 << u.choose_index(8)?);
             }
             Fault::ManifestReplaced => {
-                let mut bytes = serde_json::to_vec(&manifest).expect("a manifest serialises");
+                let mut bytes = serde_json::to_vec(manifest).expect("a manifest serialises");
                 let at = u.choose_index(bytes.len())?;
                 bytes[at] = u.arbitrary()?;
                 harmless =
-                    serde_json::from_slice::<Manifest>(&bytes).ok().as_ref() == Some(&manifest);
+                    serde_json::from_slice::<Manifest>(&bytes).ok().as_ref() == Some(manifest);
                 manifest_json = Some(Json::new(bytes));
             }
             Fault::NoManifest => manifest_json = None,
         }
-        let used_before = cache.used();
-        match cache.receive(manifest_json, sent) {
-            Ok(payload) => {
-                assert!(
-                    fault == Fault::None || harmless || fault == Fault::ManifestReplaced,
-                    "a task damaged on the way ({fault:?}) was taken"
-                );
-                if fault == Fault::ManifestReplaced && !harmless {
-                    // Another manifest that happens to read: it names other parts, and the
-                    // caches no longer agree. The worker would start a new stream on its next
-                    // mismatch; here, start again.
-                    let _ = payload.bytes();
-                    let _ = payload.try_value();
-                    cache = PartCache::new(budget);
-                    mirror = BlobLru::new(budget);
-                    continue;
-                }
-                let expected = assemble(&manifest, |digest| by_digest.get(digest).copied())
-                    .expect("every part is in the pool");
-                assert_eq!(
-                    payload.bytes(),
-                    &expected[..],
-                    "the payload splices back whole"
-                );
-                let every_part_is_json = manifest
-                    .parts()
-                    .all(|(_, digest)| serde_json::from_slice::<Value>(by_digest[digest]).is_ok());
-                if every_part_is_json {
-                    let value = payload
-                        .try_value()
-                        .expect("a payload of JSON parts is JSON");
-                    assert!(value.is_object());
-                } else {
-                    let _ = payload.try_value();
-                }
-                assert_eq!(
-                    cache.used(),
-                    mirror.used(),
-                    "the mirror knows what the worker holds"
-                );
-                assert!(cache.used() <= budget);
-            }
-            Err(error) => {
-                let expected = match fault {
-                    Fault::None => false,
-                    Fault::PartLost => matches!(error, PayloadError::Missing(_)),
-                    Fault::PartFlipped => matches!(error, PayloadError::CorruptPart(_)),
-                    Fault::ManifestFlipped => matches!(error, PayloadError::CorruptManifest(_)),
-                    // Bytes that still read as a manifest name other parts.
-                    Fault::ManifestReplaced => matches!(
-                        error,
-                        PayloadError::BadManifest(_) | PayloadError::Missing(_)
-                    ),
-                    Fault::NoManifest => matches!(error, PayloadError::NoManifest),
-                };
-                assert!(expected, "{fault:?} was refused as: {error}");
-                assert_eq!(
-                    cache.used(),
-                    used_before,
-                    "nothing of a refused task is kept"
-                );
-                let _ = error.to_string();
-                cache = PartCache::new(budget);
-                mirror = BlobLru::new(budget);
-            }
-        }
+        Ok(Delivery {
+            manifest: manifest_json,
+            parts: sent,
+            harmless,
+        })
     }
-    Ok(())
+}
+
+/// Whether a task damaged by `fault` was refused for that damage.
+fn refused_for(fault: Fault, error: &PayloadError) -> bool {
+    match fault {
+        Fault::None => false,
+        Fault::PartLost => matches!(error, PayloadError::Missing(_)),
+        Fault::PartFlipped => matches!(error, PayloadError::CorruptPart(_)),
+        Fault::ManifestFlipped => matches!(error, PayloadError::CorruptManifest(_)),
+        // Bytes that still read as a manifest name other parts.
+        Fault::ManifestReplaced => matches!(
+            error,
+            PayloadError::BadManifest(_) | PayloadError::Missing(_)
+        ),
+        Fault::NoManifest => matches!(error, PayloadError::NoManifest),
+    }
 }
 
 /// A manifest naming parts of the pool (by `digests`) under arbitrary keys.

@@ -1,5 +1,6 @@
-//! What agent step visits hand on to the next agent step, as a transition records it: a second
-//! `impl Builder` beside [`super::transition`], which calls it as agents and parallel steps settle.
+//! What agent step visits hand on to the next agent step, as a transition records it: an
+//! `impl Builder` beside [`super::transition`], which calls it as agents, parallel steps and
+//! map items settle.
 //!
 //! The records themselves (decisions, sources, handoffs) are [`crate::handoff`]'s; here is when
 //! they are made and where the run keeps them. An agent's decisions are recorded at once; its
@@ -12,9 +13,10 @@ use std::sync::Arc;
 use imbl::Vector;
 use serde_json::value::RawValue;
 
-use super::map::ItemHand;
-use super::transition::Builder;
-use super::{Handed, MessageHistory, Pending};
+use super::build::Builder;
+use super::events::TaskId;
+use super::pending::{Handed, Pending};
+use super::run::MessageHistory;
 use crate::handoff::{AgentNotes, DecisionRecord, Handoff, Source, rfc3339};
 use crate::messages::{MAX_HISTORY, MessageUpdate, add_branch_messages, add_messages, assign_ids};
 use crate::workflow::{MapBody, MapStep, Step, StepIndex, StepKind};
@@ -53,7 +55,7 @@ impl Builder {
     /// over to the chain's next agent.
     pub(super) fn hand_on_item(
         &mut self,
-        task: &crate::engine::TaskId,
+        task: &TaskId,
         notes: AgentNotes,
         hand: &mut ItemHand<'_>,
     ) -> Result<(), Arc<str>> {
@@ -263,4 +265,11 @@ impl Builder {
             .get_or_insert_with(|| rfc3339(now_ms).unwrap_or_default().into())
             .clone()
     }
+}
+
+/// What an item's agent answer may change besides its outcome: the chain's sources and what
+/// the item hands on ([`Builder::hand_on`]).
+pub(super) struct ItemHand<'a> {
+    pub sources: &'a mut Arc<Vec<Arc<Source>>>,
+    pub handed: &'a mut Vec<(Arc<Source>, Vec<MessageUpdate>)>,
 }

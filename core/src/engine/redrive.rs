@@ -1,68 +1,30 @@
 //! Redrive: a failed run resumed from the step that failed, as a new visit of it.
 //!
-//! A run that fails at a step keeps where it would resume ([`Resume`]): the step, why the run
-//! came to it (through `on_error`, if it did) and, for a map step, the data of the visit that
-//! failed. [`super::Event::Redrive`] records the failed visit as taken up again (a history
-//! record with status `redriven`, so the state chain shows it) and enters the step again: an
-//! agent, transform or approval runs again; a map step runs only the items that did not
-//! succeed, keeping the others' results, and a parallel step (one that fails: it sets
-//! `tolerated_failures`) only the branches that did not succeed. A run that did not fail at a step (it was cancelled,
-//! its data failed an integrity check, a step reached its visit limit) cannot be redriven.
+//! A run that fails at a step keeps where it would resume ([`super::run::Resume`]): the step,
+//! why the run came to it (through `on_error`, if it did) and, for a map step, the data of the
+//! visit that failed. [`super::Event::Redrive`] records the failed visit as taken up again (a
+//! history record with status `redriven`, so the state chain shows it) and enters the step
+//! again: an agent, transform or approval runs again; a map step runs only the items that did
+//! not succeed, keeping the others' results, and a parallel step (one that fails: it sets
+//! `tolerated_failures`) only the branches that did not succeed. A run that did not fail at a
+//! step (it was cancelled, its data failed an integrity check, a step reached its visit limit)
+//! cannot be redriven.
 
 use std::sync::Arc;
 
 use imbl::Vector;
 use serde_json::Value;
 
-use super::route::Outcome;
-use super::transition::Builder;
-use super::{BranchOutcome, EngineError, Run, RunStatus, StepRecord, StepStatus, Transition};
-use crate::payload::ErrorInfo;
-use crate::workflow::{Step, StepIndex};
-
-/// Where a failed run resumes.
-#[derive(Debug, Clone)]
-pub(super) struct Resume {
-    step: StepIndex,
-    /// Why the run came to the step (through `on_error`): the step receives it again.
-    error: Option<ErrorInfo>,
-    /// A map or parallel step's data at the visit that failed.
-    kept: Option<Arc<Value>>,
-}
-
-/// Where a run that failed at `step` (settled with `outcome`) would resume.
-pub(super) fn resume_at(
-    _step: &Step,
-    index: StepIndex,
-    outcome: &Outcome,
-    error: Option<ErrorInfo>,
-) -> Option<Resume> {
-    let kept = match outcome {
-        Outcome::Merged { data, .. } => Some(data.clone()),
-        _ => None,
-    };
-    Some(Resume {
-        step: index,
-        error,
-        kept,
-    })
-}
-
-/// The step a redrive would resume at, or why there is none.
-pub(super) fn target(run: &Run) -> Result<Arc<str>, EngineError> {
-    if run.status != RunStatus::Failed {
-        return Err(EngineError::NotFailed(run.status));
-    }
-    let resume = run.redrive.as_ref().ok_or_else(|| {
-        EngineError::NothingToRedrive(run.error.clone().unwrap_or_else(|| "no error".into()))
-    })?;
-    Ok(run.workflow.step(resume.step).id.clone())
-}
+use super::build::Builder;
+use super::events::EngineError;
+use super::outcome::BranchOutcome;
+use super::run::{Run, Transition};
+use super::status::{RunStatus, StepRecord, StepStatus};
 
 /// Applies [`super::Event::Redrive`] at `at_ms`.
 pub(super) fn apply(run: &Run, at_ms: i64) -> Result<Transition, EngineError> {
-    target(run)?;
-    let resume = run.redrive.clone().expect("checked by target");
+    run.redrive_target()?;
+    let resume = run.redrive.clone().expect("checked by redrive_target");
     let workflow = run.workflow.clone();
     let step = workflow.step(resume.step);
     let mut builder = Builder::new(run.clone());

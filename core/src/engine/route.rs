@@ -1,31 +1,7 @@
 //! Where a settled top-level step leads: a pure function of the step and its outcome.
 
-use std::sync::Arc;
-
-use serde_json::Value;
-
-use super::Decision;
+use super::outcome::Outcome;
 use crate::workflow::{Step, StepIndex, StepKind};
-
-/// How a step settled.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Outcome {
-    /// An agent or transform produced data.
-    Data(Arc<Value>),
-    /// The step failed with this error.
-    Failed(Arc<str>),
-    /// A condition evaluated to this.
-    Condition(bool),
-    /// A person decided.
-    Approval(Decision),
-    /// Every branch (or map item) settled; `data` is `{"success", "data": [...]}`. `failed`
-    /// says why the step itself failed: more map items failed than it tolerates.
-    Merged {
-        data: Arc<Value>,
-        all_succeeded: bool,
-        failed: Option<Arc<str>>,
-    },
-}
 
 /// Where to go next.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

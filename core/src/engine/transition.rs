@@ -9,68 +9,21 @@
 
 use std::sync::Arc;
 
-use imbl::Vector;
 use serde_json::{Value, json};
 
-use super::parallel::failure_summary;
-use super::route::{Outcome, Route, route};
-use super::{
-    Action, AgentTask, BranchOutcome, Continuation, EngineError, Event, Pending, Run, RunStatus,
-    StepRecord, StepStatus, TaskId, Transition,
-};
+use super::build::{Builder, Settled};
+use super::events::{Action, AgentTask, EngineError, Event, TaskId, Waiting};
+use super::outcome::{Outcome, failure_summary, rejection_error};
+use super::pending::Pending;
+use super::route::{Route, route};
+use super::run::{Continuation, Resume, Run, Transition};
+use super::status::{RunStatus, StepRecord, StepStatus};
 use crate::context::{Context, StepResult};
 use crate::eval::JqSite;
 use crate::handoff::AgentNotes;
 use crate::limits::MAX_TRANSFORMED_BYTES_PER_TRANSITION;
 use crate::payload::{AgentPayload, ErrorInfo};
 use crate::workflow::{Step, StepIndex, StepKind};
-
-/// A step that settled, waiting to be recorded and routed.
-pub(super) type Settled = (StepIndex, u32, Outcome);
-
-/// One transition under construction. Its handoff bookkeeping is a second `impl` in
-/// [`super::handoffs`], which is why the fields that bookkeeping uses are `pub(super)`.
-pub(super) struct Builder {
-    pub(super) run: Run,
-    pub(super) actions: Vec<Action>,
-    /// The transition's time as RFC 3339, formatted once when first needed.
-    pub(super) timestamp: Option<Arc<str>>,
-    /// The notes of the agent result being applied: they go on its step record, the first
-    /// record this transition writes.
-    pub(super) notes: Option<Arc<AgentNotes>>,
-    /// About how many bytes of data the transforms settled in this transition produced.
-    transformed_bytes: usize,
-    /// A redrive's map step, with the outcomes of the visit that failed: what succeeded is kept.
-    pub(super) kept: Option<(StepIndex, Vector<Option<BranchOutcome>>)>,
-    /// Why the run came to the agent or map step settling now (through `on_error`): what a
-    /// redrive of it hands the step again.
-    pub(super) entered_with: Option<ErrorInfo>,
-    /// This transition is a redrive: the step it enters again is not held to its visit limit.
-    pub(super) redriving: bool,
-    /// This transition applies [`Event::Continue`]: the first step that runs jq it reaches is
-    /// entered (the one the walk stopped before); the walk stops before any other, unless the
-    /// jq runner says the turn goes on ([`crate::eval::JqRunner::go_on`]).
-    continuing: bool,
-    /// This transition applies [`Event::Continue`] (and took up its first step already or not).
-    in_turn: bool,
-}
-
-impl Builder {
-    pub(super) fn new(run: Run) -> Self {
-        Builder {
-            run,
-            actions: Vec::new(),
-            timestamp: None,
-            notes: None,
-            transformed_bytes: 0,
-            kept: None,
-            entered_with: None,
-            redriving: false,
-            continuing: false,
-            in_turn: false,
-        }
-    }
-}
 
 pub(super) fn start(run: Run) -> Transition {
     let mut builder = Builder::new(run);
@@ -82,9 +35,6 @@ pub(super) fn start(run: Run) -> Transition {
 }
 
 pub(super) fn apply(run: &Run, event: Event, at_ms: i64) -> Result<Transition, EngineError> {
-    if let Event::Redrive = event {
-        return super::redrive::apply(run, at_ms);
-    }
     if run.status.is_terminal() {
         return Err(EngineError::NotRunning(run.status));
     }
@@ -161,19 +111,12 @@ pub(super) fn apply(run: &Run, event: Event, at_ms: i64) -> Result<Transition, E
                 builder.settle(settled);
             }
         }
-        Event::Redrive => unreachable!("applied above"),
+        Event::Redrive => unreachable!("a redrive is applied by super::redrive"),
     }
     Ok(builder.finish())
 }
 
 impl Builder {
-    pub(super) fn finish(self) -> Transition {
-        Transition {
-            run: self.run,
-            actions: self.actions,
-        }
-    }
-
     fn take_agent(&mut self, task: &TaskId) -> Result<(StepIndex, u32), EngineError> {
         let unknown = || EngineError::UnknownTask(task.clone());
         let index = self
@@ -405,9 +348,8 @@ impl Builder {
                 self.actions
                     .extend(run.items_waiting(&map).into_iter().filter_map(
                         |waiting| match waiting {
-                            super::Waiting::Agent { task, .. } => Some(Action::Abandon(task)),
-                            super::Waiting::Approval { .. }
-                            | super::Waiting::Computation { .. } => None,
+                            Waiting::Agent { task, .. } => Some(Action::Abandon(task)),
+                            Waiting::Approval { .. } | Waiting::Computation { .. } => None,
                         },
                     ));
             }
@@ -432,80 +374,16 @@ impl Builder {
         let step = workflow.step(index);
         let entered_with = self.entered_with.take();
         let next = route(step, &outcome);
-        let success = |data: &Arc<serde_json::Value>| {
-            StepResult::success(step.id.clone(), visit, data.clone())
-        };
-        let failure = |error: &Arc<str>| StepResult::failure(step.id.clone(), visit, error.clone());
-        let (stored, status, data, error) = match &outcome {
-            Outcome::Data(data) => (
-                Some(success(data)),
-                StepStatus::Succeeded,
-                Some(data.clone()),
-                None,
-            ),
-            Outcome::Failed(error) => (
-                Some(failure(error)),
-                StepStatus::Failed,
-                None,
-                Some(error.clone()),
-            ),
-            // Conditions only route: their value is kept in the history, not the context.
-            Outcome::Condition(value) => (
-                None,
-                StepStatus::Succeeded,
-                Some(Arc::new(json!({ "result": value }))),
-                None,
-            ),
-            Outcome::Approval(decision) => {
-                let data = Arc::new(decision.to_value());
-                match (decision.approved, next) {
-                    (true, _) => (
-                        Some(success(&data)),
-                        StepStatus::Succeeded,
-                        Some(data),
-                        None,
-                    ),
-                    // A routed rejection is data the next step needs (the reviewer's comment).
-                    (false, Route::Goto(_)) => {
-                        (Some(success(&data)), StepStatus::Rejected, Some(data), None)
-                    }
-                    (false, _) => {
-                        let error = rejection_error(step, decision);
-                        (
-                            Some(failure(&error)),
-                            StepStatus::Rejected,
-                            Some(data),
-                            Some(error),
-                        )
-                    }
-                }
-            }
-            // A parallel or map step's data always enters the context, so that later steps
-            // (and `on_error`) can read `success` and each branch's or item's outcome.
-            Outcome::Merged {
-                data,
-                all_succeeded,
-                failed,
-            } => {
-                let tolerated = step.tolerated_failures().is_some();
-                let error = match failed {
-                    Some(error) => Some(error.clone()),
-                    None if *all_succeeded || tolerated => None,
-                    None => Some(failure_summary(data)),
-                };
-                (
-                    Some(success(data)),
-                    if error.is_some() {
-                        StepStatus::Failed
-                    } else {
-                        StepStatus::Succeeded
-                    },
-                    Some(data.clone()),
-                    error,
-                )
-            }
-        };
-        if let Some(result) = stored {
+        let filed = Filed::of(step, visit, &outcome, next);
+        let error = filed.error.clone();
+        self.file_top_level(step, visit, filed, next);
+        self.follow(step, index, next, &outcome, error, entered_with)
+    }
+
+    /// Puts a settled top-level step's result into the context (a condition's excepted) and
+    /// its visit into the history, with where it routes.
+    fn file_top_level(&mut self, step: &Step, visit: u32, filed: Filed, next: Route) {
+        if let Some(result) = filed.stored {
             self.run.context = self
                 .run
                 .context
@@ -521,13 +399,26 @@ impl Builder {
             visit,
             parent: None,
             item: None,
-            status,
-            data,
-            error: error.clone(),
-            next: target.map(|t| workflow.step(t).id.clone()),
+            status: filed.status,
+            data: filed.data,
+            error: filed.error,
+            next: target.map(|t| self.run.workflow.step(t).id.clone()),
             notes: self.notes.take(),
             at_ms: self.run.now_ms,
         });
+    }
+
+    /// Goes where a settled top-level step routes: the next step to enter (through `on_error`
+    /// with the failure), or the run's end. A run that fails keeps where a redrive resumes.
+    fn follow(
+        &mut self,
+        step: &Step,
+        index: StepIndex,
+        next: Route,
+        outcome: &Outcome,
+        error: Option<Arc<str>>,
+        entered_with: Option<ErrorInfo>,
+    ) -> Option<(StepIndex, Option<ErrorInfo>)> {
         match next {
             Route::Goto(target) => Some((target, None)),
             Route::Recover(target) => Some((
@@ -542,7 +433,7 @@ impl Builder {
                 None
             }
             Route::Fail => {
-                self.run.redrive = super::redrive::resume_at(step, index, &outcome, entered_with);
+                self.run.redrive = Some(Resume::at(index, outcome, entered_with));
                 let error = error.unwrap_or_else(|| "step failed".into());
                 self.end(
                     RunStatus::Failed,
@@ -573,18 +464,93 @@ impl Builder {
     }
 }
 
-pub(super) fn rejection_error(step: &Step, decision: &super::Decision) -> Arc<str> {
-    let by = decision
-        .approver
-        .as_deref()
-        .map(|approver| format!(" by {approver}"))
-        .unwrap_or_default();
-    let comment = decision
-        .comment
-        .as_deref()
-        .map(|comment| format!(": {comment}"))
-        .unwrap_or_default();
-    format!("approval \"{}\" was rejected{by}{comment}", step.id).into()
+/// What a settled top-level step files: its result for the context (none for a condition,
+/// which only routes), and its history record's status, data and error.
+struct Filed {
+    stored: Option<StepResult>,
+    status: StepStatus,
+    data: Option<Arc<Value>>,
+    error: Option<Arc<str>>,
+}
+
+impl Filed {
+    /// What visit `visit` of the top-level `step` files, having settled with `outcome` and
+    /// routing to `next`.
+    fn of(step: &Step, visit: u32, outcome: &Outcome, next: Route) -> Filed {
+        let success = |data: &Arc<Value>| StepResult::success(step.id.clone(), visit, data.clone());
+        let failure = |error: &Arc<str>| StepResult::failure(step.id.clone(), visit, error.clone());
+        let filed = |stored, status, data, error| Filed {
+            stored,
+            status,
+            data,
+            error,
+        };
+        match outcome {
+            Outcome::Data(data) => filed(
+                Some(success(data)),
+                StepStatus::Succeeded,
+                Some(data.clone()),
+                None,
+            ),
+            Outcome::Failed(error) => filed(
+                Some(failure(error)),
+                StepStatus::Failed,
+                None,
+                Some(error.clone()),
+            ),
+            // Conditions only route: their value is kept in the history, not the context.
+            Outcome::Condition(value) => filed(
+                None,
+                StepStatus::Succeeded,
+                Some(Arc::new(json!({ "result": value }))),
+                None,
+            ),
+            Outcome::Approval(decision) => {
+                let data = Arc::new(decision.to_value());
+                match (decision.approved, next) {
+                    (true, _) => filed(
+                        Some(success(&data)),
+                        StepStatus::Succeeded,
+                        Some(data),
+                        None,
+                    ),
+                    // A routed rejection is data the next step needs (the reviewer's comment).
+                    (false, Route::Goto(_)) => {
+                        filed(Some(success(&data)), StepStatus::Rejected, Some(data), None)
+                    }
+                    (false, _) => {
+                        let error = rejection_error(step, decision);
+                        filed(
+                            Some(failure(&error)),
+                            StepStatus::Rejected,
+                            Some(data),
+                            Some(error),
+                        )
+                    }
+                }
+            }
+            // A parallel or map step's data always enters the context, so that later steps
+            // (and `on_error`) can read `success` and each branch's or item's outcome.
+            Outcome::Merged {
+                data,
+                all_succeeded,
+                failed,
+            } => {
+                let tolerated = step.tolerated_failures().is_some();
+                let error = match failed {
+                    Some(error) => Some(error.clone()),
+                    None if *all_succeeded || tolerated => None,
+                    None => Some(failure_summary(data)),
+                };
+                let status = if error.is_some() {
+                    StepStatus::Failed
+                } else {
+                    StepStatus::Succeeded
+                };
+                filed(Some(success(data)), status, Some(data.clone()), error)
+            }
+        }
+    }
 }
 
 /// About the size of `value` as JSON, without writing it: what a transform's data costs to keep

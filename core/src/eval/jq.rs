@@ -13,7 +13,7 @@ use jaq_json::Val;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::workflow::json::text_nesting_depth;
+use crate::text::text_nesting_depth;
 
 /// Native filters that read the environment, the clock or stdin, or write to stderr: a transform
 /// must give the same answer on every coordinator, so they are left out.

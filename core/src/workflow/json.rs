@@ -6,6 +6,7 @@ use serde_json::Value;
 
 use crate::diagnostics::Diagnostic;
 use crate::limits::Limits;
+use crate::text::text_nesting_depth;
 
 /// Reads JSON, allowing `//` and `/* */` comments and trailing commas.
 pub(super) fn read_json(text: &str, limits: &Limits) -> Result<Value, Diagnostic> {
@@ -53,53 +54,4 @@ pub(super) fn read_json(text: &str, limits: &Limits) -> Result<Value, Diagnostic
             })
         }
     }
-}
-
-/// Deepest bracket nesting outside strings and comments.
-pub(crate) fn text_nesting_depth(text: &str) -> usize {
-    #[derive(PartialEq)]
-    enum In {
-        Code,
-        String { escaped: bool },
-        LineComment,
-        BlockComment,
-    }
-    let (mut depth, mut deepest, mut state) = (0usize, 0usize, In::Code);
-    let bytes = text.as_bytes();
-    let mut i = 0;
-    while i < bytes.len() {
-        let byte = bytes[i];
-        let next = bytes.get(i + 1).copied();
-        match state {
-            In::String { escaped: true } => state = In::String { escaped: false },
-            In::String { escaped: false } => match byte {
-                b'\\' => state = In::String { escaped: true },
-                b'"' => state = In::Code,
-                _ => {}
-            },
-            In::LineComment if byte == b'\n' => state = In::Code,
-            In::LineComment => {}
-            In::BlockComment if byte == b'*' && next == Some(b'/') => {
-                state = In::Code;
-                i += 1;
-            }
-            In::BlockComment => {}
-            In::Code => match (byte, next) {
-                (b'"', _) => state = In::String { escaped: false },
-                (b'/', Some(b'/')) => state = In::LineComment,
-                (b'/', Some(b'*')) => {
-                    state = In::BlockComment;
-                    i += 1;
-                }
-                (b'[' | b'{', _) => {
-                    depth += 1;
-                    deepest = deepest.max(depth);
-                }
-                (b']' | b'}', _) => depth = depth.saturating_sub(1),
-                _ => {}
-            },
-        }
-        i += 1;
-    }
-    deepest
 }

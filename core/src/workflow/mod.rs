@@ -18,7 +18,7 @@
 
 mod checker;
 mod graph;
-pub(crate) mod json;
+mod json;
 mod maps;
 pub mod names;
 pub mod parse;

@@ -8,6 +8,9 @@
 //! name is bounded and printable, and none holds a brace. The coordinator checks the names a
 //! client filters by with the same rules, so a filter can only name what could exist.
 
+// Public here too: the coordinator checks the names a client filters by with the same rule.
+pub use crate::text::is_unprintable;
+
 /// Why `name` cannot be a step id (or an output alias): it must be 1 to `max_bytes` ASCII
 /// letters, digits, `_` and `-`, not starting with `-`. `what` names it in the message.
 pub fn step_id_problem(what: &str, name: &str, max_bytes: usize) -> Option<String> {
@@ -60,22 +63,6 @@ pub fn name_problem(what: &str, name: &str, max_bytes: usize) -> Option<String> 
         ));
     }
     None
-}
-
-/// Control characters (C0, DEL, C1: an escape sequence starts with one) and the invisible
-/// characters that reorder or hide text around them (bidirectional overrides and isolates,
-/// zero-width spaces and joiners, the byte-order mark).
-pub fn is_unprintable(c: char) -> bool {
-    c.is_control()
-        || matches!(
-            c,
-            '\u{061C}'
-                | '\u{200B}'..='\u{200F}'
-                | '\u{202A}'..='\u{202E}'
-                | '\u{2060}'..='\u{2064}'
-                | '\u{2066}'..='\u{2069}'
-                | '\u{FEFF}'
-        )
 }
 
 /// A name as a message shows it: its first 40 characters.

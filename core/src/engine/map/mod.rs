@@ -1,5 +1,6 @@
-//! Map steps: the same work for every item of a list, as a third `impl Builder` beside
-//! [`super::transition`] and [`super::handoffs`].
+//! Map steps: the same work for every item of a list, as an `impl Builder` beside
+//! [`super::transition`] and [`super::handoffs`]; the map's state ([`MapRun`], [`ItemRun`]) is
+//! [`super::pending`]'s, as every step's work under way is.
 //!
 //! Entering a map step evaluates `items` against the context as it is then (the snapshot every
 //! item sees) and starts items in order until `max_concurrency` of them wait for agents; each
@@ -13,7 +14,7 @@
 //! Everything an item changes is O(1) (persistent vectors and maps, shared snapshots): settling
 //! one item of 100,000 costs what settling one of ten does, until the last one builds the data.
 //!
-//! - this file: the map's state, entering it, filing items and settling it.
+//! - this file: entering the map, filing items and settling it.
 //! - `chain`: one item's work: its agent, or its chain driven step by step.
 //! - `reads`: the tasks and waits of items in flight, rebuilt from the run.
 
@@ -23,12 +24,13 @@ mod reads;
 use std::sync::Arc;
 
 use imbl::{OrdMap, Vector};
-use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 
-use super::route::Outcome;
-use super::transition::Builder;
-use super::{Action, BranchOutcome, EngineError, Handed, Pending, TaskId};
+use super::build::Builder;
+use super::events::{Action, EngineError, TaskId};
+use super::handoffs::ItemHand;
+use super::outcome::{BranchOutcome, Outcome};
+use super::pending::{Handed, ItemRun, MapRun, Pending};
 use crate::context::Context;
 use crate::eval::JqSite;
 use crate::handoff::Source;
@@ -37,76 +39,6 @@ use crate::messages::MessageUpdate;
 use crate::payload::ErrorInfo;
 use crate::workflow::{MapStep, StepIndex, StepKind};
 use chain::Next;
-
-/// A map step under way.
-#[derive(Debug, Clone)]
-pub(crate) struct MapRun {
-    pub visit: u32,
-    /// The context when the step started: what every item sees.
-    snapshot: Context,
-    /// Why the run came to the map step through `on_error`: an `agent` map's items receive it.
-    error: Option<ErrorInfo>,
-    items: Arc<Vec<Value>>,
-    /// One slot per item, in item order.
-    outcomes: Vector<Option<BranchOutcome>>,
-    /// What each item's agents handed on, joined in index order when the step settles.
-    handed: Vector<Option<Handed>>,
-    /// Items not started yet, in order.
-    queue: Vector<u32>,
-    /// Items waiting for an agent, by index.
-    running: OrdMap<u32, ItemRun>,
-    succeeded: usize,
-    failed: usize,
-}
-
-/// One item waiting for an agent: where its chain stands.
-#[derive(Debug, Clone)]
-struct ItemRun {
-    /// `{"step", "item", "index", "count"}`, as agents receive it under `map`.
-    info: Arc<Value>,
-    /// The step whose task it waits for: the map step, or a step of its chain.
-    step: StepIndex,
-    visit: u32,
-    /// Why the item came to this step through `on_error` (or, for an `agent` map, the map's).
-    error: Option<ErrorInfo>,
-    handoff: Option<Arc<RawValue>>,
-    /// The snapshot plus the chain's results so far.
-    context: Context,
-    /// How many times this item entered each step of the chain.
-    visits: OrdMap<StepIndex, u32>,
-    /// The last data the chain produced: the item's result when the chain ends.
-    last: Option<Arc<Value>>,
-    /// The chain's agents that hand on to its next agent (empty: those before the map).
-    sources: Arc<Vec<Arc<Source>>>,
-    /// What the item's agents handed on so far.
-    handed: Vec<(Arc<Source>, Vec<MessageUpdate>)>,
-}
-
-/// How far a map step under way has come.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MapProgress {
-    pub step_id: Arc<str>,
-    pub visit: u32,
-    /// Items in all.
-    pub count: usize,
-    pub succeeded: usize,
-    pub failed: usize,
-    /// Items waiting for an agent.
-    pub running: usize,
-}
-
-impl MapRun {
-    pub(crate) fn progress(&self, step_id: &Arc<str>) -> MapProgress {
-        MapProgress {
-            step_id: step_id.clone(),
-            visit: self.visit,
-            count: self.items.len(),
-            succeeded: self.succeeded,
-            failed: self.failed,
-            running: self.running.len(),
-        }
-    }
-}
 
 /// Where an item stands after a step of it settled.
 enum ItemNext {
@@ -349,13 +281,6 @@ impl Builder {
             failed,
         }
     }
-}
-
-/// What an item's agent answer may change besides its outcome: the chain's sources and what
-/// the item hands on ([`Builder::hand_on`]).
-pub(super) struct ItemHand<'a> {
-    pub sources: &'a mut Arc<Vec<Arc<Source>>>,
-    pub handed: &'a mut Vec<(Arc<Source>, Vec<MessageUpdate>)>,
 }
 
 /// The items of a map step: an array, of at most [`MAX_MAP_ITEMS`].

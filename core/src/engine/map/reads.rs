@@ -1,8 +1,9 @@
 //! The tasks and waits of a map's items in flight, rebuilt from the run: what a coordinator
 //! delivers again after a replay, and what GetRun says the run waits for.
 
-use super::{ItemRun, MapRun};
-use crate::engine::{AgentTask, Pending, Run, TaskId, Waiting};
+use crate::engine::events::{AgentTask, TaskId, Waiting};
+use crate::engine::pending::{ItemRun, MapRun, Pending};
+use crate::engine::run::Run;
 use crate::payload::AgentPayload;
 use crate::workflow::{MapBody, MapStep, StepIndex, StepKind};
 
@@ -45,7 +46,7 @@ fn agent_of(run: &Run, step: StepIndex) -> &str {
 
 impl Run {
     /// The tasks of a map step's items in flight, as dispatched.
-    pub(crate) fn item_tasks(&self, _index: StepIndex, map: &MapRun) -> Vec<AgentTask> {
+    pub(in crate::engine) fn item_tasks(&self, _index: StepIndex, map: &MapRun) -> Vec<AgentTask> {
         map.running
             .iter()
             .map(|(&i, item)| {
@@ -60,7 +61,7 @@ impl Run {
     }
 
     /// One item's task, if the run waits for it.
-    pub(crate) fn pending_item_task(&self, task: &TaskId) -> Option<AgentTask> {
+    pub(in crate::engine) fn pending_item_task(&self, task: &TaskId) -> Option<AgentTask> {
         let i = task.item?;
         let step = self.workflow.index_of(&task.step_id)?;
         let map_index = self.workflow.map_of(step).unwrap_or(step);
@@ -73,7 +74,7 @@ impl Run {
     }
 
     /// What a map step's items in flight wait for.
-    pub(crate) fn items_waiting(&self, map: &MapRun) -> Vec<Waiting> {
+    pub(in crate::engine) fn items_waiting(&self, map: &MapRun) -> Vec<Waiting> {
         map.running
             .iter()
             .map(|(&i, item)| Waiting::Agent {
