@@ -79,11 +79,19 @@ async fn run_locally(args: Args, traces: bool) -> anyhow::Result<ExitCode> {
     let (stop_server, server_stopped) = oneshot::channel::<()>();
     let server = tokio::spawn(baton_coordinator::grpc::serve(
         listener,
-        coordinator,
+        coordinator.clone(),
         async {
             let _ = server_stopped.await;
         },
     ));
+    let (stop_running, running_stopped) = oneshot::channel::<()>();
+    let running = tokio::spawn(async move {
+        coordinator
+            .run(async {
+                let _ = running_stopped.await;
+            })
+            .await;
+    });
 
     let out = Arc::new(Mutex::new(transcript(args.json)));
     // What each agent received and returned, printed with its step's line, so the transcript
@@ -228,6 +236,8 @@ async fn run_locally(args: Args, traces: bool) -> anyhow::Result<ExitCode> {
     let _ = stop_server.send(());
     let _ = worker.await;
     let _ = server.await;
+    let _ = stop_running.send(());
+    let _ = running.await;
     let record = record.context("the run ended without a final record")?;
     if args.json {
         println!(
