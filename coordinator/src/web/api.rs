@@ -18,8 +18,8 @@ use super::extract::{ApiPath, ApiQuery, Body, json_body};
 use super::record_json::{record_to_json, waiting_to_json};
 use super::{Web, graph};
 use crate::auth::{Access, Caller};
-use crate::grpc::requests;
 use crate::record::RunRecord;
+use crate::run_requests::{self, DecisionAsked};
 use crate::store::{RunCursor, RunQuery, Store, run_status};
 
 /// What the caller presented, as every handler reads it.
@@ -100,7 +100,7 @@ pub async fn list_runs<S: Store>(
         limit: params.limit.unwrap_or(DEFAULT_PAGE).clamp(1, MAX_PAGE),
         after,
         status,
-        workflow_id: requests::workflow_filter(
+        workflow_id: run_requests::workflow_filter(
             "workflow",
             params.workflow.unwrap_or_default(),
             web.coordinator.config(),
@@ -148,7 +148,7 @@ pub async fn get_run<S: Store>(
     ApiPath(run_id): ApiPath<String>,
 ) -> Result<Json<Value>, ApiError> {
     web.admit(Rpc::GetRun, &Call { peer, headers })?;
-    let run_id = requests::run_id("run id", &run_id)?;
+    let run_id = run_requests::run_id("run id", &run_id)?;
     Ok(record_json(web.coordinator.record_live(run_id).await?))
 }
 
@@ -159,7 +159,7 @@ pub async fn run_graph<S: Store>(
     ApiPath(run_id): ApiPath<String>,
 ) -> Result<Json<graph::Graph>, ApiError> {
     web.admit(Rpc::GetRun, &Call { peer, headers })?;
-    let run_id = requests::run_id("run id", &run_id)?;
+    let run_id = run_requests::run_id("run id", &run_id)?;
     let workflow = web.coordinator.workflow(run_id).await?;
     Ok(Json(graph::layout(&workflow)))
 }
@@ -171,8 +171,8 @@ pub async fn step<S: Store>(
     ApiPath((run_id, step_id)): ApiPath<(String, String)>,
 ) -> Result<Json<crate::service::StepDetail>, ApiError> {
     web.admit(Rpc::GetRun, &Call { peer, headers })?;
-    let run_id = requests::run_id("run id", &run_id)?;
-    let step_id = requests::step_id("step id", &step_id, web.coordinator.config())?;
+    let run_id = run_requests::run_id("run id", &run_id)?;
+    let step_id = run_requests::step_id("step id", &step_id, web.coordinator.config())?;
     Ok(Json(web.coordinator.inspect_step(run_id, step_id).await?))
 }
 
@@ -193,22 +193,21 @@ pub async fn decide<S: Store>(
 ) -> Result<Json<Value>, ApiError> {
     let caller = web.admit_change(Rpc::DecideApproval, &Call { peer, headers })?;
     let config = web.coordinator.config();
-    requests::run_id("run id", &run_id)?;
-    requests::step_id("step id", &step_id, config)?;
+    let run_id = run_requests::run_id("run id", &run_id)?;
+    let step_id = run_requests::step_id("step id", &step_id, config)?;
     let decided: DecisionBody = json_body(&body)?;
     let approved = decided.approved.ok_or_else(|| {
         ApiError::invalid("the request body: `approved` (true or false) is missing")
     })?;
-    let request = v1::DecideApprovalRequest {
-        run_id: run_id.clone(),
-        step_id: step_id.clone(),
+    // The web API names no approver: the caller decides, when the coordinator knows who.
+    let asked = DecisionAsked {
         approved,
-        comment: decided.comment,
-        approver: String::new(),
+        comment: &decided.comment,
+        approver: "",
     };
-    let decision = requests::decision(&request, caller.name(), config)?;
+    let decision = run_requests::decision(&asked, caller.name(), config)?;
     Ok(record_json(
-        web.coordinator.decide(&run_id, &step_id, decision).await?,
+        web.coordinator.decide(run_id, step_id, decision).await?,
     ))
 }
 
@@ -227,10 +226,11 @@ pub async fn cancel<S: Store>(
     body: Body,
 ) -> Result<Json<Value>, ApiError> {
     let caller = web.admit_change(Rpc::CancelRun, &Call { peer, headers })?;
-    let run_id = requests::run_id("run id", &run_id)?;
+    let run_id = run_requests::run_id("run id", &run_id)?;
     let cancel: CancelBody = json_body(&body)?;
-    let reason = requests::cancel_reason(&cancel.reason, caller.name(), web.coordinator.config())?;
-    let by = requests::requester(&caller);
+    let config = web.coordinator.config();
+    let reason = run_requests::cancel_reason(&cancel.reason, caller.name(), config)?;
+    let by = run_requests::requester(&caller);
     Ok(record_json(
         web.coordinator.cancel(run_id, &reason, by.as_ref()).await?,
     ))
@@ -248,9 +248,9 @@ pub async fn retry<S: Store>(
     body: Body,
 ) -> Result<Json<Value>, ApiError> {
     let caller = web.admit_change(Rpc::RetryRun, &Call { peer, headers })?;
-    let run_id = requests::run_id("run id", &run_id)?;
+    let run_id = run_requests::run_id("run id", &run_id)?;
     let Empty {} = json_body(&body)?;
-    let by = requests::requester(&caller);
+    let by = run_requests::requester(&caller);
     Ok(record_json(
         web.coordinator.retry(run_id, by.as_ref()).await?,
     ))
@@ -264,7 +264,7 @@ pub async fn verify<S: Store>(
     body: Body,
 ) -> Result<Json<Value>, ApiError> {
     web.admit_change(Rpc::VerifyRun, &Call { peer, headers })?;
-    let run_id = requests::run_id("run id", &run_id)?;
+    let run_id = run_requests::run_id("run id", &run_id)?;
     let Empty {} = json_body(&body)?;
     let verified = web.coordinator.verify(run_id).await?;
     let text = |text: String| (!text.is_empty()).then_some(text);

@@ -41,7 +41,7 @@ pub async fn run_events<S: Store>(
         peer,
         params.access_token.as_deref(),
     )?;
-    let run_id = crate::grpc::requests::run_id("run id", &run_id)?;
+    let run_id = crate::run_requests::run_id("run id", &run_id)?;
     let watch = web.coordinator.watch(run_id).await?;
     let events = watch.filter_map(|event| async move {
         Some(Ok(match event {
