@@ -5,7 +5,7 @@
 //! and nests no deeper than agents can read, and that an answer's notes are within theirs. What
 //! a request means (a workflow's validity, a run's state, who holds a task) is the service's.
 //! The checks of what a client asks of a run (its id, a step's, a decision, a cancel's reason)
-//! are the web API's too, in [`crate::run_requests`].
+//! are the web API's too, in `crate::run_requests`.
 
 use baton_core::Decision;
 use baton_core::big_integers::first_big_integer;
@@ -414,7 +414,7 @@ fn query_text(
 }
 
 /// A `DecideApproval` request's decision, checked as the web API's are
-/// ([`run_requests::decision`]).
+/// (`run_requests::decision`).
 pub fn decision(
     request: &v1::DecideApprovalRequest,
     principal: Option<&str>,
