@@ -9,6 +9,8 @@
 
 #[path = "support/cluster.rs"]
 mod harness;
+#[path = "../coordinator/tests/support/running.rs"]
+mod running;
 #[path = "support/spec.rs"]
 mod spec;
 
@@ -62,6 +64,7 @@ struct Server {
     url: String,
     _dir: tempfile::TempDir,
     tokens: std::path::PathBuf,
+    _coordinator: running::Running<MemoryStore>,
 }
 
 async fn server() -> Server {
@@ -70,14 +73,14 @@ async fn server() -> Server {
     std::fs::write(&tokens, tokens_file("")).unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
-    let coordinator = Coordinator::new(MemoryStore::new(), Config::default());
+    let coordinator = running::running(Coordinator::new(MemoryStore::new(), Config::default()));
     let security = Security {
         gate: Gate::configure(Some(tokens.clone()), false, false).unwrap(),
         tls: None,
     };
     tokio::spawn(baton_coordinator::grpc::serve_with(
         listener,
-        coordinator,
+        coordinator.clone(),
         std::future::pending(),
         security,
         Faults::none(),
@@ -86,6 +89,7 @@ async fn server() -> Server {
         url,
         _dir: dir,
         tokens,
+        _coordinator: coordinator,
     }
 }
 

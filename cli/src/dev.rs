@@ -15,12 +15,13 @@ use baton_coordinator::web::record_json::record_to_json;
 use baton_coordinator::{Config, Coordinator};
 use baton_proto::Json;
 use baton_proto::v1::{
-    DecideApprovalRequest, SubmitRunRequest, VerifyRunRequest, WatchRunRequest, run_event,
+    self, DecideApprovalRequest, SubmitRunRequest, VerifyRunRequest, WatchRunRequest, run_event,
 };
-use baton_worker::Worker;
 use baton_worker::agents::AgentsFile;
+use baton_worker::{AgentResult, Task, Worker};
 use tokio::sync::oneshot;
 
+use crate::client::Client;
 use crate::progress::Progress;
 
 #[derive(clap::Args)]
@@ -68,83 +69,168 @@ async fn run_locally(args: Args, traces: bool) -> anyhow::Result<ExitCode> {
         .with_context(|| format!("cannot read {}", args.workflow.display()))?;
     let agents = AgentsFile::load(&args.agents)?;
     let input = crate::input::json(&args.input);
+    let out: Transcript = Arc::new(Mutex::new(transcript(args.json)));
+    let exchanges = Exchanges::default();
+    let local = InProcess::start(&args, traces, agents, exchanges.clone()).await?;
+    let mut client = crate::client::connect_local(&local.url).await?;
+    let run_id = submit(&mut client, workflow, input, &out).await?;
+    let record = follow(&mut client, &run_id, &args, &out, &exchanges).await?;
+    print_verification(&mut client, &run_id, &out).await?;
+    local.stop().await;
+    finish(record, args.json)
+}
 
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let url = format!("http://{}", listener.local_addr()?);
-    let config = args.jq.install(Config {
-        traces,
-        ..Config::default()
-    })?;
-    let coordinator = Coordinator::new(MemoryStore::new(), config);
-    let (stop_server, server_stopped) = oneshot::channel::<()>();
-    let server = tokio::spawn(baton_coordinator::grpc::serve(
-        listener,
-        coordinator,
-        async {
-            let _ = server_stopped.await;
-        },
-    ));
+/// Where the transcript is written, shared with nothing but kept whole line by line.
+type Transcript = Arc<Mutex<Box<dyn Write + Send>>>;
 
-    let out = Arc::new(Mutex::new(transcript(args.json)));
-    // What each agent received and returned, printed with its step's line, so the transcript
-    // reads in the order the run went rather than the order tasks happened to finish.
-    let exchanges: Arc<Mutex<HashMap<(String, u32), String>>> = Arc::default();
-    let observed = exchanges.clone();
-    let worker = baton_worker::agents_into(
-        Worker::builder()
-            .id("dev-worker")
-            .traces(traces)
-            .coordinator(url.clone())
-            .concurrency(args.concurrency),
-        agents,
-    )
-    .observer(move |task, result| {
-        // A map's items would be thousands of exchanges: its first item's stands for them.
-        let item = match task.item {
-            None => String::new(),
-            Some(0) => ", item 0; the other items' exchanges are not shown".to_owned(),
-            Some(_) => return,
-        };
-        let pretty = |v: &serde_json::Value| serde_json::to_string_pretty(v).unwrap_or_default();
-        let mut text = format!(
-            "    ── {} (agent {}{item}) received:\n{}\n",
-            task.step_id,
-            task.agent,
-            indent(&match task.payload.try_value() {
-                Ok(value) => pretty(value),
-                Err(error) => error,
-            })
-        );
-        match result {
-            Ok(output) => {
-                text.push_str(&format!(
-                    "    ── returned:\n{}\n",
-                    indent(&pretty(&output.data))
-                ));
-                for (what, notes) in [
-                    ("messages", &output.messages),
-                    ("decisions", &output.decisions),
-                ] {
-                    if !notes.is_empty() {
-                        let notes = serde_json::Value::Array(notes.clone());
-                        text.push_str(&format!("    ── {what}:\n{}\n", indent(&pretty(&notes))));
-                    }
+/// What each agent received and returned, by step and visit, printed with its step's line, so
+/// the transcript reads in the order the run went rather than the order tasks happened to
+/// finish.
+#[derive(Clone, Default)]
+struct Exchanges(Arc<Mutex<HashMap<(String, u32), String>>>);
+
+impl Exchanges {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(String, u32), String>> {
+        self.0.lock().expect("exchanges lock")
+    }
+}
+
+/// The coordinator (its background work and its gRPC server) and the worker this process
+/// runs, each on a task of its own until told to stop.
+struct InProcess {
+    url: String,
+    coordinator: Stoppable<()>,
+    server: Stoppable<Result<(), tonic::transport::Error>>,
+    worker: Stoppable<Result<(), baton_worker::Denied>>,
+}
+
+impl InProcess {
+    async fn start(
+        args: &Args,
+        traces: bool,
+        agents: AgentsFile,
+        exchanges: Exchanges,
+    ) -> anyhow::Result<Self> {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let url = format!("http://{}", listener.local_addr()?);
+        let config = args.jq.install(Config {
+            traces,
+            ..Config::default()
+        })?;
+        let coordinator = Coordinator::new(MemoryStore::new(), config);
+        let server = Stoppable::spawn(|stopped| {
+            baton_coordinator::grpc::serve(listener, coordinator.clone(), stopped)
+        });
+        let coordinator = Stoppable::spawn(|stopped| async move { coordinator.run(stopped).await });
+        let worker = baton_worker::agents_into(
+            Worker::builder()
+                .id("dev-worker")
+                .traces(traces)
+                .coordinator(url.clone())
+                .concurrency(args.concurrency),
+            agents,
+        )
+        .observer(move |task, result| {
+            if let Some(text) = exchange_text(task, result) {
+                exchanges
+                    .lock()
+                    .insert((task.step_id.clone(), task.visit), text);
+            }
+        })
+        .build();
+        let worker = Stoppable::spawn(|stopped| worker.run(stopped));
+        Ok(Self {
+            url,
+            coordinator,
+            server,
+            worker,
+        })
+    }
+
+    /// The worker and the server, then the coordinator's background work.
+    async fn stop(self) {
+        let (worker, server) = (self.worker.stop(), self.server.stop());
+        let _ = worker.await;
+        let _ = server.await;
+        let _ = self.coordinator.stop().await;
+    }
+}
+
+/// A task that runs until told to stop.
+struct Stoppable<T> {
+    stop: oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<T>,
+}
+
+impl<T: Send + 'static> Stoppable<T> {
+    /// Spawns what `start` makes of the future that completes when this is told to stop.
+    fn spawn<F>(start: impl FnOnce(Stopped) -> F) -> Self
+    where
+        F: Future<Output = T> + Send + 'static,
+    {
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task = tokio::spawn(start(Box::pin(async {
+            let _ = stopped.await;
+        })));
+        Self { stop, task }
+    }
+
+    /// Tells it to stop; what this returns completes once it has.
+    fn stop(self) -> tokio::task::JoinHandle<T> {
+        let _ = self.stop.send(());
+        self.task
+    }
+}
+
+/// Completes when a [`Stoppable`] is told to stop.
+type Stopped = std::pin::Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// What a task received and what its agent returned, as the transcript shows it; `None` for
+/// the map items past the first, whose thousands of exchanges the first one stands for.
+fn exchange_text(task: &Task, result: &AgentResult) -> Option<String> {
+    let item = match task.item {
+        None => String::new(),
+        Some(0) => ", item 0; the other items' exchanges are not shown".to_owned(),
+        Some(_) => return None,
+    };
+    let pretty = |v: &serde_json::Value| serde_json::to_string_pretty(v).unwrap_or_default();
+    let mut text = format!(
+        "    ── {} (agent {}{item}) received:\n{}\n",
+        task.step_id,
+        task.agent,
+        indent(&match task.payload.try_value() {
+            Ok(value) => pretty(value),
+            Err(error) => error,
+        })
+    );
+    match result {
+        Ok(output) => {
+            text.push_str(&format!(
+                "    ── returned:\n{}\n",
+                indent(&pretty(&output.data))
+            ));
+            for (what, notes) in [
+                ("messages", &output.messages),
+                ("decisions", &output.decisions),
+            ] {
+                if !notes.is_empty() {
+                    let notes = serde_json::Value::Array(notes.clone());
+                    text.push_str(&format!("    ── {what}:\n{}\n", indent(&pretty(&notes))));
                 }
             }
-            Err(error) => text.push_str(&format!("    ── failed: {error}\n")),
         }
-        observed
-            .lock()
-            .expect("exchanges lock")
-            .insert((task.step_id.clone(), task.visit), text);
-    })
-    .build();
-    let (stop_worker, worker_stopped) = oneshot::channel::<()>();
-    let worker = tokio::spawn(worker.run(async {
-        let _ = worker_stopped.await;
-    }));
+        Err(error) => text.push_str(&format!("    ── failed: {error}\n")),
+    }
+    Some(text)
+}
 
-    let mut client = crate::client::connect_local(&url).await?;
+/// Submits the run; its id, printed.
+async fn submit(
+    client: &mut Client,
+    workflow: Vec<u8>,
+    input: Vec<u8>,
+    out: &Transcript,
+) -> anyhow::Result<String> {
     let run_id = client
         .submit_run(SubmitRunRequest {
             workflow,
@@ -156,80 +242,105 @@ async fn run_locally(args: Args, traces: bool) -> anyhow::Result<ExitCode> {
         .into_inner()
         .run_id;
     writeln!(out.lock().expect("transcript lock"), "run {run_id}")?;
+    Ok(run_id)
+}
 
+/// Watches the run to its end, printing its progress (each step's exchange with its line) and
+/// deciding its approvals; the final record, if the run ended with one.
+async fn follow(
+    client: &mut Client,
+    run_id: &str,
+    args: &Args,
+    out: &Transcript,
+    exchanges: &Exchanges,
+) -> anyhow::Result<Option<v1::RunRecord>> {
     let mut events = client
         .watch_run(WatchRunRequest {
-            run_id: run_id.clone(),
+            run_id: run_id.to_owned(),
         })
         .await?
         .into_inner();
-    let mut record = None;
     let mut progress = Progress::new(std::io::IsTerminal::is_terminal(&std::io::stdout()));
     while let Some(event) = events.message().await? {
         {
             let mut out = out.lock().expect("transcript lock");
             if let Some(run_event::Event::StepFinished(done)) = &event.event {
                 let key = (done.step_id.clone(), done.visit);
-                if let Some(text) = exchanges.lock().expect("exchanges lock").remove(&key) {
+                if let Some(text) = exchanges.lock().remove(&key) {
                     progress.write_block(&mut *out, &text)?;
                 }
             }
-            progress.print(&mut *out, &run_id, &event)?;
+            progress.print(&mut *out, run_id, &event)?;
         }
         match event.event {
             Some(run_event::Event::ApprovalRequested(approval)) => {
-                // An automatic approval is the bare `{"approved": true}` the spec shows.
-                let (approved, comment, approver) = if args.auto_approve {
-                    (true, String::new(), String::new())
-                } else {
-                    let (approved, comment) = ask(&approval.message).await?;
-                    let approver = std::env::var("USER").unwrap_or_else(|_| "baton dev".into());
-                    (approved, comment, approver)
-                };
-                client
-                    .decide_approval(DecideApprovalRequest {
-                        run_id: run_id.clone(),
-                        step_id: approval.step_id,
-                        approved,
-                        comment,
-                        approver,
-                    })
-                    .await
-                    .map_err(|status| anyhow::anyhow!("{}", status.message()))?;
+                decide(client, run_id, approval, args.auto_approve).await?;
             }
-            Some(run_event::Event::RunFinished(finished)) => {
-                record = finished.record;
-                break;
-            }
+            Some(run_event::Event::RunFinished(finished)) => return Ok(finished.record),
             _ => {}
         }
     }
-    // The run's state chain, recomputed from the store as `baton runs verify` does.
+    Ok(None)
+}
+
+/// Decides an approval: at once with `--auto-approve`, else as the person at the terminal says.
+async fn decide(
+    client: &mut Client,
+    run_id: &str,
+    approval: v1::ApprovalRequested,
+    auto_approve: bool,
+) -> anyhow::Result<()> {
+    // An automatic approval is the bare `{"approved": true}` the spec shows.
+    let (approved, comment, approver) = if auto_approve {
+        (true, String::new(), String::new())
+    } else {
+        let (approved, comment) = ask(&approval.message).await?;
+        let approver = std::env::var("USER").unwrap_or_else(|_| "baton dev".into());
+        (approved, comment, approver)
+    };
+    client
+        .decide_approval(DecideApprovalRequest {
+            run_id: run_id.to_owned(),
+            step_id: approval.step_id,
+            approved,
+            comment,
+            approver,
+        })
+        .await
+        .map_err(|status| anyhow::anyhow!("{}", status.message()))?;
+    Ok(())
+}
+
+/// The run's state chain, recomputed from the store as `baton runs verify` does, printed.
+async fn print_verification(
+    client: &mut Client,
+    run_id: &str,
+    out: &Transcript,
+) -> anyhow::Result<()> {
     let verified = client
         .verify_run(VerifyRunRequest {
-            run_id: run_id.clone(),
+            run_id: run_id.to_owned(),
         })
         .await
         .map_err(|status| anyhow::anyhow!("{}", status.message()))?
         .into_inner();
-    {
-        let mut out = out.lock().expect("transcript lock");
-        if verified.ok {
-            writeln!(
-                out,
-                "state chain verified: {} links, head {}",
-                verified.links, verified.state_sha256
-            )?;
-        } else {
-            writeln!(out, "state chain does NOT hold: {}", verified.problem)?;
-        }
+    let mut out = out.lock().expect("transcript lock");
+    if verified.ok {
+        writeln!(
+            out,
+            "state chain verified: {} links, head {}",
+            verified.links, verified.state_sha256
+        )?;
+    } else {
+        writeln!(out, "state chain does NOT hold: {}", verified.problem)?;
     }
-    let _ = stop_worker.send(());
-    let _ = stop_server.send(());
-    let _ = worker.await;
-    let _ = server.await;
+    Ok(())
+}
+
+/// The final record (printed as JSON with `--json`), and success only if the run succeeded.
+fn finish(record: Option<v1::RunRecord>, json: bool) -> anyhow::Result<ExitCode> {
     let record = record.context("the run ended without a final record")?;
-    if args.json {
+    if json {
         println!(
             "{}",
             serde_json::to_string_pretty(&record_to_json(&record))?

@@ -269,7 +269,8 @@ async fn connect_redis(args: &CoordinatorArgs) -> anyhow::Result<(RedisStore, St
 
 /// Serves until SIGTERM or Ctrl-C, then drains: workers are told to move to another
 /// coordinator (taking their running tasks with them) and queued tasks are released, before the
-/// streams close.
+/// streams close. The coordinator's background work ([`Coordinator::run`]) runs meanwhile, and
+/// has stopped when this returns.
 async fn serve<S: baton_coordinator::store::Store>(
     listener: tokio::net::TcpListener,
     coordinator: Coordinator<S>,
@@ -309,9 +310,21 @@ async fn serve<S: baton_coordinator::store::Store>(
         // Time for the goodbyes to leave before the streams are cut.
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     };
-    let served =
-        baton_coordinator::grpc::serve_with(listener, coordinator, shutdown, security, faults)
-            .await;
+    // The coordinator's clock and movers of live output run while it serves, and stop once
+    // the streams are closed (the drain above has stopped its clock already).
+    let (streams_closed, closed) = tokio::sync::oneshot::channel::<()>();
+    let running = coordinator.clone();
+    let run = running.run(async {
+        let _ = closed.await;
+    });
+    let serve = async {
+        let served =
+            baton_coordinator::grpc::serve_with(listener, coordinator, shutdown, security, faults)
+                .await;
+        let _ = streams_closed.send(());
+        served
+    };
+    let ((), served) = tokio::join!(run, serve);
     if let Some(export) = export {
         export.shutdown().await;
     }

@@ -11,6 +11,8 @@
 mod client;
 #[path = "support/fake_worker.rs"]
 mod fake_worker;
+#[path = "support/running.rs"]
+mod running;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -18,6 +20,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use baton_coordinator::store::memory::MemoryStore;
 use baton_coordinator::{Config, Coordinator};
 use fake_worker::{FakeWorker, json_bytes};
+use running::running;
 use serde_json::json;
 
 const STEPS: usize = 300;
@@ -26,7 +29,7 @@ const READERS: usize = 4;
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn answers_sent_at_once_are_taken_while_clients_read_the_run() {
     let store = Arc::new(MemoryStore::new());
-    let coordinator = Coordinator::new(store, Config::default());
+    let coordinator = running(Coordinator::new(store, Config::default()));
     let mut worker = FakeWorker::connect(&coordinator, "w1", &["noop"]).await;
     let steps: Vec<_> = (0..STEPS)
         .map(|i| json!({"id": format!("s{i}"), "type": "agent", "agent": "noop"}))

@@ -7,6 +7,8 @@
 mod client;
 #[path = "support/fake_worker.rs"]
 mod fake_worker;
+#[path = "support/running.rs"]
+mod running;
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -28,6 +30,7 @@ use baton_proto::v1::{
     WorkerQueryDecisionsRequest, task_result,
 };
 use fake_worker::{FakeWorker, json_bytes, payload};
+use running::{Running, running};
 use serde_json::{Value, json};
 
 /// A planner hands over to a coder.
@@ -151,7 +154,7 @@ fn assert_between(timestamp: &str, before_ms: i64, after_ms: i64) {
 
 #[tokio::test]
 async fn decisions_are_stored_with_agent_time_and_rationale_and_handed_to_the_next_agent() {
-    let coordinator = Coordinator::new(MemoryStore::new(), Config::default());
+    let coordinator = running(Coordinator::new(MemoryStore::new(), Config::default()));
     let mut worker = FakeWorker::connect(&coordinator, "w1", &["planner", "coder"]).await;
     let run_id = submit(&coordinator, THEME_FEATURE).await;
     let plan = worker.next_task();
@@ -258,7 +261,7 @@ async fn decisions_are_stored_with_agent_time_and_rationale_and_handed_to_the_ne
 
 #[tokio::test]
 async fn builtin_embedder_finds_a_decision_by_shared_words_limited_by_k_and_filtered_by_agent() {
-    let coordinator = Coordinator::new(MemoryStore::new(), Config::default());
+    let coordinator = running(Coordinator::new(MemoryStore::new(), Config::default()));
     let mut worker = FakeWorker::connect(&coordinator, "w1", &["planner", "coder"]).await;
     let run_id = submit(&coordinator, THEME_FEATURE).await;
     let plan = worker.next_task();
@@ -431,9 +434,13 @@ async fn embeddings(
     axum::Json(json!({"object": "list", "data": data, "model": body["model"]})).into_response()
 }
 
-fn with_stub(stub: &Stub) -> Coordinator<MemoryStore> {
+fn with_stub(stub: &Stub) -> Running<MemoryStore> {
     let embedder = OpenAiEmbedder::new(OpenAiConfig::new(&stub.url, "stub-model")).unwrap();
-    Coordinator::with_embedder(MemoryStore::new(), Config::default(), Arc::new(embedder))
+    running(Coordinator::with_embedder(
+        MemoryStore::new(),
+        Config::default(),
+        Arc::new(embedder),
+    ))
 }
 
 #[tokio::test]
@@ -537,7 +544,7 @@ async fn a_decision_the_embedder_refuses_does_not_hide_the_others() {
 
 #[tokio::test]
 async fn a_workflow_query_covers_every_run_of_that_workflow_and_no_other() {
-    let coordinator = Coordinator::new(MemoryStore::new(), Config::default());
+    let coordinator = running(Coordinator::new(MemoryStore::new(), Config::default()));
     let mut worker = FakeWorker::connect(&coordinator, "w1", &["planner"]).await;
     let first = submit(&coordinator, THEME_FEATURE).await;
     let second = submit(&coordinator, THEME_FEATURE).await;
@@ -584,7 +591,7 @@ async fn a_workflow_query_covers_every_run_of_that_workflow_and_no_other() {
 
 #[tokio::test]
 async fn bad_queries_are_refused_naming_the_field() {
-    let coordinator = Coordinator::new(MemoryStore::new(), Config::default());
+    let coordinator = running(Coordinator::new(MemoryStore::new(), Config::default()));
     let run_id = submit(&coordinator, THEME_FEATURE).await;
     let refused = |request: QueryDecisionsRequest| {
         let coordinator = coordinator.clone();
@@ -646,7 +653,7 @@ async fn bad_queries_are_refused_naming_the_field() {
 
 #[tokio::test]
 async fn a_worker_queries_only_through_a_task_it_holds() {
-    let coordinator = Coordinator::new(MemoryStore::new(), Config::default());
+    let coordinator = running(Coordinator::new(MemoryStore::new(), Config::default()));
     let mut worker = FakeWorker::connect(&coordinator, "w1", &["planner", "coder"]).await;
     let first = submit(&coordinator, THEME_FEATURE).await;
     let second = submit(&coordinator, THEME_FEATURE).await;
@@ -710,7 +717,7 @@ async fn a_worker_queries_only_through_a_task_it_holds() {
 
 #[tokio::test]
 async fn a_decision_without_a_summary_fails_the_step_naming_its_json_path() {
-    let coordinator = Coordinator::new(MemoryStore::new(), Config::default());
+    let coordinator = running(Coordinator::new(MemoryStore::new(), Config::default()));
     let mut worker = FakeWorker::connect(&coordinator, "w1", &["planner", "coder"]).await;
     let run_id = submit(&coordinator, THEME_FEATURE).await;
     let plan = worker.next_task();
@@ -744,7 +751,7 @@ async fn a_decision_without_a_summary_fails_the_step_naming_its_json_path() {
 
 #[tokio::test]
 async fn more_decisions_than_the_limit_are_refused_naming_the_limit() {
-    let coordinator = Coordinator::new(MemoryStore::new(), Config::default());
+    let coordinator = running(Coordinator::new(MemoryStore::new(), Config::default()));
     let mut worker = FakeWorker::connect(&coordinator, "w1", &["planner", "coder"]).await;
     let decisions = |count: usize| {
         let list: Vec<Value> = (0..count)
@@ -804,7 +811,7 @@ async fn an_empty_or_oversized_decision_text_is_refused_naming_the_field() {
         ),
     ];
     for (decision, expected) in cases {
-        let coordinator = Coordinator::new(MemoryStore::new(), Config::default());
+        let coordinator = running(Coordinator::new(MemoryStore::new(), Config::default()));
         let worker = FakeWorker::connect(&coordinator, "w1", &["planner", "coder"]).await;
         submit(&coordinator, THEME_FEATURE).await;
         let mut worker = worker;
@@ -825,7 +832,7 @@ async fn an_empty_or_oversized_decision_text_is_refused_naming_the_field() {
 /// A workflow without an id has no "other runs of it": the worker is told so, by field.
 #[tokio::test]
 async fn a_workflow_scope_query_for_a_workflow_without_an_id_names_the_problem() {
-    let coordinator = Coordinator::new(MemoryStore::new(), Config::default());
+    let coordinator = running(Coordinator::new(MemoryStore::new(), Config::default()));
     let mut worker = FakeWorker::connect(&coordinator, "w1", &["planner"]).await;
     submit(
         &coordinator,
@@ -859,7 +866,7 @@ async fn a_workflow_scope_query_for_a_workflow_without_an_id_names_the_problem()
 
 #[tokio::test]
 async fn more_messages_than_the_limit_are_refused_naming_the_limit() {
-    let coordinator = Coordinator::new(MemoryStore::new(), Config::default());
+    let coordinator = running(Coordinator::new(MemoryStore::new(), Config::default()));
     let mut worker = FakeWorker::connect(&coordinator, "w1", &["planner", "coder"]).await;
     let run_id = submit(&coordinator, THEME_FEATURE).await;
     let plan = worker.next_task();
@@ -892,7 +899,7 @@ async fn more_messages_than_the_limit_are_refused_naming_the_limit() {
 /// Notes travel with their own SHA-256, checked like the data's.
 #[tokio::test]
 async fn notes_that_do_not_match_their_digest_are_refused() {
-    let coordinator = Coordinator::new(MemoryStore::new(), Config::default());
+    let coordinator = running(Coordinator::new(MemoryStore::new(), Config::default()));
     let mut worker = FakeWorker::connect(&coordinator, "w1", &["planner", "coder"]).await;
     let run_id = submit(&coordinator, THEME_FEATURE).await;
     let plan = worker.next_task();

@@ -7,6 +7,8 @@
 mod client;
 #[path = "support/fake_worker.rs"]
 mod fake_worker;
+#[path = "support/running.rs"]
+mod running;
 
 use std::time::Duration;
 
@@ -17,11 +19,12 @@ use baton_coordinator::{Config, Coordinator};
 use baton_proto::v1;
 use fake_worker::{FakeWorker, json_bytes};
 use futures::StreamExt;
+use running::running;
 use serde_json::json;
 
 #[tokio::test]
 async fn a_result_s_bytes_are_shared_by_the_store_write_its_watchers_and_the_next_task() {
-    let coordinator = Coordinator::new(MemoryStore::new(), Config::default());
+    let coordinator = running(Coordinator::new(MemoryStore::new(), Config::default()));
     let mut worker = FakeWorker::connect(&coordinator, "w1", &["noop"]).await;
     let workflow = json!({"id": "two", "steps": [
         {"id": "a", "type": "agent", "agent": "noop", "next": "b"},
@@ -101,7 +104,7 @@ async fn a_result_s_bytes_are_shared_by_the_store_write_its_watchers_and_the_nex
 #[tokio::test]
 async fn a_context_is_a_change_to_the_listing_a_worker_holds_and_whole_to_an_older_worker() {
     const STEPS: usize = 12;
-    let coordinator = Coordinator::new(MemoryStore::new(), Config::default());
+    let coordinator = running(Coordinator::new(MemoryStore::new(), Config::default()));
     let mut new = FakeWorker::hello_caching(
         &coordinator,
         "new",

@@ -15,6 +15,8 @@ mod fake_worker;
 #[path = "support/redis_server.rs"]
 #[allow(dead_code)] // shared harness: not every helper is used here
 mod redis_server;
+#[path = "support/running.rs"]
+mod running;
 
 use baton_coordinator::service::RunEvent;
 use baton_coordinator::store::redis::RedisStore;
@@ -24,15 +26,16 @@ use baton_proto::v1::Task;
 use fake_worker::{FakeWorker, json_bytes};
 use futures::StreamExt;
 use futures::future::join_all;
+use running::{Running, running};
 use serde_json::{Value, json};
 
 /// A coordinator on its own `redis-server`, which lives as long as the first value.
-async fn coordinator() -> (redis_server::RedisServer, Coordinator<RedisStore>) {
+async fn coordinator() -> (redis_server::RedisServer, Running<RedisStore>) {
     let server = redis_server::RedisServer::start();
     let store = RedisStore::connect_with_prefix(&server.url(), "group-commit")
         .await
         .expect("connect to the test redis-server");
-    (server, Coordinator::new(store, Config::default()))
+    (server, running(Coordinator::new(store, Config::default())))
 }
 
 /// A parallel step of `branches` agent branches, `b0`, `b1`...

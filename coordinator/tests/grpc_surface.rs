@@ -1,7 +1,11 @@
 //! What any gRPC tool sees of a coordinator: health checking and reflection.
 
+#[path = "support/running.rs"]
+mod running;
+
 use baton_coordinator::store::memory::MemoryStore;
 use baton_coordinator::{Config, Coordinator};
+use running::running;
 use tokio::net::TcpListener;
 use tokio_stream::StreamExt;
 use tonic_health::pb::HealthCheckRequest;
@@ -24,12 +28,13 @@ async fn serve() -> (String, tokio::sync::oneshot::Sender<()>) {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let coordinator = Coordinator::new(MemoryStore::new(), Config::default());
+    let coordinator = running(Coordinator::new(MemoryStore::new(), Config::default()));
     tokio::spawn(baton_coordinator::grpc::serve(
         listener,
-        coordinator,
-        async {
+        coordinator.clone(),
+        async move {
             let _ = stopped.await;
+            drop(coordinator);
         },
     ));
     (url, stop)

@@ -13,6 +13,8 @@ mod fake_worker;
 #[path = "support/redis_server.rs"]
 #[allow(dead_code)] // shared harness: not every helper is used here
 mod redis_server;
+#[path = "support/running.rs"]
+mod running;
 
 use std::collections::BTreeMap;
 
@@ -27,6 +29,7 @@ use baton_proto::Json;
 use baton_proto::v1::Task;
 use fake_worker::{FakeWorker, json_bytes, payload};
 use redis_server::RedisServer;
+use running::{Running, running};
 use serde_json::{Value, json};
 
 /// plan (agent) -> approve (approval) -> code (agent).
@@ -110,7 +113,7 @@ impl Redis {
     }
 
     /// A coordinator with its own connection: a restarted process shares nothing but Redis.
-    async fn coordinator(&self) -> Coordinator<RedisStore> {
+    async fn coordinator(&self) -> Running<RedisStore> {
         let store = RedisStore::connect(&self.server.url()).await.unwrap();
         // Short leases: a task the previous coordinator held is delivered again quickly.
         let config = Config {
@@ -118,7 +121,7 @@ impl Redis {
             sweep_interval_ms: 20,
             ..Config::default()
         };
-        Coordinator::new(store, config)
+        running(Coordinator::new(store, config))
     }
 
     fn con(&self) -> MultiplexedConnection {

@@ -6,6 +6,8 @@
 mod client;
 #[path = "support/fake_worker.rs"]
 mod fake_worker;
+#[path = "support/running.rs"]
+mod running;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,6 +18,7 @@ use baton_coordinator::store::{LiveOutput, Store};
 use baton_coordinator::{Config, Coordinator, Error};
 use fake_worker::{FakeWorker, json_bytes};
 use futures::StreamExt;
+use running::running;
 use serde_json::json;
 use tokio::time::Instant;
 
@@ -59,8 +62,8 @@ fn text(event: &RunEvent) -> &str {
 #[tokio::test]
 async fn a_watcher_on_another_coordinator_sees_the_output_as_it_comes_and_a_late_one_what_came() {
     let store = Arc::new(MemoryStore::new());
-    let near = Coordinator::new(store.clone(), Config::default());
-    let far = Coordinator::new(store.clone(), Config::default());
+    let near = running(Coordinator::new(store.clone(), Config::default()));
+    let far = running(Coordinator::new(store.clone(), Config::default()));
     let mut worker = FakeWorker::connect(&near, "w1", &["coder"]).await;
     let run_id = start(&near).await;
     let task = worker.next_task();
@@ -139,8 +142,8 @@ async fn output_until_the_end_of(events: &mut EventStream, step_id: &str) -> Vec
 #[tokio::test]
 async fn a_step_s_output_is_told_before_its_end_on_every_coordinator() {
     let store = Arc::new(MemoryStore::new());
-    let near = Coordinator::new(store.clone(), Config::default());
-    let far = Coordinator::new(store.clone(), Config::default());
+    let near = running(Coordinator::new(store.clone(), Config::default()));
+    let far = running(Coordinator::new(store.clone(), Config::default()));
     let mut worker = FakeWorker::connect(&near, "w1", &["coder", "reviewer"]).await;
     let run_id = client::submit(&near, TWO_STEPS.as_bytes(), &json_bytes(&json!("go")))
         .await
@@ -181,7 +184,7 @@ async fn a_step_s_output_is_told_before_its_end_on_every_coordinator() {
 
 #[tokio::test]
 async fn a_watcher_that_falls_behind_misses_pieces_is_told_and_the_run_goes_on() {
-    let coordinator = Coordinator::new(MemoryStore::new(), Config::default());
+    let coordinator = running(Coordinator::new(MemoryStore::new(), Config::default()));
     let mut worker = FakeWorker::connect(&coordinator, "w1", &["coder"]).await;
     let run_id = start(&coordinator).await;
     let task = worker.next_task();
@@ -237,7 +240,7 @@ async fn a_watcher_that_falls_behind_misses_pieces_is_told_and_the_run_goes_on()
 #[tokio::test]
 async fn the_tokens_of_every_attempt_are_on_the_step_and_summed_for_the_run() {
     let store = Arc::new(MemoryStore::new());
-    let coordinator = Coordinator::new(store.clone(), Config::default());
+    let coordinator = running(Coordinator::new(store.clone(), Config::default()));
     let mut worker = FakeWorker::connect(&coordinator, "w1", &["coder"]).await;
     let run_id = start(&coordinator).await;
     let first = worker.next_task();
@@ -292,14 +295,14 @@ async fn the_tokens_of_every_attempt_are_on_the_step_and_summed_for_the_run() {
     assert_eq!(totals, [("small", 210, 50), ("large", 5, 1)]);
 
     // A fresh coordinator reads the same from the store.
-    let again = Coordinator::new(store, Config::default());
+    let again = running(Coordinator::new(store, Config::default()));
     drop(coordinator);
     assert_eq!(again.record(&run_id).await.unwrap().usage, record.usage);
 }
 
 #[tokio::test]
 async fn usage_over_its_limits_refuses_the_result_naming_it() {
-    let coordinator = Coordinator::new(MemoryStore::new(), Config::default());
+    let coordinator = running(Coordinator::new(MemoryStore::new(), Config::default()));
     let mut worker = FakeWorker::connect(&coordinator, "w1", &["coder"]).await;
     let run_id = start(&coordinator).await;
     let task = worker.next_task();

@@ -20,6 +20,8 @@ mod fake_worker;
 #[path = "support/redis_server.rs"]
 #[allow(dead_code)]
 mod redis_server;
+#[path = "support/running.rs"]
+mod running;
 
 use std::time::Duration;
 
@@ -32,6 +34,7 @@ use baton_core::Decision;
 use fake_worker::{FakeWorker, json_bytes};
 use redis::aio::MultiplexedConnection;
 use redis_server::RedisServer;
+use running::{Running, running};
 use serde_json::json;
 use sha2::{Digest, Sha256};
 use tokio::time::Instant;
@@ -54,7 +57,7 @@ async fn start(
     lease_ms: u64,
 ) -> (
     RedisServer,
-    Coordinator<RedisStore>,
+    Running<RedisStore>,
     FakeWorker,
     MultiplexedConnection,
 ) {
@@ -68,7 +71,7 @@ async fn start(
         worker_silence_ms: 60_000,
         ..Config::default()
     };
-    let coordinator = Coordinator::new(store, config);
+    let coordinator = running(Coordinator::new(store, config));
     let mut worker = FakeWorker::connect(&coordinator, "w", &["planner"]).await;
     submit(&coordinator).await.expect("the first submit");
     let task = worker.wait_task().await;

@@ -14,6 +14,8 @@ mod fake_worker;
 #[path = "support/redis_server.rs"]
 #[allow(dead_code)]
 mod redis_server;
+#[path = "support/running.rs"]
+mod running;
 
 use baton_coordinator::store::redis::RedisStore;
 use baton_coordinator::store::{Error as StoreError, RunQuery};
@@ -21,6 +23,7 @@ use baton_coordinator::{Config, Coordinator, Error, NotReady};
 use fake_worker::{FakeWorker, json_bytes};
 use redis::aio::MultiplexedConnection;
 use redis_server::RedisServer;
+use running::running;
 use serde_json::json;
 
 const ONE_STEP: &str = r#"{"steps": [{"id": "plan", "type": "agent", "agent": "planner"}]}"#;
@@ -39,7 +42,7 @@ async fn maxmemory(con: &mut MultiplexedConnection, bytes: u64) {
 async fn runs_stay_readable_and_readiness_names_memory_while_redis_refuses_writes() {
     let server = RedisServer::start();
     let store = RedisStore::connect(&server.url()).await.unwrap();
-    let coordinator = Coordinator::new(store.clone(), Config::default());
+    let coordinator = running(Coordinator::new(store.clone(), Config::default()));
     let mut worker = FakeWorker::connect(&coordinator, "w", &["planner"]).await;
     let input = json_bytes(&json!("x"));
     let submit = || client::submit(&coordinator, ONE_STEP.as_bytes(), &input);
@@ -62,7 +65,7 @@ async fn runs_stay_readable_and_readiness_names_memory_while_redis_refuses_write
 
     // Reads answer, from a coordinator that holds nothing in memory too (another one, or this
     // one after a restart, reads every run back from Redis).
-    let elsewhere = Coordinator::new(store, Config::default());
+    let elsewhere = running::running(Coordinator::new(store, Config::default()));
     for reader in [&coordinator, &elsewhere] {
         assert_eq!(reader.record(&finished).await.unwrap().status, "succeeded");
         assert_eq!(reader.record(&running).await.unwrap().status, "running");

@@ -9,6 +9,8 @@ mod fake_worker;
 #[path = "support/redis_server.rs"]
 #[allow(dead_code)]
 mod redis_server;
+#[path = "support/running.rs"]
+mod running;
 
 use std::time::Duration;
 
@@ -17,6 +19,7 @@ use baton_coordinator::store::redis::RedisStore;
 use baton_coordinator::{Config, Coordinator};
 use fake_worker::{FakeWorker, json_bytes};
 use redis_server::RedisServer;
+use running::running;
 use serde_json::{Value, json};
 
 const TWO_STEPS: &str = r#"{"steps": [
@@ -38,13 +41,13 @@ async fn acknowledged_transitions_survive_a_redis_restart_and_the_run_goes_on() 
     let store = RedisStore::connect(&redis.url()).await.unwrap();
     // Every answer here comes from the test: a lease that ran out on a loaded machine would
     // only add a takeover (and its CancelTask) that this test is not about.
-    let coordinator = Coordinator::new(
+    let coordinator = running(Coordinator::new(
         store.clone(),
         Config {
             lease_ms: 30_000,
             ..config()
         },
-    );
+    ));
     let mut worker = FakeWorker::connect(&coordinator, "w", &["planner", "coder"]).await;
     let runs: Vec<String> = {
         let mut runs = Vec::new();
@@ -119,7 +122,7 @@ async fn acknowledged_transitions_survive_a_redis_restart_and_the_run_goes_on() 
 async fn an_answer_that_arrives_while_redis_is_down_waits_for_it() {
     let mut redis = RedisServer::start_durable();
     let store = RedisStore::connect(&redis.url()).await.unwrap();
-    let coordinator = Coordinator::new(store, config());
+    let coordinator = running(Coordinator::new(store, config()));
     let mut worker = FakeWorker::connect(&coordinator, "w", &["planner", "coder"]).await;
     let run_id = client::submit(&coordinator, TWO_STEPS.as_bytes(), &json_bytes(&json!("x")))
         .await

@@ -7,6 +7,8 @@
 mod client;
 #[path = "support/fake_worker.rs"]
 mod fake_worker;
+#[path = "support/running.rs"]
+mod running;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,6 +19,7 @@ use baton_coordinator::store::{Runs, Store, Tasks};
 use baton_coordinator::{Config, Coordinator, Error};
 use baton_proto::v1::{CoordinatorMessage, Task, coordinator_message};
 use fake_worker::{FakeWorker, json_bytes};
+use running::running;
 use serde_json::{Value, json};
 
 fn quick(id: &str) -> Config {
@@ -98,7 +101,7 @@ async fn written_down(store: &MemoryStore, run_id: &str, key: &str, worker_id: &
 
 #[tokio::test(start_paused = true)]
 async fn a_silent_worker_loses_its_lease_and_its_late_answer_is_refused() {
-    let coordinator = Coordinator::new(MemoryStore::new(), quick("c1"));
+    let coordinator = running(Coordinator::new(MemoryStore::new(), quick("c1")));
     let mut silent = FakeWorker::connect(&coordinator, "silent", &["worker"]).await;
     let run_id = submit(&coordinator, &one_step(json!({}))).await;
     let first = silent.next_task();
@@ -137,14 +140,14 @@ async fn a_silent_worker_loses_its_lease_and_its_late_answer_is_refused() {
 #[tokio::test(start_paused = true)]
 async fn a_dead_coordinators_tasks_are_claimed_as_new_attempts_and_old_answers_fenced() {
     let store = Arc::new(MemoryStore::new());
-    let dying = Coordinator::new(store.clone(), quick("dying"));
+    let dying = running(Coordinator::new(store.clone(), quick("dying")));
     let mut w1 = FakeWorker::connect(&dying, "w1", &["worker"]).await;
     let run_id = submit(&dying, &one_step(json!({}))).await;
     let first = w1.next_task();
     // kill -9: no goodbye, its lease just stops being renewed.
     drop(dying);
 
-    let survivor = Coordinator::new(store.clone(), quick("survivor"));
+    let survivor = running(Coordinator::new(store.clone(), quick("survivor")));
     let mut w2 = FakeWorker::connect(&survivor, "w2", &["worker"]).await;
     let claimed = w2.wait_task().await;
     assert_eq!(claimed.attempt, first.attempt + 1);
@@ -170,8 +173,8 @@ async fn a_dead_coordinators_tasks_are_claimed_as_new_attempts_and_old_answers_f
 #[tokio::test(start_paused = true)]
 async fn a_worker_that_moves_to_another_coordinator_keeps_its_task() {
     let store = Arc::new(MemoryStore::new());
-    let leaving = Coordinator::new(store.clone(), quick("leaving"));
-    let staying = Coordinator::new(store.clone(), quick("staying"));
+    let leaving = running(Coordinator::new(store.clone(), quick("leaving")));
+    let staying = running(Coordinator::new(store.clone(), quick("staying")));
     let mut w1 = FakeWorker::connect(&leaving, "w1", &["worker"]).await;
     let mut w2 = FakeWorker::connect(&staying, "w2", &["worker"]).await;
     let run_id = submit(&leaving, &one_step(json!({}))).await;
@@ -197,7 +200,7 @@ async fn a_worker_that_moves_to_another_coordinator_keeps_its_task() {
 
 #[tokio::test(start_paused = true)]
 async fn a_failed_attempt_is_retried_after_a_backoff_until_it_succeeds() {
-    let coordinator = Coordinator::new(MemoryStore::new(), quick("c1"));
+    let coordinator = running(Coordinator::new(MemoryStore::new(), quick("c1")));
     let mut worker = FakeWorker::connect(&coordinator, "w", &["worker"]).await;
     let retry = json!({"retry": {"max_attempts": 3, "initial_interval_ms": 100}});
     let run_id = submit(&coordinator, &one_step(retry)).await;
@@ -241,7 +244,7 @@ async fn a_failed_attempt_is_retried_after_a_backoff_until_it_succeeds() {
 
 #[tokio::test(start_paused = true)]
 async fn retries_run_out_and_the_step_fails_naming_the_count() {
-    let coordinator = Coordinator::new(MemoryStore::new(), quick("c1"));
+    let coordinator = running(Coordinator::new(MemoryStore::new(), quick("c1")));
     let mut worker = FakeWorker::connect(&coordinator, "w", &["worker"]).await;
     let retry = json!({"retry": {"max_attempts": 2, "initial_interval_ms": 10}});
     let run_id = submit(&coordinator, &one_step(retry)).await;
@@ -262,7 +265,7 @@ async fn retries_run_out_and_the_step_fails_naming_the_count() {
 
 #[tokio::test(start_paused = true)]
 async fn an_error_marked_not_retryable_fails_at_once_whatever_the_policy() {
-    let coordinator = Coordinator::new(MemoryStore::new(), quick("c1"));
+    let coordinator = running(Coordinator::new(MemoryStore::new(), quick("c1")));
     let mut worker = FakeWorker::connect(&coordinator, "w", &["worker"]).await;
     let retry = json!({"retry": {"max_attempts": 5, "initial_interval_ms": 10}});
     let run_id = submit(&coordinator, &one_step(retry)).await;
@@ -281,7 +284,7 @@ async fn an_error_marked_not_retryable_fails_at_once_whatever_the_policy() {
 
 #[tokio::test(start_paused = true)]
 async fn a_step_without_retry_fails_on_its_first_error() {
-    let coordinator = Coordinator::new(MemoryStore::new(), quick("c1"));
+    let coordinator = running(Coordinator::new(MemoryStore::new(), quick("c1")));
     let mut worker = FakeWorker::connect(&coordinator, "w", &["worker"]).await;
     let run_id = submit(&coordinator, &one_step(json!({}))).await;
     let task = worker.next_task();
@@ -297,7 +300,7 @@ async fn a_step_without_retry_fails_on_its_first_error() {
 
 #[tokio::test(start_paused = true)]
 async fn a_timed_out_attempt_is_stopped_on_its_worker_and_retried() {
-    let coordinator = Coordinator::new(MemoryStore::new(), quick("c1"));
+    let coordinator = running(Coordinator::new(MemoryStore::new(), quick("c1")));
     let mut worker = FakeWorker::connect(&coordinator, "w", &["worker"]).await;
     let extra = json!({
         "timeout_ms": 100,
@@ -336,8 +339,8 @@ async fn a_timed_out_attempt_is_stopped_on_its_worker_and_retried() {
 #[tokio::test(start_paused = true)]
 async fn any_coordinator_moves_any_run_on_and_no_transition_is_applied_twice() {
     let store = Arc::new(MemoryStore::new());
-    let a = Coordinator::new(store.clone(), quick("a"));
-    let b = Coordinator::new(store.clone(), quick("b"));
+    let a = running(Coordinator::new(store.clone(), quick("a")));
+    let b = running(Coordinator::new(store.clone(), quick("b")));
     let workflow = json!({"steps": [
         {"id": "plan", "type": "agent", "agent": "planner", "next": "approve"},
         {"id": "approve", "type": "approval", "message": "ok?", "on_approve": "code"},
@@ -378,8 +381,8 @@ async fn any_coordinator_moves_any_run_on_and_no_transition_is_applied_twice() {
 #[tokio::test(start_paused = true)]
 async fn two_coordinators_sweeping_the_same_due_tasks_deliver_each_once() {
     let store = Arc::new(MemoryStore::new());
-    let a = Coordinator::new(store.clone(), quick("a"));
-    let b = Coordinator::new(store.clone(), quick("b"));
+    let a = running(Coordinator::new(store.clone(), quick("a")));
+    let b = running(Coordinator::new(store.clone(), quick("b")));
     let workflow = one_step(json!({}));
     let mut runs = Vec::new();
     for _ in 0..20 {
@@ -416,7 +419,7 @@ async fn two_coordinators_sweeping_the_same_due_tasks_deliver_each_once() {
 #[tokio::test(start_paused = true)]
 async fn an_approval_nobody_decides_within_its_timeout_fails_its_step() {
     let store = Arc::new(MemoryStore::new());
-    let coordinator = Coordinator::new(store.clone(), quick("c1"));
+    let coordinator = running(Coordinator::new(store.clone(), quick("c1")));
     let workflow = json!({"steps": [
         {"id": "sign-off", "type": "approval", "message": "Ship?", "timeout_ms": 100}
     ]})
@@ -444,7 +447,7 @@ async fn an_approval_nobody_decides_within_its_timeout_fails_its_step() {
 #[tokio::test(start_paused = true)]
 async fn an_approval_decided_in_time_drops_its_timer() {
     let store = Arc::new(MemoryStore::new());
-    let coordinator = Coordinator::new(store.clone(), quick("c1"));
+    let coordinator = running(Coordinator::new(store.clone(), quick("c1")));
     let workflow = json!({"steps": [
         {"id": "sign-off", "type": "approval", "message": "Ship?", "timeout_ms": 300}
     ]})
@@ -466,7 +469,7 @@ async fn an_approval_decided_in_time_drops_its_timer() {
 #[tokio::test(start_paused = true)]
 async fn a_cancelled_run_leaves_no_timer_behind() {
     let store = Arc::new(MemoryStore::new());
-    let coordinator = Coordinator::new(store.clone(), quick("c1"));
+    let coordinator = running(Coordinator::new(store.clone(), quick("c1")));
     let workflow = json!({"steps": [
         {"id": "sign-off", "type": "approval", "timeout_ms": 60000}
     ]})
@@ -478,7 +481,7 @@ async fn a_cancelled_run_leaves_no_timer_behind() {
 
 #[tokio::test(start_paused = true)]
 async fn a_task_swept_up_when_workers_connect_keeps_its_retry_policy() {
-    let coordinator = Coordinator::new(MemoryStore::new(), quick("c1"));
+    let coordinator = running(Coordinator::new(MemoryStore::new(), quick("c1")));
     let retry = json!({"retry": {"max_attempts": 3, "initial_interval_ms": 10}});
     // No worker yet: the task is due at once, and both connections below sweep for it; one
     // claim wins, the other finds it taken.
@@ -519,14 +522,14 @@ async fn a_task_swept_up_when_workers_connect_keeps_its_retry_policy() {
 #[tokio::test(start_paused = true)]
 async fn a_reconnecting_worker_gets_no_more_tasks_than_it_has_slots() {
     let store = Arc::new(MemoryStore::new());
-    let dying = Coordinator::new(store.clone(), quick("dying"));
+    let dying = running(Coordinator::new(store.clone(), quick("dying")));
     let mut w1 = FakeWorker::connect(&dying, "w1", &["worker"]).await;
     let first = submit(&dying, &one_step(json!({}))).await;
     let running = w1.next_task();
     // A renewal writes down that w1 runs it: only then may w1 take it elsewhere.
     written_down(&store, &first, "work#1", "w1").await;
     drop(dying);
-    let survivor = Coordinator::new(store.clone(), quick("survivor"));
+    let survivor = running::running(Coordinator::new(store.clone(), quick("survivor")));
     // Another run's task waits, due at once.
     submit(&survivor, &one_step(json!({}))).await;
     // w1 comes back with one slot, busy with the task it still runs.
@@ -543,7 +546,7 @@ async fn a_reconnecting_worker_gets_no_more_tasks_than_it_has_slots() {
 
 #[tokio::test(start_paused = true)]
 async fn a_coordinator_shutting_down_takes_no_new_worker() {
-    let coordinator = Coordinator::new(MemoryStore::new(), quick("c1"));
+    let coordinator = running(Coordinator::new(MemoryStore::new(), quick("c1")));
     coordinator.shutdown().await;
     let refused = FakeWorker::hello(&coordinator, "w", &["worker"], 1, Vec::new())
         .await

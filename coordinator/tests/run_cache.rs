@@ -6,6 +6,8 @@
 mod client;
 #[path = "support/fake_worker.rs"]
 mod fake_worker;
+#[path = "support/running.rs"]
+mod running;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,6 +17,7 @@ use baton_coordinator::store::{Runs, Store};
 use baton_coordinator::{Config, Coordinator};
 use baton_core::Decision;
 use fake_worker::{FakeWorker, json_bytes, payload};
+use running::running;
 use serde_json::json;
 
 const IDLE: Duration = Duration::from_millis(100);
@@ -50,7 +53,7 @@ async fn until_in_memory<S: Store>(coordinator: &Coordinator<S>, count: usize) {
 #[tokio::test]
 async fn an_idle_run_is_dropped_from_memory_and_goes_on_from_the_store_when_touched() {
     let store = Arc::new(MemoryStore::new());
-    let coordinator = Coordinator::new(store.clone(), forgetful());
+    let coordinator = running(Coordinator::new(store.clone(), forgetful()));
     let mut worker = FakeWorker::connect(&coordinator, "w1", &["planner", "coder"]).await;
     let run_id = client::submit(&coordinator, WORKFLOW.as_bytes(), &json_bytes(&json!("go")))
         .await
@@ -110,7 +113,7 @@ async fn an_idle_run_is_dropped_from_memory_and_goes_on_from_the_store_when_touc
 
 #[tokio::test]
 async fn a_run_in_use_stays_in_memory() {
-    let coordinator = Coordinator::new(MemoryStore::new(), forgetful());
+    let coordinator = running(Coordinator::new(MemoryStore::new(), forgetful()));
     let _worker = FakeWorker::connect(&coordinator, "w1", &["planner"]).await;
     let run_id = client::submit(&coordinator, WORKFLOW.as_bytes(), &json_bytes(&json!("go")))
         .await

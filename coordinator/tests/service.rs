@@ -4,6 +4,8 @@
 mod client;
 #[path = "support/fake_worker.rs"]
 mod fake_worker;
+#[path = "support/running.rs"]
+mod running;
 
 use std::sync::Arc;
 
@@ -18,6 +20,7 @@ use baton_proto::v1::{
     CoordinatorMessage, SubmitRunResponse, Task, TaskResult, coordinator_message, task_result,
 };
 use fake_worker::{FakeWorker, json_bytes, payload};
+use running::running;
 use serde_json::{Value, json};
 
 const FEATURE: &str = include_str!("../../examples/feature-development/workflow.json");
@@ -67,7 +70,7 @@ async fn start<S: Store>(coordinator: &Coordinator<S>, text: &str) -> String {
 #[tokio::test]
 async fn a_run_survives_a_coordinator_restart_from_the_store_alone() {
     let store = Arc::new(MemoryStore::new());
-    let first = Coordinator::new(store.clone(), quick());
+    let first = running(Coordinator::new(store.clone(), quick()));
     let run_id = start(&first, "toggle").await;
     let mut worker = FakeWorker::connect(
         &first,
@@ -96,7 +99,7 @@ async fn a_run_survives_a_coordinator_restart_from_the_store_alone() {
 
     // A new coordinator on the same store: nothing but the store carries the run over. The
     // first one's lease on the coder's task runs out, and the task is delivered again.
-    let second = Coordinator::new(store.clone(), quick());
+    let second = running(Coordinator::new(store.clone(), quick()));
     let after = second.record(&run_id).await.unwrap();
     assert_eq!(after.context, before.context);
     assert_eq!(after.state_sha256, before.state_sha256);
@@ -167,7 +170,7 @@ async fn a_run_survives_a_coordinator_restart_from_the_store_alone() {
 
 #[tokio::test]
 async fn bad_input_is_refused_with_what_is_wrong_and_nothing_is_stored() {
-    let coordinator = Coordinator::new(MemoryStore::new(), Config::default());
+    let coordinator = running(Coordinator::new(MemoryStore::new(), Config::default()));
     let invalid = client::submit(
         &coordinator,
         br#"{"steps": [{"id": "plan", "type": "agnet"}]}"#,
@@ -228,7 +231,7 @@ async fn bad_input_is_refused_with_what_is_wrong_and_nothing_is_stored() {
 
 #[tokio::test]
 async fn refusals_change_nothing() {
-    let coordinator = Coordinator::new(MemoryStore::new(), Config::default());
+    let coordinator = running(Coordinator::new(MemoryStore::new(), Config::default()));
     let run_id = start(&coordinator, "toggle").await;
     let before = coordinator.record(&run_id).await.unwrap();
 
@@ -280,7 +283,7 @@ async fn refusals_change_nothing() {
 
 #[tokio::test]
 async fn a_corrupted_result_fails_its_step_instead_of_stalling_the_run() {
-    let coordinator = Coordinator::new(MemoryStore::new(), Config::default());
+    let coordinator = running(Coordinator::new(MemoryStore::new(), Config::default()));
     let run_id = start(&coordinator, "toggle").await;
     let mut worker = FakeWorker::connect(&coordinator, "w1", &["planner"]).await;
     let plan = worker.next_task();
@@ -321,7 +324,7 @@ async fn a_corrupted_result_fails_its_step_instead_of_stalling_the_run() {
 
 #[tokio::test]
 async fn an_unserved_agent_is_named_in_the_record_and_served_once_a_worker_comes() {
-    let coordinator = Coordinator::new(MemoryStore::new(), Config::default());
+    let coordinator = running(Coordinator::new(MemoryStore::new(), Config::default()));
     let run_id = start(&coordinator, "toggle").await;
     let record = coordinator.record(&run_id).await.unwrap();
     assert_eq!(record.status.as_str(), "running");
@@ -349,7 +352,7 @@ async fn an_unserved_agent_is_named_in_the_record_and_served_once_a_worker_comes
 
 #[tokio::test]
 async fn a_worker_that_leaves_hands_its_task_to_another() {
-    let coordinator = Coordinator::new(MemoryStore::new(), Config::default());
+    let coordinator = running(Coordinator::new(MemoryStore::new(), Config::default()));
     let run_id = start(&coordinator, "toggle").await;
     let mut first = FakeWorker::connect(&coordinator, "first", &["planner"]).await;
     let task = first.next_task();
@@ -373,7 +376,7 @@ async fn a_worker_that_leaves_hands_its_task_to_another() {
 
 #[tokio::test]
 async fn cancel_drops_queued_tasks_and_ends_the_run() {
-    let coordinator = Coordinator::new(MemoryStore::new(), Config::default());
+    let coordinator = running(Coordinator::new(MemoryStore::new(), Config::default()));
     let run_id = start(&coordinator, "toggle").await;
     let record = coordinator
         .cancel(&run_id, "changed my mind", None)
@@ -400,13 +403,13 @@ async fn cancel_drops_queued_tasks_and_ends_the_run() {
 
 #[tokio::test]
 async fn watches_past_the_limit_are_refused_until_one_ends() {
-    let coordinator = Coordinator::new(
+    let coordinator = running(Coordinator::new(
         MemoryStore::new(),
         Config {
             max_watchers: 2,
             ..Config::default()
         },
-    );
+    ));
     let run_id = start(&coordinator, "toggle").await;
     let first = coordinator.watch(&run_id).await.unwrap();
     let _second = coordinator.watch(&run_id).await.unwrap();
@@ -429,7 +432,7 @@ async fn watches_past_the_limit_are_refused_until_one_ends() {
 
 #[tokio::test]
 async fn cancelling_frees_the_slot_for_a_task_of_another_run() {
-    let coordinator = Coordinator::new(MemoryStore::new(), Config::default());
+    let coordinator = running(Coordinator::new(MemoryStore::new(), Config::default()));
     let first = start(&coordinator, "one").await;
     let mut stream = FakeWorker::hello(&coordinator, "solo", &["planner"], 1, Vec::new())
         .await
@@ -463,7 +466,7 @@ async fn cancelling_frees_the_slot_for_a_task_of_another_run() {
 async fn one_unreadable_run_does_not_stop_the_others_being_picked_up() {
     use baton_coordinator::store::{RunHeader, TransitionWrite};
     let store = Arc::new(MemoryStore::new());
-    let coordinator = Coordinator::new(store.clone(), quick());
+    let coordinator = running(Coordinator::new(store.clone(), quick()));
     // Submitted with no worker anywhere: its task is due at once, for whoever serves planners.
     let good = start(&coordinator, "toggle").await;
     let due_task = br#"{"agent":"planner","state":"queued","attempt":1,"due_ms":0}"#.to_vec();
@@ -487,7 +490,7 @@ async fn one_unreadable_run_does_not_stop_the_others_being_picked_up() {
         .await
         .unwrap();
     drop(coordinator);
-    let restarted = Coordinator::new(store.clone(), quick());
+    let restarted = running(Coordinator::new(store.clone(), quick()));
     let mut worker = FakeWorker::connect(&restarted, "w", &["planner"]).await;
     assert_eq!(worker.wait_task().await.run_id, good);
     // The broken run's task was claimed but stays in the store, untouched otherwise.
@@ -728,7 +731,7 @@ impl Coordination for FlakyStore {
 #[tokio::test]
 async fn a_result_waits_out_a_store_blip_and_is_recorded_once() {
     let store = Arc::new(FlakyStore::default());
-    let coordinator = Coordinator::new(store.clone(), Config::default());
+    let coordinator = running(Coordinator::new(store.clone(), Config::default()));
     let run_id = start(&coordinator, "toggle").await;
     let mut worker = FakeWorker::connect(&coordinator, "w1", &["planner"]).await;
     let plan = worker.next_task();
@@ -756,7 +759,7 @@ async fn a_result_waits_out_a_store_blip_and_is_recorded_once() {
 
 #[tokio::test]
 async fn a_payload_that_does_not_arrive_intact_is_sent_again_whole_then_fails_its_step() {
-    let coordinator = Coordinator::new(MemoryStore::new(), Config::default());
+    let coordinator = running(Coordinator::new(MemoryStore::new(), Config::default()));
     let mut worker = FakeWorker::connect(&coordinator, "w", &["planner"]).await;
     let run_id = start(&coordinator, "dark mode").await;
     let plan = worker.next_task();
@@ -805,7 +808,7 @@ fn nested(depth: usize) -> Value {
 
 #[tokio::test]
 async fn data_nested_deeper_than_agents_can_parse_is_refused_by_name() {
-    let coordinator = Coordinator::new(MemoryStore::new(), Config::default());
+    let coordinator = running(Coordinator::new(MemoryStore::new(), Config::default()));
     let error = client::submit(&coordinator, FEATURE.as_bytes(), &input(nested(101)))
         .await
         .unwrap_err();
@@ -843,7 +846,7 @@ async fn data_nested_deeper_than_agents_can_parse_is_refused_by_name() {
 /// A client that retries SubmitRun with its idempotency key gets its first run back.
 #[tokio::test]
 async fn the_same_idempotency_key_and_request_give_the_same_run() {
-    let coordinator = Coordinator::new(MemoryStore::new(), Config::default());
+    let coordinator = running(Coordinator::new(MemoryStore::new(), Config::default()));
     let mut worker = FakeWorker::connect(&coordinator, "w1", &["planner"]).await;
     let first = submit_keyed(&coordinator, "toggle", "order-42")
         .await
@@ -888,7 +891,7 @@ async fn the_same_idempotency_key_and_request_give_the_same_run() {
 
 #[tokio::test]
 async fn an_idempotency_key_reused_for_another_request_is_refused_naming_its_run() {
-    let coordinator = Coordinator::new(MemoryStore::new(), Config::default());
+    let coordinator = running(Coordinator::new(MemoryStore::new(), Config::default()));
     let first = submit_keyed(&coordinator, "toggle", "k").await.unwrap();
     let error = submit_keyed(&coordinator, "another", "k")
         .await
@@ -930,7 +933,7 @@ async fn an_idempotency_key_reused_for_another_request_is_refused_naming_its_run
 #[tokio::test]
 async fn a_claimed_key_whose_run_was_never_created_gets_its_run_on_retry() {
     let store = Arc::new(MemoryStore::new());
-    let coordinator = Coordinator::new(store.clone(), Config::default());
+    let coordinator = running(Coordinator::new(store.clone(), Config::default()));
     // The claim the dead submitter made, with the digest of the very same request.
     let mut request = FEATURE.as_bytes().to_vec();
     request.push(0);
@@ -951,7 +954,7 @@ async fn a_claimed_key_whose_run_was_never_created_gets_its_run_on_retry() {
 
 #[tokio::test]
 async fn a_coordinator_is_ready_until_it_drains() {
-    let coordinator = Coordinator::new(MemoryStore::new(), Config::default());
+    let coordinator = running(Coordinator::new(MemoryStore::new(), Config::default()));
     assert_eq!(coordinator.readiness().await, Ok(()));
     coordinator.shutdown().await;
     let not_ready = coordinator.readiness().await.unwrap_err();

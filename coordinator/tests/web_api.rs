@@ -5,6 +5,8 @@
 mod client;
 #[path = "support/fake_worker.rs"]
 mod fake_worker;
+#[path = "support/running.rs"]
+mod running;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -16,6 +18,7 @@ use baton_coordinator::store::memory::MemoryStore;
 use baton_coordinator::{Config, Coordinator};
 use fake_worker::{FakeWorker, json_bytes, payload};
 use futures::StreamExt;
+use running::{Running, running};
 use serde_json::{Value, json};
 
 /// The spec's feature-development shape, cut to what the API needs: an agent, an approval of
@@ -95,8 +98,8 @@ impl Ui {
     }
 }
 
-async fn coordinator() -> Coordinator<MemoryStore> {
-    Coordinator::new(MemoryStore::new(), Config::default())
+async fn coordinator() -> Running<MemoryStore> {
+    running(Coordinator::new(MemoryStore::new(), Config::default()))
 }
 
 async fn submit(coordinator: &Coordinator<MemoryStore>) -> String {
@@ -490,8 +493,8 @@ async fn another_coordinators_pages_show_where_its_steps_stand_and_who_serves_th
         ..Config::default()
     };
     let store = Arc::new(MemoryStore::new());
-    let near = Coordinator::new(store.clone(), config());
-    let far = Coordinator::new(store.clone(), config());
+    let near = running(Coordinator::new(store.clone(), config()));
+    let far = running(Coordinator::new(store.clone(), config()));
     let ui = Ui::serve(&far, Gate::loopback_only()).await;
     let mut planner = FakeWorker::connect(&near, "w-plan", &["planner"]).await;
     let run_id = client::submit(
@@ -597,8 +600,8 @@ async fn a_failed_run_is_retried_from_the_page_and_each_attempt_shows_its_tokens
 #[tokio::test]
 async fn an_approval_decided_on_another_coordinator_right_after_it_was_requested_is_taken() {
     let store = Arc::new(MemoryStore::new());
-    let near = Coordinator::new(store.clone(), Config::default());
-    let far = Coordinator::new(store.clone(), Config::default());
+    let near = running(Coordinator::new(store.clone(), Config::default()));
+    let far = running(Coordinator::new(store.clone(), Config::default()));
     let ui = Ui::serve(&far, Gate::loopback_only()).await;
     let mut planner = FakeWorker::connect(&near, "w-plan", &["planner"]).await;
     let run_id = client::submit(

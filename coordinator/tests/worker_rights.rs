@@ -13,6 +13,8 @@
 mod client;
 #[path = "support/fake_worker.rs"]
 mod fake_worker;
+#[path = "support/running.rs"]
+mod running;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -27,6 +29,7 @@ use baton_proto::v1::{
 };
 use fake_worker::{FakeWorker, json_bytes};
 use prost::Message;
+use running::running;
 use serde_json::{Value, json};
 
 fn quick(id: &str) -> Config {
@@ -129,7 +132,7 @@ fn data_of(record: &baton_coordinator::record::RunRecord) -> Value {
 #[tokio::test(start_paused = true)]
 async fn a_task_named_in_a_hello_goes_only_to_the_worker_and_principal_that_run_it() {
     let store = Arc::new(MemoryStore::new());
-    let dying = Coordinator::new(store.clone(), quick("dying"));
+    let dying = running(Coordinator::new(store.clone(), quick("dying")));
     let mut real = FakeWorker::hello_as(&dying, "real", "coders", &["coder"], Vec::new())
         .await
         .unwrap();
@@ -142,7 +145,7 @@ async fn a_task_named_in_a_hello_goes_only_to_the_worker_and_principal_that_run_
     );
     drop(dying);
 
-    let survivor = Coordinator::new(store.clone(), quick("survivor"));
+    let survivor = running(Coordinator::new(store.clone(), quick("survivor")));
     let held = vec![task.task_id.clone()];
     let mut hostile =
         FakeWorker::hello_as(&survivor, "hostile", "planners", &["planner"], held.clone())
@@ -213,7 +216,7 @@ async fn a_task_named_in_a_hello_goes_only_to_the_worker_and_principal_that_run_
 #[tokio::test(start_paused = true)]
 async fn a_task_no_renewal_wrote_down_is_delivered_again_not_taken_over() {
     let store = Arc::new(MemoryStore::new());
-    let dying = Coordinator::new(store.clone(), quick("dying"));
+    let dying = running(Coordinator::new(store.clone(), quick("dying")));
     let mut w1 = FakeWorker::hello_as(&dying, "w1", "coders", &["coder"], Vec::new())
         .await
         .unwrap();
@@ -221,7 +224,7 @@ async fn a_task_no_renewal_wrote_down_is_delivered_again_not_taken_over() {
     let first = w1.next_task();
     drop(dying);
 
-    let survivor = Coordinator::new(store.clone(), quick("survivor"));
+    let survivor = running(Coordinator::new(store.clone(), quick("survivor")));
     let mut w1 = FakeWorker::hello_as(
         &survivor,
         "w1",
@@ -250,7 +253,7 @@ async fn a_task_no_renewal_wrote_down_is_delivered_again_not_taken_over() {
 /// and counted, it is sent nothing of the task, and the run takes the real worker's answer.
 #[tokio::test(start_paused = true)]
 async fn messages_about_a_task_another_worker_holds_are_refused_and_counted() {
-    let coordinator = Coordinator::new(MemoryStore::new(), quick("c1"));
+    let coordinator = running(Coordinator::new(MemoryStore::new(), quick("c1")));
     let mut real = FakeWorker::hello_as(&coordinator, "real", "coders", &["coder"], Vec::new())
         .await
         .unwrap();
@@ -303,7 +306,7 @@ async fn messages_about_a_task_another_worker_holds_are_refused_and_counted() {
 /// A resend names an attempt: the worker holding attempt 2 asking for attempt 1 gets nothing.
 #[tokio::test(start_paused = true)]
 async fn a_resend_of_an_attempt_the_worker_does_not_hold_sends_nothing() {
-    let coordinator = Coordinator::new(MemoryStore::new(), quick("c1"));
+    let coordinator = running(Coordinator::new(MemoryStore::new(), quick("c1")));
     let mut w1 = FakeWorker::hello_as(&coordinator, "w1", "coders", &["coder"], Vec::new())
         .await
         .unwrap();
@@ -331,7 +334,7 @@ async fn a_resend_of_an_attempt_the_worker_does_not_hold_sends_nothing() {
 /// principal's worker holding the task.
 #[tokio::test(start_paused = true)]
 async fn a_decision_query_must_name_a_worker_of_the_caller_s_principal() {
-    let coordinator = Coordinator::new(MemoryStore::new(), quick("c1"));
+    let coordinator = running(Coordinator::new(MemoryStore::new(), quick("c1")));
     let mut real = FakeWorker::hello_as(&coordinator, "real", "coders", &["coder"], Vec::new())
         .await
         .unwrap();
@@ -361,7 +364,7 @@ async fn a_decision_query_must_name_a_worker_of_the_caller_s_principal() {
 /// the record (125 MB) could never be read again. It is cut, with a marker, on every attempt.
 #[tokio::test(start_paused = true)]
 async fn a_60_mib_error_is_cut_and_the_record_stays_small() {
-    let coordinator = Coordinator::new(MemoryStore::new(), quick("c1"));
+    let coordinator = running(Coordinator::new(MemoryStore::new(), quick("c1")));
     let mut w1 = FakeWorker::hello_as(&coordinator, "w1", "coders", &["coder"], Vec::new())
         .await
         .unwrap();
@@ -400,7 +403,7 @@ async fn a_60_mib_error_is_cut_and_the_record_stays_small() {
 /// names at most 256, and once the worker has gone its agents leave /metrics with it.
 #[tokio::test(start_paused = true)]
 async fn a_gone_worker_leaves_nothing_on_metrics() {
-    let coordinator = Coordinator::new(MemoryStore::new(), quick("c1"));
+    let coordinator = running(Coordinator::new(MemoryStore::new(), quick("c1")));
     assert!(!coordinator.metrics_text().contains("agent-"));
     let agents: Vec<String> = (0..256).map(|n| format!("agent-{n}")).collect();
     let agents: Vec<&str> = agents.iter().map(String::as_str).collect();
@@ -439,7 +442,7 @@ async fn results_too_large_together_for_a_record_are_shown_by_size_and_digest() 
         ..quick("c1")
     };
     let store = Arc::new(MemoryStore::new());
-    let coordinator = Coordinator::new(store.clone(), config);
+    let coordinator = running(Coordinator::new(store.clone(), config));
     let mut w1 = FakeWorker::connect(&coordinator, "w1", &["coder"]).await;
     let workflow = json!({"id": "big", "steps": [
         {"id": "first", "type": "agent", "agent": "coder"},

@@ -1,5 +1,8 @@
 //! The Rust SDK against a real coordinator (in-memory store, gRPC on loopback).
 
+#[path = "../../coordinator/tests/support/running.rs"]
+mod running;
+
 use std::time::Duration;
 
 use baton_coordinator::record::RunRecord;
@@ -7,12 +10,13 @@ use baton_coordinator::service::Submission;
 use baton_coordinator::store::memory::MemoryStore;
 use baton_coordinator::{Config, Coordinator};
 use baton_worker::Worker;
+use running::{Running, running};
 use serde_json::json;
 
-async fn coordinator() -> (Coordinator<MemoryStore>, String) {
+async fn coordinator() -> (Running<MemoryStore>, String) {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
-    let coordinator = Coordinator::new(MemoryStore::new(), Config::default());
+    let coordinator = running(Coordinator::new(MemoryStore::new(), Config::default()));
     tokio::spawn(baton_coordinator::grpc::serve(
         listener,
         coordinator.clone(),

@@ -4,24 +4,29 @@
 //! their bytes, that sizes are within the limits clients and workers control, that JSON parses
 //! and nests no deeper than agents can read, and that an answer's notes are within theirs. What
 //! a request means (a workflow's validity, a run's state, who holds a task) is the service's.
+//! The checks of what a client asks of a run (its id, a step's, a decision, a cancel's reason)
+//! are the web API's too, in `crate::run_requests`.
 
 use baton_core::Decision;
 use baton_core::big_integers::first_big_integer;
 use baton_core::handoff::AgentNotes;
-use baton_core::workflow::names::{is_unprintable, name_problem, step_id_problem};
 use baton_proto::{Json, v1};
 use serde_json::Value;
 
-use crate::auth::{Caller, Role};
 use crate::bounded;
 use crate::error::Error;
 use crate::model::ModelUsage;
 use crate::parts::Part;
+use crate::run_requests::{self, DecisionAsked, agent_filter, shown, within, workflow_filter};
 use crate::service::{
-    Answer, Config, DecisionQuery, Outcome, Requester, Scope, Submission, WorkerHello, WorkerQuery,
+    Answer, Config, DecisionQuery, Outcome, Scope, Submission, WorkerHello, WorkerQuery,
 };
 use crate::store::{RunCursor, RunQuery, run_status};
 use crate::task_ref::TaskRef;
+
+/// The checks of what a client asks of runs are below both edges, the web API's too: the gRPC
+/// edge applies them to its messages' fields under these names.
+pub use crate::run_requests::{cancel_reason, requester, run_id, step_id};
 
 /// How many matches a decision query returns when it names no `k`, and at most.
 const DEFAULT_MATCHES: usize = 5;
@@ -98,82 +103,6 @@ pub fn run_query(request: v1::ListRunsRequest, config: &Config) -> Result<RunQue
         after,
         status,
         workflow_id: workflow_filter("workflow_id", request.workflow_id, config)?,
-    })
-}
-
-/// A value a client sent, as an error shows it: its first 100 characters.
-fn shown(value: &str) -> String {
-    value.chars().take(100).collect()
-}
-
-/// The length of a run id: a UUID written as `baton submit` prints it.
-const RUN_ID_LEN: usize = 36;
-
-/// A run id a client names, in field `field`: a UUID as the coordinator writes them
-/// (8-4-4-4-12 lowercase hex digits), so that nothing else reaches the store's keys, which
-/// embed it in a Redis Cluster hash tag (`{<run id>}`). A well-formed id that names no run is
-/// the service's `NotFound`.
-pub fn run_id<'a>(field: &'static str, value: &'a str) -> Result<&'a str, Error> {
-    let well_formed = value.len() == RUN_ID_LEN
-        && value.bytes().enumerate().all(|(i, b)| match i {
-            8 | 13 | 18 | 23 => b == b'-',
-            _ => b.is_ascii_digit() || (b'a'..=b'f').contains(&b),
-        });
-    if well_formed {
-        return Ok(value);
-    }
-    let problem = if value.is_empty() {
-        "a run id is needed: the one `baton submit` printed".to_owned()
-    } else {
-        format!(
-            "{:?} is not a run id; a run id is a UUID as `baton submit` printed it (8-4-4-4-12 \
-             lowercase hex digits)",
-            shown(value)
-        )
-    };
-    Err(Error::InvalidField { field, problem })
-}
-
-/// A step id a client names (an approval step): what a workflow may call a step.
-pub fn step_id<'a>(field: &'static str, value: &'a str, config: &Config) -> Result<&'a str, Error> {
-    match step_id_problem("a step id", value, config.limits.max_id_len) {
-        None => Ok(value),
-        Some(problem) => Err(Error::InvalidField { field, problem }),
-    }
-}
-
-/// A filter by workflow id (empty: none): only what a workflow could be called, so that a
-/// filter reaches the store's per-workflow keys only as a workflow's id would.
-pub fn workflow_filter(
-    field: &'static str,
-    value: String,
-    config: &Config,
-) -> Result<Option<String>, Error> {
-    name_filter(field, "a workflow id", value, config)
-}
-
-/// A filter by a name (empty: none), under the rules of workflow ids and agent names.
-fn name_filter(
-    field: &'static str,
-    what: &str,
-    value: String,
-    config: &Config,
-) -> Result<Option<String>, Error> {
-    if value.is_empty() {
-        return Ok(None);
-    }
-    match name_problem(what, &value, config.limits.max_id_len) {
-        None => Ok(Some(value)),
-        Some(problem) => Err(Error::InvalidField { field, problem }),
-    }
-}
-
-/// The principal asking to change a run, as the service's ownership check needs it; `None`
-/// when the coordinator does not authenticate.
-pub fn requester(caller: &Caller) -> Option<Requester> {
-    caller.0.as_ref().map(|principal| Requester {
-        name: principal.name.clone(),
-        operates: principal.has(Role::Operate),
     })
 }
 
@@ -419,7 +348,7 @@ pub fn decision_query(
 ) -> Result<DecisionQuery, Error> {
     let (text, agent, k) = query_text(request.text, request.agent, request.k, config)?;
     let agent = match agent {
-        Some(agent) => name_filter("agent", "an agent name", agent, config)?,
+        Some(agent) => agent_filter("agent", agent, config)?,
         None => None,
     };
     let scope = match (request.run_id.is_empty(), request.workflow_id.is_empty()) {
@@ -484,69 +413,19 @@ fn query_text(
     Ok((text, (!agent.is_empty()).then_some(agent), k))
 }
 
-/// An approval decision. With authentication on, the approver is the principal that called,
-/// whatever the request's `approver` says; without it, the request names its approver. The
-/// comment and the approver are kept in the run's context for good, so both are bounded: a
-/// comment is text of people (lines and tabs, no control characters), an approver a name.
+/// A `DecideApproval` request's decision, checked as the web API's are
+/// (`run_requests::decision`).
 pub fn decision(
     request: &v1::DecideApprovalRequest,
     principal: Option<&str>,
     config: &Config,
 ) -> Result<Decision, Error> {
-    person_text("comment", &request.comment, config.max_comment_bytes)?;
-    if !request.approver.is_empty() {
-        within("approver", request.approver.len(), config.limits.max_id_len)?;
-        if let Some(problem) =
-            name_problem("an approver", &request.approver, config.limits.max_id_len)
-        {
-            return Err(Error::InvalidField {
-                field: "approver",
-                problem,
-            });
-        }
-    }
-    let named = (!request.approver.is_empty()).then(|| request.approver.clone());
-    Ok(Decision {
+    let asked = DecisionAsked {
         approved: request.approved,
-        comment: (!request.comment.is_empty()).then(|| request.comment.clone()),
-        approver: principal.map(str::to_owned).or(named),
-    })
-}
-
-/// A cancel's reason, bounded as a comment is, naming the principal that cancelled when
-/// authentication is on: it becomes the run's error, shown wherever the run is.
-pub fn cancel_reason(
-    reason: &str,
-    principal: Option<&str>,
-    config: &Config,
-) -> Result<String, Error> {
-    person_text("reason", reason, config.max_reason_bytes)?;
-    Ok(match (principal, reason.is_empty()) {
-        (None, _) => reason.to_owned(),
-        (Some(name), true) => format!("cancelled by `{name}`"),
-        (Some(name), false) => format!("cancelled by `{name}`: {reason}"),
-    })
-}
-
-/// Text a person wrote, in field `field`: at most `limit` bytes, and nothing a terminal would
-/// act on (lines and tabs are text; an escape sequence is not).
-fn person_text(field: &'static str, text: &str, limit: usize) -> Result<(), Error> {
-    within(field, text.len(), limit)?;
-    let unprintable = text
-        .char_indices()
-        .find(|&(_, c)| !matches!(c, '\n' | '\r' | '\t') && is_unprintable(c));
-    if let Some((at, c)) = unprintable {
-        return Err(Error::InvalidField {
-            field,
-            problem: format!(
-                "holds an unprintable character (U+{:04X}) at byte {at}; it is shown in \
-                 terminals and web pages, so it may hold lines and tabs but no control or \
-                 direction characters",
-                u32::from(c)
-            ),
-        });
-    }
-    Ok(())
+        comment: &request.comment,
+        approver: &request.approver,
+    };
+    run_requests::decision(&asked, principal, config)
 }
 
 /// Integers beyond 64 bits in `what` (`bytes`, read as `value`) are refused, naming where:
@@ -560,13 +439,6 @@ fn exact_integers(what: &str, bytes: &[u8], value: &Value) -> Result<(), Error> 
             found.problem()
         ))),
     }
-}
-
-fn within(what: &'static str, size: usize, limit: usize) -> Result<(), Error> {
-    if size > limit {
-        return Err(Error::TooLarge { what, size, limit });
-    }
-    Ok(())
 }
 
 fn check_depth(what: &str, value: &Value, config: &Config) -> Result<(), Error> {

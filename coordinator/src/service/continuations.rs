@@ -10,12 +10,12 @@
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, HashSet};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::Notify;
 
-use super::{Coordinator, Error, Inner};
+use super::{Coordinator, Error, StopSignal};
 use crate::lease;
 use crate::model::TaskEntry;
 use crate::store::{self, Store};
@@ -155,22 +155,24 @@ impl Drop for Turn {
     }
 }
 
-/// One of the coordinator's computers: takes runs in turn until the coordinator stops. Holds
-/// no strong handle while it waits, so that dropping the coordinator stops it.
-pub(super) async fn run_turns<S: Store>(inner: Weak<Inner<S>>, continuations: Arc<Continuations>) {
+/// One of the coordinator's computers ([`Coordinator::run`]): takes runs in turn until `run`
+/// is asked to stop or the coordinator shuts down; a turn under way finishes first.
+pub(super) async fn run_turns<S: Store>(coordinator: Coordinator<S>, mut stop: StopSignal) {
+    let continuations = coordinator.inner.continuations.clone();
     loop {
-        let turn = continuations.next().await;
-        let Some(inner) = inner.upgrade() else {
-            return;
+        let turn = tokio::select! {
+            biased;
+            () = stop.wait() => return,
+            turn = continuations.next() => turn,
         };
-        let coordinator = Coordinator { inner };
         if coordinator.inner.leases.stopping() {
             return;
         }
         // On a task of its own: a turn that panics ends there (its run's timer is released at
         // the next renewal, for any coordinator), not this computer.
+        let taking = coordinator.clone();
         let taken = tokio::spawn(async move {
-            coordinator.take_turn(&turn.run_id).await;
+            taking.take_turn(&turn.run_id).await;
             drop(turn);
         });
         if let Err(panicked) = taken.await {

@@ -134,14 +134,19 @@ struct Inner<S> {
 }
 
 impl<S: Store> Coordinator<S> {
-    /// A coordinator with the built-in (lexical) embedder for decisions.
+    /// A coordinator with the built-in (lexical) embedder for decisions. Only built: nothing
+    /// moves on a timer until [`Coordinator::run`].
     pub fn new(store: S, config: Config) -> Self {
         Self::with_embedder(store, config, Arc::new(HashedNgrams::default()))
     }
 
-    /// Inside a Tokio runtime this also starts the coordinator's timers (lease renewals, the
-    /// sweep of due tasks, timeouts) and the movers of live output, which stop when the last
-    /// handle is dropped.
+    /// A coordinator that embeds decisions with `embedder`. Only built: it answers calls at
+    /// once, but starts nothing in the background (and needs no Tokio runtime); its timers and
+    /// the movers of live output are [`Coordinator::run`]'s.
+    ///
+    /// It installs the process's jq runner, unless one was installed first: every transition
+    /// (a submit's included, with or without `run`) counts a run's jq programs against its
+    /// budget and records their outcomes for replays through it.
     pub fn with_embedder(store: S, config: Config, embedder: Arc<dyn Embedder>) -> Self {
         let traces = if config.traces {
             Traces::on(&config.coordinator_id)
@@ -150,7 +155,11 @@ impl<S: Store> Coordinator<S> {
         };
         let metrics = Metrics::default();
         let store = Timed::new(store, metrics.store_observer());
-        let coordinator = Self {
+        // jq programs run in this process's threads unless a budgeted runner (sandboxes) was
+        // installed first, as the `baton` binary does; either way every run's are counted
+        // against its budget and recorded.
+        baton_core::eval::install_jq_runner(Box::new(JqRuns::in_thread()));
+        Self {
             inner: Arc::new(Inner {
                 traces,
                 workflows: Workflows::new(config.limits.clone()),
@@ -168,24 +177,50 @@ impl<S: Store> Coordinator<S> {
                 continuations: Arc::default(),
                 aborts: Aborts::default(),
             }),
-        };
-        // jq programs run in this process's threads unless a budgeted runner (sandboxes) was
-        // installed first, as the `baton` binary does; either way every run's are counted
-        // against its budget and recorded.
-        baton_core::eval::install_jq_runner(Box::new(JqRuns::in_thread()));
-        if tokio::runtime::Handle::try_current().is_ok() {
-            let inner = Arc::downgrade(&coordinator.inner);
-            for _ in 0..coordinator.inner.config.computations.max(1) {
-                tokio::spawn(continuations::run_turns(
-                    inner.clone(),
-                    coordinator.inner.continuations.clone(),
-                ));
-            }
-            tokio::spawn(leases::run_timers(inner.clone()));
-            tokio::spawn(output::run_appender(inner.clone()));
-            tokio::spawn(output::run_reader(inner));
         }
-        coordinator
+    }
+
+    /// Runs the coordinator's background work until `shutdown` completes, and returns once all
+    /// of it has stopped. Call it once per coordinator, beside whatever serves it (the gRPC
+    /// server, the web UI), for as long as it serves. It owns, each on a task of its own:
+    /// - [`Config::computations`] computers, taking runs that wait for their turn to run a
+    ///   step's jq program (`continuations`);
+    /// - the clock (`leases`): workers fallen silent, timeouts, lease renewals, the sweep of
+    ///   due tasks and timers (other coordinators' lost work included), idle runs forgotten,
+    ///   free slots advertised, waiting tasks handed to coordinators with room;
+    /// - live output's appender (workers' pieces to the store) and reader (the store's pieces
+    ///   to the watchers here) (`output`).
+    ///
+    /// Without it the coordinator still answers every call, but nothing happens on a timer: its
+    /// leases are not renewed (other coordinators take its tasks once they run out), nothing
+    /// due is swept, no run takes its turn, and live output is neither stored nor followed (an
+    /// answer whose task streamed output waits for it to be stored).
+    ///
+    /// When `shutdown` completes, nothing new starts and what is under way finishes: the clock's
+    /// round, a run's turn, a read of live output (at most 250 ms), and the writing of the live
+    /// output already queued (what comes after it is dropped, and an answer no longer waits
+    /// for it). It does not drain: a coordinator leaving its cluster first calls
+    /// [`Coordinator::shutdown`] (as `baton coordinator` does on SIGTERM), which also stops the
+    /// clock and leaves the computers no turn to take. Dropping the returned future instead
+    /// aborts the tasks where they are, as a crash would.
+    pub async fn run(&self, shutdown: impl Future<Output = ()>) {
+        let (stop, signal) = tokio::sync::watch::channel(false);
+        let signal = StopSignal(signal);
+        // Aborted with the set if this future is dropped.
+        let mut tasks = tokio::task::JoinSet::new();
+        for _ in 0..self.inner.config.computations.max(1) {
+            tasks.spawn(continuations::run_turns(self.clone(), signal.clone()));
+        }
+        tasks.spawn(leases::run_timers(self.clone(), signal.clone()));
+        tasks.spawn(output::run_appender(self.clone(), signal.clone()));
+        tasks.spawn(output::run_reader(self.clone(), signal));
+        shutdown.await;
+        let _ = stop.send(true);
+        while let Some(stopped) = tasks.join_next().await {
+            if let Err(error) = stopped {
+                tracing::error!(%error, "a background task of the coordinator failed");
+            }
+        }
     }
 
     /// This coordinator's id in task leases.
@@ -218,6 +253,23 @@ impl<S: Store> Coordinator<S> {
     /// When `sent` went to its worker, in ms since the epoch.
     fn sent_at_ms(&self, sent: &crate::hub::Sent) -> i64 {
         self.now_ms() - i64::try_from(sent.started.elapsed().as_millis()).unwrap_or(i64::MAX)
+    }
+}
+
+/// What [`Coordinator::run`]'s tasks are told when it is asked to stop.
+#[derive(Clone)]
+struct StopSignal(tokio::sync::watch::Receiver<bool>);
+
+impl StopSignal {
+    /// Whether the stop was given (or `run` is gone): a task checks before it starts anything
+    /// new.
+    fn given(&self) -> bool {
+        *self.0.borrow() || self.0.has_changed().is_err()
+    }
+
+    /// Completes once the stop is given (at once if it was), or `run` is gone.
+    async fn wait(&mut self) {
+        let _ = self.0.wait_for(|given| *given).await;
     }
 }
 

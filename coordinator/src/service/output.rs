@@ -17,12 +17,12 @@
 //!   watcher that missed some knows exactly how many pieces.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::{Notify, broadcast, mpsc, oneshot};
 
-use super::{Coordinator, Error, Inner};
+use super::{Coordinator, Error, StopSignal};
 use crate::metrics::Refused;
 use crate::store::{LiveOutput, OutputOffset, OutputPiece, Store};
 use crate::task_ref::TaskRef;
@@ -126,7 +126,7 @@ impl OutputFeed {
             run.in_flight += 1;
             run.last = last;
         }
-        // Closed only while the coordinator is being dropped.
+        // Closed only once `run` has stopped: live output is then not stored.
         let _ = self.appender.send(ToAppend::Piece(run_id, piece));
     }
 
@@ -302,16 +302,30 @@ impl<S: Store> Coordinator<S> {
     }
 }
 
-/// Writes the pieces workers send, whatever has piled up in one store call, until the
-/// coordinator is dropped.
-pub(super) async fn run_appender<S: Store>(inner: Weak<Inner<S>>) {
-    let Some(mut appended) = inner
-        .upgrade()
-        .and_then(|inner| inner.output.appended.lock().expect("appender lock").take())
-    else {
+/// Writes the pieces workers send, whatever has piled up in one store call
+/// ([`Coordinator::run`]). Asked to stop, it takes no more pieces and writes those already
+/// queued (a flush among them is answered), then ends.
+pub(super) async fn run_appender<S: Store>(coordinator: Coordinator<S>, mut stop: StopSignal) {
+    let inner = &coordinator.inner;
+    let Some(mut appended) = inner.output.appended.lock().expect("appender lock").take() else {
         return;
     };
-    while let Some(first) = appended.recv().await {
+    loop {
+        let first = if stop.given() {
+            // Closed: what comes now is dropped, and a flush no longer waits.
+            appended.close();
+            appended.recv().await
+        } else {
+            tokio::select! {
+                biased;
+                () = stop.wait() => continue,
+                first = appended.recv() => first,
+            }
+        };
+        // Every piece queued before the stop is written.
+        let Some(first) = first else {
+            return;
+        };
         let mut batch = Vec::new();
         let mut flushes = Vec::new();
         let mut next = Some(first);
@@ -328,9 +342,6 @@ pub(super) async fn run_appender<S: Store>(inner: Weak<Inner<S>>) {
                 next = appended.try_recv().ok();
             }
         }
-        let Some(inner) = inner.upgrade() else {
-            return;
-        };
         if !batch.is_empty() {
             if let Err(error) = inner.store.append_output(batch.clone()).await {
                 // Live output is for watchers; the step's result does not depend on it.
@@ -344,27 +355,29 @@ pub(super) async fn run_appender<S: Store>(inner: Weak<Inner<S>>) {
     }
 }
 
-/// Reads the output of the runs watched here and hands it to their watchers, until the
-/// coordinator is dropped.
-pub(super) async fn run_reader<S: Store>(inner: Weak<Inner<S>>) {
-    loop {
-        let Some(strong) = inner.upgrade() else {
-            return;
-        };
-        let to_read = strong.output.to_read();
+/// Reads the output of the runs watched here and hands it to their watchers
+/// ([`Coordinator::run`]), until `run` is asked to stop; a read under way finishes first.
+pub(super) async fn run_reader<S: Store>(coordinator: Coordinator<S>, mut stop: StopSignal) {
+    let inner = &coordinator.inner;
+    while !stop.given() {
+        let to_read = inner.output.to_read();
         if to_read.is_empty() {
-            let wake = strong.output.wake.clone();
-            // No strong handle while idle: dropping the last one stops the reader.
-            drop(strong);
-            let _ = tokio::time::timeout(Duration::from_secs(1), wake.notified()).await;
-            continue;
+            let woken = inner.output.wake.notified();
+            tokio::select! {
+                biased;
+                () = stop.wait() => return,
+                _ = tokio::time::timeout(Duration::from_secs(1), woken) => continue,
+            }
         }
-        match strong.store.wait_output(to_read, READ_BLOCK).await {
-            Ok(pieces) => strong.output.deliver(pieces),
+        match inner.store.wait_output(to_read, READ_BLOCK).await {
+            Ok(pieces) => inner.output.deliver(pieces),
             Err(error) => {
                 tracing::warn!(%error, "cannot read live output; trying again");
-                drop(strong);
-                tokio::time::sleep(READ_BLOCK).await;
+                tokio::select! {
+                    biased;
+                    () = stop.wait() => return,
+                    () = tokio::time::sleep(READ_BLOCK) => {}
+                }
             }
         }
     }

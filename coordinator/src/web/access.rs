@@ -1,6 +1,7 @@
 //! Who may call the web API, decided exactly as for gRPC: the caller's credentials go to
 //! [`auth::admit`] with the path of the RPC the call stands for, so a principal may do in the
-//! browser what its roles allow over gRPC, no more.
+//! browser what its roles allow over gRPC, no more. Every handler takes its caller through one
+//! extractor, [`Admitted`], named by that RPC (`Admitted<rpc::CancelRun>`).
 //!
 //! The browser adds one risk gRPC clients do not have: another site's page making the user's
 //! browser call the coordinator (CSRF), which matters where no token is needed (protected
@@ -9,12 +10,21 @@
 //! `Origin` or `Sec-Fetch-Site` is refused outright. A page that is not cross-site to the
 //! coordinator because its name was rebound to it is `host`'s to refuse.
 
+use std::marker::PhantomData;
 use std::net::SocketAddr;
+use std::sync::Arc;
 
+use axum::body::Bytes;
+use axum::extract::{ConnectInfo, FromRequest, FromRequestParts, Request};
 use axum::http::{HeaderMap, header};
+use axum::response::{IntoResponse, Response};
+use serde::Deserialize;
 
+use super::Web;
 use super::error::ApiError;
+use super::extract::{ApiQuery, Body};
 use crate::auth::{self, Caller, Credentials, Gate, Role};
+use crate::store::Store;
 
 /// The RPC a web call stands for, by its gRPC path: the role it needs is that RPC's.
 #[derive(Debug, Clone, Copy)]
@@ -43,6 +53,110 @@ impl Rpc {
             // Not a RunService method: it needs someone, not a role.
             Rpc::Session => "/baton.web/Session",
         }
+    }
+
+    /// A change (a POST): it carries a JSON body, and only this coordinator's own pages may
+    /// send it ([`same_origin_change`]).
+    fn is_change(self) -> bool {
+        matches!(
+            self,
+            Rpc::CancelRun | Rpc::RetryRun | Rpc::DecideApproval | Rpc::VerifyRun
+        )
+    }
+
+    /// Its bearer token may come in the URL (`?access_token=`): the run's events, which the
+    /// page reads through an EventSource, and an EventSource cannot send headers.
+    fn token_in_url(self) -> bool {
+        matches!(self, Rpc::WatchRun)
+    }
+}
+
+/// An [`Rpc`] as a type, for [`Admitted`].
+pub trait RpcCall {
+    const RPC: Rpc;
+}
+
+/// Each [`Rpc`] as a type: `Admitted<rpc::CancelRun>` admits its caller as `CancelRun` would.
+pub mod rpc {
+    use super::{Rpc, RpcCall};
+
+    macro_rules! rpc_calls {
+        ($($name:ident),* $(,)?) => {$(
+            #[doc = concat!("[`Rpc::", stringify!($name), "`], as a type.")]
+            pub struct $name;
+
+            impl RpcCall for $name {
+                const RPC: Rpc = Rpc::$name;
+            }
+        )*};
+    }
+
+    rpc_calls!(
+        GetRun,
+        ListRuns,
+        WatchRun,
+        CancelRun,
+        RetryRun,
+        DecideApproval,
+        VerifyRun,
+        Session
+    );
+}
+
+/// The prologue of every API call, as an extractor: the last of a handler's arguments, after
+/// its path and query (refused first). The caller of a call standing for `R`, admitted as it
+/// would be over gRPC ([`admit`]). A change must also come from this coordinator's own pages
+/// ([`same_origin_change`]), and its body comes with it: read whole (at most
+/// [`super::MAX_BODY_BYTES`]) before the caller is admitted, for the handler to parse
+/// ([`super::extract::json_body`]) now that it is, so that a refused caller learns nothing of it.
+pub struct Admitted<R> {
+    pub caller: Caller,
+    /// A change's body; empty for a read.
+    pub body: Body,
+    rpc: PhantomData<fn() -> R>,
+}
+
+/// `?access_token=`, where [`Rpc::token_in_url`].
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct UrlToken {
+    access_token: Option<String>,
+}
+
+impl<S: Store, R: RpcCall> FromRequest<Arc<Web<S>>> for Admitted<R> {
+    type Rejection = Response;
+
+    async fn from_request(request: Request, web: &Arc<Web<S>>) -> Result<Self, Response> {
+        let rpc = R::RPC;
+        let (mut parts, body) = request.into_parts();
+        let ConnectInfo(peer) = ConnectInfo::<SocketAddr>::from_request_parts(&mut parts, web)
+            .await
+            .map_err(IntoResponse::into_response)?;
+        let token = if rpc.token_in_url() {
+            let ApiQuery(UrlToken { access_token }) = ApiQuery::from_request_parts(&mut parts, web)
+                .await
+                .map_err(IntoResponse::into_response)?;
+            access_token
+        } else {
+            None
+        };
+        let headers = parts.headers.clone();
+        let body = if rpc.is_change() {
+            let body = Body::from_request(Request::from_parts(parts, body), web)
+                .await
+                .map_err(IntoResponse::into_response)?;
+            same_origin_change(&headers).map_err(IntoResponse::into_response)?;
+            body
+        } else {
+            Body(Bytes::new())
+        };
+        let caller = admit(&web.gate, rpc, &headers, peer, token.as_deref())
+            .map_err(IntoResponse::into_response)?;
+        Ok(Admitted {
+            caller,
+            body,
+            rpc: PhantomData,
+        })
     }
 }
 

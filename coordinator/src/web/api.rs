@@ -1,44 +1,27 @@
 //! The JSON API the pages call. Each handler admits the caller as the RPC it stands for
-//! would ([`access`]), calls the coordinator, and answers in the JSON `baton ... --json` prints
-//! ([`record_json`]).
+//! would ([`Admitted`]), checks what it names as the gRPC edge does ([`run_requests`]), calls
+//! the coordinator, and answers in the JSON `baton ... --json` prints ([`record_json`]).
+//!
+//! A run record and its waits go to JSON through their `baton.v1` messages, as the CLI's do,
+//! so that both print the same; no `baton.v1` request is built here.
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::Json;
-use axum::extract::{ConnectInfo, State};
-use axum::http::HeaderMap;
+use axum::extract::State;
 use baton_proto::v1;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::access::{self, Rpc};
+use super::access::{self, Admitted, rpc};
 use super::error::ApiError;
-use super::extract::{ApiPath, ApiQuery, Body, json_body};
+use super::extract::{ApiPath, ApiQuery, json_body};
 use super::record_json::{record_to_json, waiting_to_json};
 use super::{Web, graph};
-use crate::auth::{Access, Caller};
-use crate::grpc::requests;
+use crate::auth::Access;
 use crate::record::RunRecord;
+use crate::run_requests::{self, DecisionAsked};
 use crate::store::{RunCursor, RunQuery, Store, run_status};
-
-/// What the caller presented, as every handler reads it.
-pub struct Call {
-    pub peer: SocketAddr,
-    pub headers: HeaderMap,
-}
-
-impl<S: Store> Web<S> {
-    fn admit(&self, rpc: Rpc, call: &Call) -> Result<Caller, ApiError> {
-        access::admit(&self.gate, rpc, &call.headers, call.peer, None)
-    }
-
-    /// A change: admitted, and sent by this coordinator's own pages.
-    fn admit_change(&self, rpc: Rpc, call: &Call) -> Result<Caller, ApiError> {
-        access::same_origin_change(&call.headers)?;
-        self.admit(rpc, call)
-    }
-}
 
 fn record_json(record: RunRecord) -> Json<Value> {
     Json(record_to_json(&v1::RunRecord::from(record)))
@@ -46,10 +29,8 @@ fn record_json(record: RunRecord) -> Json<Value> {
 
 pub async fn session<S: Store>(
     State(web): State<Arc<Web<S>>>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    headers: HeaderMap,
+    Admitted { caller, .. }: Admitted<rpc::Session>,
 ) -> Result<Json<Value>, ApiError> {
-    let caller = web.admit(Rpc::Session, &Call { peer, headers })?;
     let auth_required = matches!(web.gate.access(), Access::Principals(_) | Access::Certified);
     Ok(Json(json!({
         "auth_required": auth_required,
@@ -75,11 +56,9 @@ const DEFAULT_PAGE: usize = 50;
 
 pub async fn list_runs<S: Store>(
     State(web): State<Arc<Web<S>>>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    headers: HeaderMap,
     ApiQuery(params): ApiQuery<ListParams>,
+    _: Admitted<rpc::ListRuns>,
 ) -> Result<Json<Value>, ApiError> {
-    web.admit(Rpc::ListRuns, &Call { peer, headers })?;
     let status = match params.status.as_deref().filter(|s| !s.is_empty()) {
         None => None,
         Some(name) => Some(run_status(name).ok_or_else(|| {
@@ -100,7 +79,7 @@ pub async fn list_runs<S: Store>(
         limit: params.limit.unwrap_or(DEFAULT_PAGE).clamp(1, MAX_PAGE),
         after,
         status,
-        workflow_id: requests::workflow_filter(
+        workflow_id: run_requests::workflow_filter(
             "workflow",
             params.workflow.unwrap_or_default(),
             web.coordinator.config(),
@@ -143,36 +122,30 @@ pub async fn list_runs<S: Store>(
 
 pub async fn get_run<S: Store>(
     State(web): State<Arc<Web<S>>>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    headers: HeaderMap,
     ApiPath(run_id): ApiPath<String>,
+    _: Admitted<rpc::GetRun>,
 ) -> Result<Json<Value>, ApiError> {
-    web.admit(Rpc::GetRun, &Call { peer, headers })?;
-    let run_id = requests::run_id("run id", &run_id)?;
+    let run_id = run_requests::run_id("run id", &run_id)?;
     Ok(record_json(web.coordinator.record_live(run_id).await?))
 }
 
 pub async fn run_graph<S: Store>(
     State(web): State<Arc<Web<S>>>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    headers: HeaderMap,
     ApiPath(run_id): ApiPath<String>,
+    _: Admitted<rpc::GetRun>,
 ) -> Result<Json<graph::Graph>, ApiError> {
-    web.admit(Rpc::GetRun, &Call { peer, headers })?;
-    let run_id = requests::run_id("run id", &run_id)?;
+    let run_id = run_requests::run_id("run id", &run_id)?;
     let workflow = web.coordinator.workflow(run_id).await?;
     Ok(Json(graph::layout(&workflow)))
 }
 
 pub async fn step<S: Store>(
     State(web): State<Arc<Web<S>>>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    headers: HeaderMap,
     ApiPath((run_id, step_id)): ApiPath<(String, String)>,
+    _: Admitted<rpc::GetRun>,
 ) -> Result<Json<crate::service::StepDetail>, ApiError> {
-    web.admit(Rpc::GetRun, &Call { peer, headers })?;
-    let run_id = requests::run_id("run id", &run_id)?;
-    let step_id = requests::step_id("step id", &step_id, web.coordinator.config())?;
+    let run_id = run_requests::run_id("run id", &run_id)?;
+    let step_id = run_requests::step_id("step id", &step_id, web.coordinator.config())?;
     Ok(Json(web.coordinator.inspect_step(run_id, step_id).await?))
 }
 
@@ -186,29 +159,25 @@ struct DecisionBody {
 
 pub async fn decide<S: Store>(
     State(web): State<Arc<Web<S>>>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    headers: HeaderMap,
     ApiPath((run_id, step_id)): ApiPath<(String, String)>,
-    body: Body,
+    Admitted { caller, body, .. }: Admitted<rpc::DecideApproval>,
 ) -> Result<Json<Value>, ApiError> {
-    let caller = web.admit_change(Rpc::DecideApproval, &Call { peer, headers })?;
     let config = web.coordinator.config();
-    requests::run_id("run id", &run_id)?;
-    requests::step_id("step id", &step_id, config)?;
+    let run_id = run_requests::run_id("run id", &run_id)?;
+    let step_id = run_requests::step_id("step id", &step_id, config)?;
     let decided: DecisionBody = json_body(&body)?;
     let approved = decided.approved.ok_or_else(|| {
         ApiError::invalid("the request body: `approved` (true or false) is missing")
     })?;
-    let request = v1::DecideApprovalRequest {
-        run_id: run_id.clone(),
-        step_id: step_id.clone(),
+    // The web API names no approver: the caller decides, when the coordinator knows who.
+    let asked = DecisionAsked {
         approved,
-        comment: decided.comment,
-        approver: String::new(),
+        comment: &decided.comment,
+        approver: "",
     };
-    let decision = requests::decision(&request, caller.name(), config)?;
+    let decision = run_requests::decision(&asked, caller.name(), config)?;
     Ok(record_json(
-        web.coordinator.decide(&run_id, &step_id, decision).await?,
+        web.coordinator.decide(run_id, step_id, decision).await?,
     ))
 }
 
@@ -221,16 +190,14 @@ struct CancelBody {
 
 pub async fn cancel<S: Store>(
     State(web): State<Arc<Web<S>>>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    headers: HeaderMap,
     ApiPath(run_id): ApiPath<String>,
-    body: Body,
+    Admitted { caller, body, .. }: Admitted<rpc::CancelRun>,
 ) -> Result<Json<Value>, ApiError> {
-    let caller = web.admit_change(Rpc::CancelRun, &Call { peer, headers })?;
-    let run_id = requests::run_id("run id", &run_id)?;
+    let run_id = run_requests::run_id("run id", &run_id)?;
     let cancel: CancelBody = json_body(&body)?;
-    let reason = requests::cancel_reason(&cancel.reason, caller.name(), web.coordinator.config())?;
-    let by = requests::requester(&caller);
+    let config = web.coordinator.config();
+    let reason = run_requests::cancel_reason(&cancel.reason, caller.name(), config)?;
+    let by = run_requests::requester(&caller);
     Ok(record_json(
         web.coordinator.cancel(run_id, &reason, by.as_ref()).await?,
     ))
@@ -242,15 +209,12 @@ struct Empty {}
 
 pub async fn retry<S: Store>(
     State(web): State<Arc<Web<S>>>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    headers: HeaderMap,
     ApiPath(run_id): ApiPath<String>,
-    body: Body,
+    Admitted { caller, body, .. }: Admitted<rpc::RetryRun>,
 ) -> Result<Json<Value>, ApiError> {
-    let caller = web.admit_change(Rpc::RetryRun, &Call { peer, headers })?;
-    let run_id = requests::run_id("run id", &run_id)?;
+    let run_id = run_requests::run_id("run id", &run_id)?;
     let Empty {} = json_body(&body)?;
-    let by = requests::requester(&caller);
+    let by = run_requests::requester(&caller);
     Ok(record_json(
         web.coordinator.retry(run_id, by.as_ref()).await?,
     ))
@@ -258,13 +222,10 @@ pub async fn retry<S: Store>(
 
 pub async fn verify<S: Store>(
     State(web): State<Arc<Web<S>>>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    headers: HeaderMap,
     ApiPath(run_id): ApiPath<String>,
-    body: Body,
+    Admitted { body, .. }: Admitted<rpc::VerifyRun>,
 ) -> Result<Json<Value>, ApiError> {
-    web.admit_change(Rpc::VerifyRun, &Call { peer, headers })?;
-    let run_id = requests::run_id("run id", &run_id)?;
+    let run_id = run_requests::run_id("run id", &run_id)?;
     let Empty {} = json_body(&body)?;
     let verified = web.coordinator.verify(run_id).await?;
     let text = |text: String| (!text.is_empty()).then_some(text);

@@ -2,46 +2,30 @@
 //! coordinator serves it, as any serves `WatchRun`: the watch catches up from the store.
 
 use std::convert::Infallible;
-use std::net::SocketAddr;
 use std::sync::Arc;
 
-use axum::extract::{ConnectInfo, State};
-use axum::http::HeaderMap;
+use axum::extract::State;
 use axum::response::sse::{Event, KeepAlive, Sse};
 use baton_proto::v1;
 use futures::{Stream, StreamExt};
-use serde::Deserialize;
 use serde_json::json;
 
 use super::Web;
-use super::access::{self, Rpc};
+use super::access::{Admitted, rpc};
 use super::error::ApiError;
-use super::extract::{ApiPath, ApiQuery};
+use super::extract::ApiPath;
 use super::record_json::event_to_json;
+use crate::run_requests;
 use crate::store::Store;
 
-/// `?access_token=`: an EventSource cannot send an `Authorization` header.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct EventParams {
-    access_token: Option<String>,
-}
-
+/// The caller may give its token as `?access_token=` ([`Admitted`] reads it): an EventSource
+/// cannot send an `Authorization` header.
 pub async fn run_events<S: Store>(
     State(web): State<Arc<Web<S>>>,
-    ConnectInfo(peer): ConnectInfo<SocketAddr>,
-    headers: HeaderMap,
     ApiPath(run_id): ApiPath<String>,
-    ApiQuery(params): ApiQuery<EventParams>,
+    _: Admitted<rpc::WatchRun>,
 ) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
-    access::admit(
-        &web.gate,
-        Rpc::WatchRun,
-        &headers,
-        peer,
-        params.access_token.as_deref(),
-    )?;
-    let run_id = crate::grpc::requests::run_id("run id", &run_id)?;
+    let run_id = run_requests::run_id("run id", &run_id)?;
     let watch = web.coordinator.watch(run_id).await?;
     let events = watch.filter_map(|event| async move {
         Some(Ok(match event {

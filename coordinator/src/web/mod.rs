@@ -3,9 +3,12 @@
 //! call. Every coordinator serves it, reading runs from the store, so any one will do.
 //!
 //! - `pages`: the HTML, JavaScript and CSS, with the headers that keep them to themselves.
-//! - `api`: the JSON API, a thin edge over [`Coordinator`] like the gRPC one.
+//! - `api`: the JSON API, a thin edge over [`Coordinator`] like the gRPC one: each handler
+//!   admits its caller, checks what it names as the gRPC edge does (`crate::run_requests`),
+//!   calls the coordinator and answers in JSON.
 //! - `events`: a run's watch as server-sent events.
-//! - `access`: who may call, decided as for gRPC; changes only from the coordinator's pages.
+//! - `access`: who may call, decided as for gRPC, through one extractor every handler takes
+//!   (`Admitted<rpc::X>`); changes only from the coordinator's pages.
 //! - `host`: in protected mode, only a `Host` naming this machine (DNS rebinding).
 //! - [`graph`]: a workflow laid out top to bottom, as a pure function.
 //! - [`record_json`]: a run record and watch events as JSON (the CLI's `--json` too).

@@ -24,14 +24,14 @@ mod retries;
 mod sweep;
 
 use std::collections::HashMap;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, Weak};
 use std::time::Duration;
 
 use tokio::sync::Mutex as AsyncMutex;
 
 use super::plan::{Holder, Planned};
-use super::{Coordinator, Error, Inner};
+use super::{Coordinator, Error, StopSignal};
 use crate::clock::Instant;
 use crate::model::TaskEntry;
 use crate::store::{Store, TaskSwap, Tasks};
@@ -76,22 +76,19 @@ pub(super) struct HeldChange {
     added: Vec<(String, TaskEntry)>,
 }
 
-/// The coordinator's clock: sweeps, timeouts, silent workers, renewals. Ends when the
-/// coordinator is dropped or shuts down.
-pub(super) async fn run_timers<S: Store>(inner: Weak<Inner<S>>) {
+/// The coordinator's clock ([`Coordinator::run`]): sweeps, timeouts, silent workers,
+/// renewals. Ends when `run` is asked to stop or the coordinator shuts down; a round under way
+/// finishes first.
+pub(super) async fn run_timers<S: Store>(coordinator: Coordinator<S>, mut stop: StopSignal) {
     let mut renewed = Instant::now();
     let mut forgot = Instant::now();
+    let config = &coordinator.inner.config;
+    let interval = Duration::from_millis(config.sweep_interval_ms.max(1));
+    let renew_every = Duration::from_millis((config.lease_ms / 3).max(1));
     loop {
-        let Some(inner) = inner.upgrade() else {
-            return;
-        };
-        let coordinator = Coordinator { inner };
-        let config = &coordinator.inner.config;
-        if coordinator.inner.leases.stopping() {
+        if stop.given() || coordinator.inner.leases.stopping() {
             return;
         }
-        let interval = Duration::from_millis(config.sweep_interval_ms.max(1));
-        let renew_every = Duration::from_millis((config.lease_ms / 3).max(1));
         coordinator.check_silent_workers().await;
         coordinator.check_timeouts().await;
         if renewed.elapsed() >= renew_every {
@@ -106,9 +103,11 @@ pub(super) async fn run_timers<S: Store>(inner: Weak<Inner<S>>) {
         }
         coordinator.advertise_slots().await;
         coordinator.rebalance_waiting().await;
-        // No strong handle across the sleep: dropping the last one stops the timers.
-        drop(coordinator);
-        tokio::time::sleep(interval).await;
+        tokio::select! {
+            biased;
+            () = stop.wait() => return,
+            () = tokio::time::sleep(interval) => {}
+        }
     }
 }
 
