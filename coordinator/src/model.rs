@@ -153,7 +153,9 @@ impl StoredEvent {
                 ..
             } => Event::AgentSucceeded {
                 task: task.clone(),
-                data: result(key).ok_or_else(|| format!("result {key} is missing"))?,
+                data: result(key)
+                    .ok_or_else(|| format!("result {key} is missing"))?
+                    .into(),
                 notes: notes.clone(),
             },
             StoredEvent::AgentFailed { task, error, .. } => Event::AgentFailed {
@@ -538,7 +540,7 @@ mod tests {
         let task = TaskId::new("plan", 2);
         let succeeded = Event::AgentSucceeded {
             task: task.clone(),
-            data: json!({"big": "data"}),
+            data: json!({"big": "data"}).into(),
             notes: AgentNotes::default(),
         };
         let stored = StoredEvent::of(&succeeded, "w1").unwrap();

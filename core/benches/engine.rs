@@ -35,7 +35,7 @@ fn run_until_last(workflow: &Arc<Workflow>, data: &Value) -> (Run, Action) {
         let next = run
             .apply(Event::AgentSucceeded {
                 task: task.task,
-                data: data.clone(),
+                data: data.clone().into(),
                 notes: Default::default(),
             })
             .unwrap();
@@ -59,7 +59,7 @@ fn transitions(c: &mut Criterion) {
                 b.iter_batched(
                     || Event::AgentSucceeded {
                         task: task.task.clone(),
-                        data: small.clone(),
+                        data: small.clone().into(),
                         notes: Default::default(),
                     },
                     // At a real time, as the coordinator applies events (handoffs and
@@ -155,7 +155,7 @@ fn integrity(c: &mut Criterion) {
         .apply_at(
             Event::AgentSucceeded {
                 task: task.task,
-                data: json!({"ok": true, "i": 1}),
+                data: json!({"ok": true, "i": 1}).into(),
                 notes: Default::default(),
             },
             1_795_428_000_000,
@@ -199,7 +199,7 @@ fn half_done_map(n: usize) -> (Run, baton_core::TaskId) {
             .apply_at(
                 Event::AgentSucceeded {
                     task,
-                    data: json!({"ok": true}),
+                    data: json!({"ok": true}).into(),
                     notes: Default::default(),
                 },
                 1_795_428_000_000,
@@ -225,7 +225,7 @@ fn map_items(c: &mut Criterion) {
                 b.iter_batched(
                     || Event::AgentSucceeded {
                         task: task.clone(),
-                        data: json!({"ok": true}),
+                        data: json!({"ok": true}).into(),
                         notes: Default::default(),
                     },
                     |event| black_box(run.apply_at(event, 1_795_428_000_000).unwrap()),

@@ -373,7 +373,7 @@ fn stale_and_unknown_events_are_refused_and_change_nothing() {
     // A second answer for a task already answered.
     let late = before.apply(Event::AgentSucceeded {
         task: first_plan.task.clone(),
-        data: json!(2),
+        data: json!(2).into(),
         notes: Default::default(),
     });
     assert_eq!(
@@ -405,7 +405,7 @@ fn stale_and_unknown_events_are_refused_and_change_nothing() {
     run.decide("approve-plan", Decision::reject("again"));
     let stale = run.run.apply(Event::AgentSucceeded {
         task: first_plan.task.clone(),
-        data: json!(3),
+        data: json!(3).into(),
         notes: Default::default(),
     });
     assert!(matches!(stale, Err(EngineError::UnknownTask(_))));
@@ -660,7 +660,7 @@ fn the_walk_stops_before_each_step_that_runs_jq_until_told_to_continue() {
         .run
         .apply(Event::AgentSucceeded {
             task,
-            data: json!("answer"),
+            data: json!("answer").into(),
             notes: Default::default(),
         })
         .unwrap();

@@ -56,7 +56,7 @@ fn answer_item(d: &mut Driver, index: u32, result: Result<Value, &str>) -> Agent
     let event = match result {
         Ok(data) => Event::AgentSucceeded {
             task: task.task.clone(),
-            data,
+            data: data.into(),
             notes: AgentNotes::default(),
         },
         Err(error) => Event::AgentFailed {
@@ -77,7 +77,7 @@ fn answer_item_with(d: &mut Driver, index: u32, data: Value, notes: Value) -> Ag
         d,
         Event::AgentSucceeded {
             task: task.task.clone(),
-            data,
+            data: data.into(),
             notes,
         },
     );
@@ -847,7 +847,7 @@ fn more_failures_than_tolerated_abandon_the_items_in_flight_and_fail_the_step() 
     // The abandoned item's late answer is refused.
     let late = d.run.apply(Event::AgentSucceeded {
         task: item_task("each", 1, 2),
-        data: json!("C"),
+        data: json!("C").into(),
         notes: AgentNotes::default(),
     });
     assert!(
@@ -1240,7 +1240,7 @@ fn replaying_a_half_done_map_rebuilds_its_pending_tasks_and_waits() {
     while let Some(task) = live_driver.queue.front().cloned() {
         let event = Event::AgentSucceeded {
             task: task.task.clone(),
-            data: json!(format!("{:?}", task.task)),
+            data: json!(format!("{:?}", task.task)).into(),
             notes: AgentNotes::default(),
         };
         replayed_run = replayed_run

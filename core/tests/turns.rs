@@ -74,7 +74,7 @@ fn a_turn_goes_on_into_as_many_jq_steps_as_the_runner_lets_it_and_no_request_doe
     let answered = turn
         .apply(Event::AgentSucceeded {
             task: baton_core::TaskId::new("ask", 1),
-            data: json!("ok"),
+            data: json!("ok").into(),
             notes: Default::default(),
         })
         .unwrap()

@@ -180,7 +180,7 @@ impl<S: Store> Coordinator<S> {
                 };
                 let event = Event::AgentSucceeded {
                     task: task.task.clone(),
-                    data,
+                    data: data.into(),
                     notes,
                 };
                 let applied = self

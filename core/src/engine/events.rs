@@ -73,10 +73,12 @@ impl Decision {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
 pub enum Event {
-    /// An agent returned data for a task, and perhaps messages and decisions.
+    /// An agent returned data for a task, and perhaps messages and decisions. The data is
+    /// shared, not copied, from the worker's answer to the step's record, the store's write and
+    /// the watchers.
     AgentSucceeded {
         task: TaskId,
-        data: Value,
+        data: Arc<Value>,
         #[serde(default, skip_serializing_if = "AgentNotes::is_empty")]
         notes: AgentNotes,
     },

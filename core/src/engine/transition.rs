@@ -45,7 +45,7 @@ pub(super) fn apply(run: &Run, event: Event, at_ms: i64) -> Result<Transition, E
             builder.notes = (!notes.is_empty()).then(|| Arc::new(notes.clone()));
             let settled = builder.settle_item(&task, |builder, hand| {
                 match builder.hand_on_item(&task, notes, hand) {
-                    Ok(()) => Outcome::Data(Arc::new(data)),
+                    Ok(()) => Outcome::Data(data),
                     Err(refused) => Outcome::Failed(refused),
                 }
             })?;
@@ -68,7 +68,7 @@ pub(super) fn apply(run: &Run, event: Event, at_ms: i64) -> Result<Transition, E
             let (index, visit) = builder.take_agent(&task)?;
             builder.notes = (!notes.is_empty()).then(|| Arc::new(notes.clone()));
             let outcome = match builder.hand_on(index, visit, notes) {
-                Ok(()) => Outcome::Data(Arc::new(data)),
+                Ok(()) => Outcome::Data(data),
                 Err(refused) => Outcome::Failed(refused),
             };
             builder.settle((index, visit, outcome));

@@ -165,7 +165,7 @@ fn event_for(waiting: &Waiting, run: &Run, n: usize, choices: &mut Choices) -> E
                 };
                 Event::AgentSucceeded {
                     task: task.clone(),
-                    data,
+                    data: data.into(),
                     notes: notes_for(n, choices),
                 }
             }

@@ -119,7 +119,7 @@ impl Driver {
         let event = match result {
             Ok(data) => Event::AgentSucceeded {
                 task: task.task.clone(),
-                data,
+                data: data.into(),
                 notes: Default::default(),
             },
             Err(error) => Event::AgentFailed {
@@ -144,7 +144,7 @@ impl Driver {
             .unwrap_or_else(|e| panic!("{e}"));
         self.apply(Event::AgentSucceeded {
             task: task.task.clone(),
-            data,
+            data: data.into(),
             notes,
         });
         task

@@ -382,7 +382,7 @@ async fn example_workflow_runs_end_to_end_with_the_example_agents() {
                 answered.push(task.agent.clone());
                 Event::AgentSucceeded {
                     task: task.task,
-                    data,
+                    data: data.into(),
                     notes: Default::default(),
                 }
             }

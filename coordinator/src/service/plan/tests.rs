@@ -94,7 +94,7 @@ fn planner_answered_as(data: Value, sent: Option<&Part>) -> (Loaded, Planned) {
     take(&mut loaded, &first(&start), &holder(&["planner"]));
     let event = Event::AgentSucceeded {
         task: plan_task(),
-        data,
+        data: data.into(),
         notes: Default::default(),
     };
     let logged = LoggedEvent::new(NOW + 5, StoredEvent::of(&event, "w1").unwrap());
@@ -163,7 +163,7 @@ fn a_dispatched_task_is_leased_to_this_coordinator_when_it_serves_the_agent() {
         write.events.is_empty(),
         "the first transition applies no event"
     );
-    assert_eq!(write.status, "running");
+    assert_eq!(write.status, baton_core::RunStatus::Running);
     assert_eq!(write.updated_ms, NOW);
     assert_eq!(planned.tasks_set.len(), 1);
     let (key, entry) = &planned.tasks_set[0];
@@ -306,7 +306,7 @@ fn a_cancel_abandons_the_task_and_leaves_no_task_or_timer() {
         fence: None,
     };
     let planned = plan(&loaded, &applied, &holder(&["planner"]));
-    assert_eq!(planned.write.status, "cancelled");
+    assert_eq!(planned.write.status, baton_core::RunStatus::Cancelled);
     assert_eq!(planned.write.tasks_removed, ["plan#1"]);
     assert_eq!(step(&planned, "plan").status, StepStatus::Cancelled);
     assert!(planned.tasks_set.is_empty());
@@ -374,7 +374,7 @@ fn settling_a_map_item_writes_as_much_at_the_last_item_as_at_the_first() {
         };
         let event = Event::AgentSucceeded {
             task: task.clone(),
-            data: json!({"item": i}),
+            data: json!({"item": i}).into(),
             notes: Default::default(),
         };
         let logged = LoggedEvent::new(NOW + i64::from(i), StoredEvent::of(&event, "w1").unwrap());
