@@ -1,7 +1,7 @@
 //! The coordinator's errors. Their gRPC status codes are mapped in one place, at the edge
 //! (`grpc/status.rs`).
 
-use baton_core::Diagnostics;
+use baton_core::{Diagnostics, RunStatus};
 
 use crate::store;
 use crate::task_ref;
@@ -36,7 +36,7 @@ pub enum Error {
     #[error("run {run_id}: step \"{step_id}\" is not waiting for an approval")]
     NotAwaitingApproval { run_id: String, step_id: String },
     #[error("run {run_id} has {status} and takes no more events")]
-    RunFinished { run_id: String, status: String },
+    RunFinished { run_id: String, status: RunStatus },
     #[error("run {run_id} cannot be retried: {why}")]
     NotRetryable { run_id: String, why: String },
     /// A continuation that was taken up already (by this coordinator, or another).

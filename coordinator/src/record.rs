@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 
 use baton_core::workflow::{MapBody, MapStep, StepKind, StepType, Workflow};
-use baton_core::{Run, Waiting};
+use baton_core::{Run, RunStatus, Waiting};
 use serde_json::{Value, json};
 
 use crate::model::StepState;
@@ -15,7 +15,7 @@ pub struct RunRecord {
     pub run_id: String,
     pub workflow_id: String,
     /// running, succeeded, failed or cancelled.
-    pub status: String,
+    pub status: RunStatus,
     pub error: String,
     /// The context as agents see it, JSON.
     pub context: Vec<u8>,

@@ -84,7 +84,12 @@ async fn answers_sent_at_once_are_taken_while_clients_read_the_run() {
         "reads of the run that failed: {failed_reads:?}"
     );
     let record = coordinator.record(&run_id).await.unwrap();
-    assert_eq!(record.status, "succeeded", "{}", record.error);
+    assert_eq!(
+        record.status,
+        baton_core::RunStatus::Succeeded,
+        "{}",
+        record.error
+    );
     let retried: Vec<_> = record
         .steps
         .iter()

@@ -291,7 +291,7 @@ async fn builtin_embedder_finds_a_decision_by_shared_words_limited_by_k_and_filt
         .unwrap();
     assert_eq!(
         coordinator.record(&run_id).await.unwrap().status,
-        "succeeded"
+        baton_core::RunStatus::Succeeded
     );
 
     let text = "is the theme kept in local storage?";

@@ -100,7 +100,12 @@ async fn branches_answered_together_settle_in_fewer_transitions_than_answers() {
         "{BRANCHES} answers arriving together took {transitions} transitions"
     );
     let record = coordinator.record(&run_id).await.unwrap();
-    assert_eq!(record.status, "succeeded", "{}", record.error);
+    assert_eq!(
+        record.status,
+        baton_core::RunStatus::Succeeded,
+        "{}",
+        record.error
+    );
     // Every branch's result is stored, and every answer is in the event log, once and in the
     // order they were applied; the state chain recomputed from the store holds.
     let stored = coordinator
@@ -176,7 +181,7 @@ async fn a_late_answer_among_others_is_refused_alone() {
     );
 
     let record = coordinator.record(&run_id).await.unwrap();
-    assert_eq!(record.status, "running");
+    assert_eq!(record.status, baton_core::RunStatus::Running);
     for step in record.steps.iter().filter(|s| s.parent == "fan") {
         let expected = if step.step_id == "b1" {
             "queued"
@@ -212,7 +217,7 @@ async fn a_watcher_left_behind_by_a_batch_is_told_every_step_once() {
         match event.expect("no error: a watcher behind catches up") {
             RunEvent::StepFinished { step_id, .. } => finished.push(step_id),
             RunEvent::RunFinished(record) => {
-                assert_eq!(record.status, "succeeded");
+                assert_eq!(record.status, baton_core::RunStatus::Succeeded);
                 ended = true;
             }
             _ => {}

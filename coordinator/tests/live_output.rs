@@ -108,7 +108,7 @@ async fn a_watcher_on_another_coordinator_sees_the_output_as_it_comes_and_a_late
     }
     // The result is the answer, never the output; nothing streams once the task is answered.
     let record = near.record(&run_id).await.unwrap();
-    assert_eq!(record.status, "succeeded");
+    assert_eq!(record.status, baton_core::RunStatus::Succeeded);
     let context: serde_json::Value = serde_json::from_slice(&record.context).unwrap();
     assert_eq!(context["code"], json!({"files": 1}));
     assert!(worker.stream(&near, &task, "late", false).is_err());
@@ -233,7 +233,7 @@ async fn a_watcher_that_falls_behind_misses_pieces_is_told_and_the_run_goes_on()
         .unwrap();
     assert_eq!(
         coordinator.record(&run_id).await.unwrap().status,
-        "succeeded"
+        baton_core::RunStatus::Succeeded
     );
 }
 
@@ -260,7 +260,7 @@ async fn the_tokens_of_every_attempt_are_on_the_step_and_summed_for_the_run() {
         .await
         .unwrap();
     let record = coordinator.record(&run_id).await.unwrap();
-    assert_eq!(record.status, "succeeded");
+    assert_eq!(record.status, baton_core::RunStatus::Succeeded);
     let used: Vec<(u32, &str, u64, u64)> = record.steps[0]
         .usage
         .iter()

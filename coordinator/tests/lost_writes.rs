@@ -204,7 +204,7 @@ async fn a_submit_redis_is_too_busy_to_answer_is_told_created_and_is_listed_once
         .unwrap();
     assert_eq!(
         coordinator.record(&run_id).await.unwrap().status,
-        "succeeded"
+        baton_core::RunStatus::Succeeded
     );
     assert!(worker.has_nothing(), "the run ran once");
 }
@@ -241,7 +241,7 @@ async fn a_submit_whose_create_is_lost_is_told_not_created_and_the_run_never_exi
         .create_run(
             header(&run_id),
             TransitionWrite {
-                status: "running".to_owned(),
+                status: baton_core::RunStatus::Running,
                 ..TransitionWrite::default()
             },
         )
@@ -335,7 +335,7 @@ async fn a_submit_that_cannot_be_settled_names_the_run_that_may_exist_and_it_is_
         .unwrap();
     assert_eq!(
         coordinator.record(&run_id).await.unwrap().status,
-        "succeeded"
+        baton_core::RunStatus::Succeeded
     );
 }
 
@@ -361,7 +361,7 @@ async fn a_cancel_redis_is_too_busy_to_answer_is_told_done_and_the_run_is_cancel
         .cancel(&run_id, "no longer needed", None)
         .await
         .expect("told cancelled");
-    assert_eq!(record.status, "cancelled");
+    assert_eq!(record.status, baton_core::RunStatus::Cancelled);
 
     let stored = coordinator
         .store()
@@ -369,7 +369,7 @@ async fn a_cancel_redis_is_too_busy_to_answer_is_told_done_and_the_run_is_cancel
         .await
         .unwrap()
         .unwrap();
-    assert_eq!(stored.status, "cancelled");
+    assert_eq!(stored.status, baton_core::RunStatus::Cancelled);
     assert!(matches!(
         coordinator.cancel(&run_id, "again", None).await,
         Err(Error::RunFinished { .. })
@@ -413,7 +413,7 @@ async fn an_approval_lost_on_its_way_is_told_not_made_and_never_lands() {
         .unwrap()
         .unwrap();
     assert_eq!(stored.version, version + 1);
-    assert_eq!(stored.status, "running");
+    assert_eq!(stored.status, baton_core::RunStatus::Running);
     assert!(
         stored
             .events
@@ -434,7 +434,7 @@ async fn an_approval_lost_on_its_way_is_told_not_made_and_never_lands() {
         .unwrap();
     assert_eq!(
         coordinator.record(&run_id).await.unwrap().status,
-        "succeeded"
+        baton_core::RunStatus::Succeeded
     );
 }
 
@@ -450,7 +450,10 @@ async fn a_retry_that_cannot_be_settled_says_it_may_have_been_made_and_it_was() 
         .fail(&coordinator, &task, "broken", true)
         .await
         .unwrap();
-    assert_eq!(coordinator.record(&run_id).await.unwrap().status, "failed");
+    assert_eq!(
+        coordinator.record(&run_id).await.unwrap().status,
+        baton_core::RunStatus::Failed
+    );
 
     // Writes only: the failed run is read back first (a finished run is not kept in memory),
     // and that read must get through for the retry's write to be sent.
@@ -470,13 +473,16 @@ async fn a_retry_that_cannot_be_settled_says_it_may_have_been_made_and_it_was() 
     // It was made once Redis got to it: the run runs again, and its step is sent once more.
     let again = worker.wait_task().await;
     assert!(again.task_id.starts_with(&run_id), "{}", again.task_id);
-    assert_eq!(coordinator.record(&run_id).await.unwrap().status, "running");
+    assert_eq!(
+        coordinator.record(&run_id).await.unwrap().status,
+        baton_core::RunStatus::Running
+    );
     worker
         .complete(&coordinator, &again, &json!({"done": true}), None)
         .await
         .unwrap();
     assert_eq!(
         coordinator.record(&run_id).await.unwrap().status,
-        "succeeded"
+        baton_core::RunStatus::Succeeded
     );
 }

@@ -40,7 +40,7 @@ fn with_task(status: &str, updated_ms: i64, agent: &str, due_ms: i64) -> Transit
             "work#1".to_owned(),
             format!(r#"{{"agent":"{agent}","due_ms":{due_ms},"attempt":1}}"#).into_bytes(),
         )],
-        status: status.to_owned(),
+        status: baton_coordinator::store::run_status(status).expect("a run status"),
         state_sha256: format!("{updated_ms:064}"),
         updated_ms,
         ..TransitionWrite::default()

@@ -90,7 +90,7 @@ async fn exercise(store: &RedisStore) {
     let first = TransitionWrite {
         steps: vec![("plan".to_owned(), br#"{"state":"queued"}"#.to_vec())],
         tasks_set: vec![("plan#1".to_owned(), task(1_000))],
-        status: "running".to_owned(),
+        status: baton_core::RunStatus::Running.to_owned(),
         state_sha256: "0".repeat(64),
         updated_ms: 1_000,
         ..TransitionWrite::default()
@@ -106,7 +106,7 @@ async fn exercise(store: &RedisStore) {
     let second = TransitionWrite {
         events: vec![br#"{"event":"answer"}"#.to_vec()],
         results: vec![("plan#1".to_owned(), br#"{"ok":true}"#.to_vec().into())],
-        status: "running".to_owned(),
+        status: baton_core::RunStatus::Running.to_owned(),
         state_sha256: "1".repeat(64),
         updated_ms: 2_000,
         ..TransitionWrite::default()

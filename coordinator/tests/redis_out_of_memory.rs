@@ -67,8 +67,14 @@ async fn runs_stay_readable_and_readiness_names_memory_while_redis_refuses_write
     // one after a restart, reads every run back from Redis).
     let elsewhere = running::running(Coordinator::new(store, Config::default()));
     for reader in [&coordinator, &elsewhere] {
-        assert_eq!(reader.record(&finished).await.unwrap().status, "succeeded");
-        assert_eq!(reader.record(&running).await.unwrap().status, "running");
+        assert_eq!(
+            reader.record(&finished).await.unwrap().status,
+            baton_core::RunStatus::Succeeded
+        );
+        assert_eq!(
+            reader.record(&running).await.unwrap().status,
+            baton_core::RunStatus::Running
+        );
         let listed: Vec<String> = reader
             .list(RunQuery::newest(10))
             .await

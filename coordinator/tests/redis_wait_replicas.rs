@@ -30,7 +30,7 @@ fn header(run_id: &str) -> RunHeader {
 fn write(status: &str, updated_ms: i64) -> TransitionWrite {
     TransitionWrite {
         events: vec![br#"{"kind":"step"}"#.to_vec()],
-        status: status.to_owned(),
+        status: baton_coordinator::store::run_status(status).expect("a run status"),
         state_sha256: format!("{updated_ms:064}"),
         updated_ms,
         ..TransitionWrite::default()

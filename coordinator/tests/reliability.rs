@@ -50,7 +50,7 @@ async fn submit<S: Store>(coordinator: &Coordinator<S>, workflow: &str) -> Strin
 
 async fn status<S: Store>(coordinator: &Coordinator<S>, run_id: &str) -> (String, String) {
     let record = coordinator.record(run_id).await.unwrap();
-    (record.status, record.error)
+    (record.status.to_string(), record.error)
 }
 
 /// Waits (up to 10 s) until the run has finished, and returns its status and error.

@@ -100,7 +100,7 @@ async fn an_idle_run_is_dropped_from_memory_and_goes_on_from_the_store_when_touc
         .unwrap();
 
     let record = coordinator.record(&run_id).await.unwrap();
-    assert_eq!(record.status, "succeeded");
+    assert_eq!(record.status, baton_core::RunStatus::Succeeded);
     let verified = coordinator.verify(&run_id).await.unwrap();
     assert!(verified.ok, "the state chain holds: {verified:?}");
     let stored = store.load_run(&run_id).await.unwrap().unwrap();

@@ -482,7 +482,7 @@ async fn one_unreadable_run_does_not_stop_the_others_being_picked_up() {
                 submitted_by: String::new(),
             },
             TransitionWrite {
-                status: "running".into(),
+                status: baton_core::RunStatus::Running,
                 tasks_set: vec![("plan#1".into(), due_task)],
                 ..TransitionWrite::default()
             },
@@ -948,7 +948,7 @@ async fn a_claimed_key_whose_run_was_never_created_gets_its_run_on_retry() {
     assert!(!submitted.existing, "this submission started it");
     assert_eq!(
         coordinator.record(&submitted.run_id).await.unwrap().status,
-        "running"
+        baton_core::RunStatus::Running
     );
 }
 

@@ -67,7 +67,7 @@ async fn finished<S: Store>(
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let record = coordinator.record(run_id).await.unwrap();
-        if record.status != "running" {
+        if record.status != baton_core::RunStatus::Running {
             return record;
         }
         assert!(Instant::now() < deadline, "run {run_id} never finished");
@@ -201,7 +201,12 @@ async fn a_task_named_in_a_hello_goes_only_to_the_worker_and_principal_that_run_
         .await
         .unwrap();
     let record = finished(&survivor, &run_id).await;
-    assert_eq!(record.status, "succeeded", "{}", record.error);
+    assert_eq!(
+        record.status,
+        baton_core::RunStatus::Succeeded,
+        "{}",
+        record.error
+    );
     assert_eq!(data_of(&record), json!({"by": "real"}));
     assert_eq!(
         survivor.stats().redeliveries,
@@ -245,7 +250,10 @@ async fn a_task_no_renewal_wrote_down_is_delivered_again_not_taken_over() {
     w1.complete(&survivor, &again, &json!({"n": 2}), None)
         .await
         .unwrap();
-    assert_eq!(finished(&survivor, &run_id).await.status, "succeeded");
+    assert_eq!(
+        finished(&survivor, &run_id).await.status,
+        baton_core::RunStatus::Succeeded
+    );
 }
 
 /// A worker of the coordinator that holds the task, or of another principal, names the task a
@@ -376,7 +384,7 @@ async fn a_60_mib_error_is_cut_and_the_record_stays_small() {
         w1.fail(&coordinator, &task, &huge, false).await.unwrap();
     }
     let record = finished(&coordinator, &run_id).await;
-    assert_eq!(record.status, "failed");
+    assert_eq!(record.status, baton_core::RunStatus::Failed);
     let limit = Config::default().max_error_bytes;
     let step_error = &record.steps[0].error;
     assert!(
@@ -462,7 +470,7 @@ async fn results_too_large_together_for_a_record_are_shown_by_size_and_digest() 
             .unwrap();
     }
     let record = finished(&coordinator, &run_id).await;
-    assert_eq!(record.status, "succeeded");
+    assert_eq!(record.status, baton_core::RunStatus::Succeeded);
     assert!(
         record.context.len() + record.memory.len() <= 4_096,
         "{} bytes",

@@ -39,7 +39,7 @@ async fn run_one_step(
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     loop {
         let record = coordinator.record(&run_id).await.unwrap();
-        if record.status != "running" {
+        if record.status != baton_core::RunStatus::Running {
             return record;
         }
         assert!(
@@ -66,7 +66,7 @@ async fn a_handler_gets_the_payload_and_its_answer_is_the_steps_data() {
         json!({"id": "e", "type": "agent", "agent": "echo"}),
     )
     .await;
-    assert_eq!(record.status, "succeeded");
+    assert_eq!(record.status, baton_core::RunStatus::Succeeded);
     let context: serde_json::Value = serde_json::from_slice(&record.context).unwrap();
     assert_eq!(context, json!({"e": {"saw": "x", "step": "e"}}));
 }
@@ -89,7 +89,7 @@ async fn a_panicking_handler_fails_its_step_instead_of_leaving_it_unanswered() {
         json!({"id": "b", "type": "agent", "agent": "boom"}),
     )
     .await;
-    assert_eq!(record.status, "failed");
+    assert_eq!(record.status, baton_core::RunStatus::Failed);
     assert!(
         record.error.contains("agent \"boom\" panicked"),
         "{}",
@@ -110,7 +110,7 @@ async fn a_steps_timeout_stops_a_handler_that_hangs() {
     tokio::spawn(worker.run(std::future::pending()));
     let step = json!({"id": "h", "type": "agent", "agent": "hang", "timeout_ms": 200});
     let record = run_one_step(&coordinator, step).await;
-    assert_eq!(record.status, "failed");
+    assert_eq!(record.status, baton_core::RunStatus::Failed);
     assert!(
         record.error.contains("timed out after 200 ms"),
         "{}",
@@ -145,13 +145,17 @@ async fn accumulate(steps: usize, cache_bytes: u64) -> (serde_json::Value, u64) 
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     let record = loop {
         let record = coordinator.record(&run_id).await.unwrap();
-        if record.status != "running" {
+        if record.status != baton_core::RunStatus::Running {
             break record;
         }
         assert!(tokio::time::Instant::now() < deadline, "run did not end");
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
-    assert_eq!(record.status, "succeeded", "{record:?}");
+    assert_eq!(
+        record.status,
+        baton_core::RunStatus::Succeeded,
+        "{record:?}"
+    );
     let context = serde_json::from_slice(&record.context).unwrap();
     let stats = coordinator.stats();
     assert_eq!(stats.tasks_dispatched, steps as u64);
@@ -236,7 +240,7 @@ async fn handlers_hand_on_messages_and_decisions_and_can_query_them_mid_step() {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     let record = loop {
         let record = coordinator.record(&run_id).await.unwrap();
-        if record.status != "running" {
+        if record.status != baton_core::RunStatus::Running {
             break record;
         }
         assert!(
@@ -245,7 +249,12 @@ async fn handlers_hand_on_messages_and_decisions_and_can_query_them_mid_step() {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
-    assert_eq!(record.status, "succeeded", "{}", record.error);
+    assert_eq!(
+        record.status,
+        baton_core::RunStatus::Succeeded,
+        "{}",
+        record.error
+    );
     let context: serde_json::Value = serde_json::from_slice(&record.context).unwrap();
     assert_eq!(
         context["code"],
@@ -319,7 +328,7 @@ async fn cancelling_a_run_stops_its_running_handler_and_frees_the_slot() {
         .cancel(&run_id, "not needed", None)
         .await
         .unwrap();
-    assert_eq!(record.status, "cancelled");
+    assert_eq!(record.status, baton_core::RunStatus::Cancelled);
     eventually("the handler stopping", || stopped.load(Ordering::SeqCst)).await;
     // The only slot is free again: the next task runs.
     let record = run_one_step(
@@ -327,7 +336,7 @@ async fn cancelling_a_run_stops_its_running_handler_and_frees_the_slot() {
         json!({"id": "q", "type": "agent", "agent": "quick"}),
     )
     .await;
-    assert_eq!(record.status, "succeeded");
+    assert_eq!(record.status, baton_core::RunStatus::Succeeded);
 }
 
 /// A command agent's process is killed when its run is cancelled.
@@ -423,7 +432,7 @@ async fn a_worker_shutting_down_finishes_its_task_and_takes_no_new_one() {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
     loop {
         let record = coordinator.record(&first).await.unwrap();
-        if record.status == "succeeded" {
+        if record.status == baton_core::RunStatus::Succeeded {
             break;
         }
         assert!(
@@ -440,7 +449,7 @@ async fn a_worker_shutting_down_finishes_its_task_and_takes_no_new_one() {
         "no new task after the drain"
     );
     let waiting = coordinator.record(&second).await.unwrap();
-    assert_eq!(waiting.status, "running");
+    assert_eq!(waiting.status, baton_core::RunStatus::Running);
     assert_eq!(
         waiting.steps[0].status.as_str(),
         "queued",
@@ -492,7 +501,7 @@ async fn a_handler_streams_live_output_that_watchers_see_while_it_runs() {
                 }
             }
             RunEvent::RunFinished(record) => {
-                assert_eq!(record.status, "succeeded");
+                assert_eq!(record.status, baton_core::RunStatus::Succeeded);
                 let context: serde_json::Value = serde_json::from_slice(&record.context).unwrap();
                 assert_eq!(context["talk"], json!({"answer": 42}));
                 break;

@@ -43,7 +43,7 @@ impl From<RunRecord> for v1::RunRecord {
         v1::RunRecord {
             run_id: record.run_id,
             workflow_id: record.workflow_id,
-            status: record.status,
+            status: record.status.to_string(),
             error: record.error,
             context: Some(Json::new(record.context)),
             steps: record.steps.into_iter().map(Into::into).collect(),
@@ -137,7 +137,7 @@ impl From<RunSummary> for v1::RunSummary {
         v1::RunSummary {
             run_id: run.run_id,
             workflow_id: run.workflow_id,
-            status: run.status,
+            status: run.status.to_string(),
             created_ms: run.created_ms,
             updated_ms: run.updated_ms,
         }

@@ -416,7 +416,7 @@ fn refused(run_id: &str, error: EngineError, answering: Option<Answering<'_>>) -
     match error {
         EngineError::NotRunning(status) => Error::RunFinished {
             run_id: run_id.to_owned(),
-            status: status.to_string(),
+            status,
         },
         EngineError::NotAwaitingApproval(step_id) => Error::NotAwaitingApproval {
             run_id: run_id.to_owned(),

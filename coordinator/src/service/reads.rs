@@ -2,6 +2,7 @@
 
 use std::collections::BTreeMap;
 
+use baton_core::RunStatus;
 use futures::StreamExt;
 use tokio::sync::OnceCell;
 
@@ -46,7 +47,7 @@ impl<S: Store> Coordinator<S> {
     /// unserved), so `GetRun`, which clients poll, does without.
     pub async fn record_live(&self, run_id: &str) -> Result<RunRecord, Error> {
         let mut record = self.record(run_id).await?;
-        if record.status == "running"
+        if record.status == RunStatus::Running
             && self
                 .show_tasks_in_flight(&record.run_id, &mut record.steps)
                 .await
@@ -80,10 +81,7 @@ impl<S: Store> Coordinator<S> {
     ) -> Result<Vec<WaitingFor>, Error> {
         let (running, mut waiting, mut steps) = self
             .read_fresh(run_id, |loaded| {
-                let status = match &loaded.finished_as {
-                    Some(status) => status.as_str(),
-                    None => loaded.run.status().as_str(),
-                };
+                let status = loaded.finished_as.unwrap_or(loaded.run.status());
                 let waiting = record::waiting(&loaded.run, |agent| self.inner.hub.serves(agent));
                 // Only the steps of waits that seem unserved can change what is shown.
                 let steps: Vec<StepView> = if waiting.iter().any(unserved) {
@@ -94,7 +92,7 @@ impl<S: Store> Coordinator<S> {
                 } else {
                     Vec::new()
                 };
-                (status == "running", waiting, steps)
+                (status == RunStatus::Running, waiting, steps)
             })
             .await?;
         if running && !steps.is_empty() && self.show_tasks_in_flight(run_id, &mut steps).await {
@@ -222,10 +220,7 @@ impl<S: Store> Coordinator<S> {
         RunRecord {
             run_id: loaded.header.run_id.clone(),
             workflow_id: loaded.header.workflow_id.clone(),
-            status: loaded
-                .finished_as
-                .clone()
-                .unwrap_or_else(|| loaded.run.status().as_str().into()),
+            status: loaded.finished_as.unwrap_or(loaded.run.status()),
             error: loaded.run.error().unwrap_or_default().into(),
             context,
             steps: record::step_states(workflow, &loaded.steps),

@@ -158,7 +158,7 @@ pub(super) struct Loaded {
     pub state_sha256: String,
     /// For a finished run whose stored data no longer matches its chain: the status the store
     /// records, which the record keeps (with the integrity error) since nothing stored changes.
-    pub finished_as: Option<String>,
+    pub finished_as: Option<RunStatus>,
     /// The encoded parts of this run's payloads.
     pub parts: PartEncoder,
     /// For each step visit the last transition settled, in history order: when it started and,
@@ -323,7 +323,7 @@ impl<S: Store> Coordinator<S> {
     /// changed), so nothing is ever built on data that cannot be trusted.
     async fn rebuild(&self, stored: StoredRun) -> Result<Loaded, Error> {
         let run_id = stored.header.run_id.clone();
-        let stored_status = stored.status.clone();
+        let stored_status = stored.status;
         let (mut loaded, checked) = rebuild(stored, &self.inner.workflows)?;
         for repaired in &checked.repaired {
             if self.count_integrity_failure(&run_id, repaired) {
@@ -336,7 +336,7 @@ impl<S: Store> Coordinator<S> {
         if self.count_integrity_failure(&run_id, &mismatch) {
             tracing::error!(%run_id, problem = %mismatch, "stored run does not match its state chain; stopping it");
         }
-        self.halt(&mut loaded, &mismatch, &stored_status).await?;
+        self.halt(&mut loaded, &mismatch, stored_status).await?;
         Ok(loaded)
     }
 
@@ -355,7 +355,7 @@ impl<S: Store> Coordinator<S> {
         &self,
         loaded: &mut Loaded,
         mismatch: &Mismatch,
-        stored_status: &str,
+        stored_status: RunStatus,
     ) -> Result<(), Error> {
         let error = mismatch.to_string();
         let halted = loaded
@@ -366,13 +366,13 @@ impl<S: Store> Coordinator<S> {
             .map(|t| t.run)
             .unwrap_or_else(|_| loaded.run.clone());
         loaded.run = halted;
-        if stored_status != RunStatus::Running.as_str() {
-            loaded.finished_as = Some(stored_status.to_owned());
+        if stored_status != RunStatus::Running {
+            loaded.finished_as = Some(stored_status);
             return Ok(());
         }
         let write = TransitionWrite {
             tasks_removed: loaded.tasks.keys().cloned().collect(),
-            status: RunStatus::Failed.as_str().into(),
+            status: RunStatus::Failed,
             error: Some(error),
             state_sha256: loaded.state_sha256.clone(),
             updated_ms: self.now_ms(),

@@ -3,6 +3,8 @@
 
 use std::collections::BTreeMap;
 
+use baton_core::RunStatus;
+
 use super::declare::store_trait;
 use super::{Error, RunPage, RunQuery};
 
@@ -68,7 +70,7 @@ store_trait! {
 pub struct RunSummary {
     pub run_id: String,
     pub workflow_id: String,
-    pub status: String,
+    pub status: RunStatus,
     pub created_ms: i64,
     pub updated_ms: i64,
 }

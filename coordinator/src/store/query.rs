@@ -181,10 +181,7 @@ impl<'q> PageFill<'q> {
     /// so the run itself is checked against every filter.
     fn matches(&self, run: &RunSummary, position: &RunCursor) -> bool {
         run.run_id == position.run_id
-            && self
-                .query
-                .status
-                .is_none_or(|status| run.status == status.as_str())
+            && self.query.status.is_none_or(|status| run.status == status)
             && self
                 .query
                 .workflow_id
@@ -201,7 +198,7 @@ mod tests {
         RunSummary {
             run_id: run_id.to_owned(),
             workflow_id: "wf".to_owned(),
-            status: status.to_owned(),
+            status: run_status(status).expect("a run status"),
             created_ms,
             updated_ms: created_ms,
         }

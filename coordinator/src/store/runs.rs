@@ -3,6 +3,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
+use baton_core::RunStatus;
 use bytes::Bytes;
 
 use super::Error;
@@ -124,7 +125,7 @@ pub struct TransitionWrite {
     pub links: Vec<Vec<u8>>,
     /// Decisions reported, key -> JSON (with their embedding). Each key is written once.
     pub decisions: Vec<(String, Vec<u8>)>,
-    pub status: String,
+    pub status: RunStatus,
     pub error: Option<String>,
     pub state_sha256: String,
     pub updated_ms: i64,
@@ -186,7 +187,7 @@ impl TransitionWrite {
 pub struct StoredRun {
     pub header: RunHeader,
     pub version: u64,
-    pub status: String,
+    pub status: RunStatus,
     pub error: Option<String>,
     pub state_sha256: String,
     pub updated_ms: i64,

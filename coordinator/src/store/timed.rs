@@ -69,7 +69,7 @@ mod tests {
             submitted_by: String::new(),
         };
         let running = || TransitionWrite {
-            status: "running".into(),
+            status: baton_core::RunStatus::Running,
             ..TransitionWrite::default()
         };
         store.create_run(header.clone(), running()).await.unwrap();

@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use axum::Json;
 use axum::extract::State;
+use baton_core::RunStatus;
 use baton_proto::v1;
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -89,7 +90,7 @@ pub async fn list_runs<S: Store>(
     let running: Vec<String> = page
         .runs
         .iter()
-        .filter(|run| run.status == "running")
+        .filter(|run| run.status == RunStatus::Running)
         .map(|run| run.run_id.clone())
         .collect();
     let mut waits = web.coordinator.waits_live(&running).await.into_iter();
@@ -105,7 +106,7 @@ pub async fn list_runs<S: Store>(
                 "updated_ms": run.updated_ms,
             });
             // A run that cannot be read now is listed without its waits.
-            if run.status == "running"
+            if run.status == RunStatus::Running
                 && let Some(Ok(waiting)) = waits.next()
             {
                 let waiting: Vec<v1::Waiting> = waiting.into_iter().map(Into::into).collect();

@@ -25,7 +25,7 @@ async fn create_in<S: Store>(
         ..header(run_id, created_ms)
     };
     let first = TransitionWrite {
-        status: status.to_owned(),
+        status: baton_coordinator::store::run_status(status).expect("a run status"),
         ..start(created_ms)
     };
     store
@@ -77,12 +77,12 @@ pub(crate) async fn list_runs_newest_first_and_limited<S: Store>(store: Arc<S>) 
         RunSummary {
             run_id: "run-c".to_owned(),
             workflow_id: "wf-run-c".to_owned(),
-            status: "succeeded".to_owned(),
+            status: baton_core::RunStatus::Succeeded.to_owned(),
             created_ms: 200,
             updated_ms: 900,
         }
     );
-    assert_eq!(summaries[0].status, "running");
+    assert_eq!(summaries[0].status, baton_core::RunStatus::Running);
     assert_eq!(summaries[0].updated_ms, 400);
 }
 
@@ -391,7 +391,7 @@ pub(crate) async fn active_runs_follow_status<S: Store>(store: Arc<S>) {
         "run-c",
         3,
         TransitionWrite {
-            status: "succeeded".to_owned(),
+            status: baton_core::RunStatus::Succeeded.to_owned(),
             ..start(3)
         },
     )

@@ -129,7 +129,7 @@ pub(crate) async fn output_appends_in_order_only_while_the_run_runs<S: Store>(st
     );
     assert_eq!(
         load(&*store, "run-a").await.status,
-        "succeeded",
+        baton_core::RunStatus::Succeeded,
         "the run itself is untouched"
     );
 

@@ -24,7 +24,7 @@ pub(crate) async fn create_then_load<S: Store>(store: Arc<S>) {
         tasks_removed: Vec::new(),
         links: vec![json(r#"{"link":0}"#), binary()],
         decisions: vec![("plan#1/0".to_owned(), binary())],
-        status: "running".to_owned(),
+        status: baton_core::RunStatus::Running.to_owned(),
         error: None,
         state_sha256: "a".repeat(64),
         updated_ms: 1_700_000_000_005,
@@ -40,7 +40,7 @@ pub(crate) async fn create_then_load<S: Store>(store: Arc<S>) {
         StoredRun {
             header: header("run-1", 1_700_000_000_000),
             version: 1,
-            status: "running".to_owned(),
+            status: baton_core::RunStatus::Running.to_owned(),
             error: None,
             state_sha256: "a".repeat(64),
             updated_ms: 1_700_000_000_005,
@@ -77,7 +77,7 @@ pub(crate) async fn create_then_load<S: Store>(store: Arc<S>) {
         tasks_removed: Vec::new(),
         links: Vec::new(),
         decisions: Vec::new(),
-        status: "failed".to_owned(),
+        status: baton_core::RunStatus::Failed.to_owned(),
         error: Some("boom\r\nsecond line ✗".to_owned()),
         state_sha256: String::new(),
         updated_ms: 0,
@@ -90,7 +90,7 @@ pub(crate) async fn create_then_load<S: Store>(store: Arc<S>) {
         StoredRun {
             header: empty_header,
             version: 1,
-            status: "failed".to_owned(),
+            status: baton_core::RunStatus::Failed.to_owned(),
             error: Some("boom\r\nsecond line ✗".to_owned()),
             state_sha256: String::new(),
             updated_ms: 0,
@@ -125,7 +125,7 @@ pub(crate) async fn create_twice_is_already_exists<S: Store>(store: Arc<S>) {
     let other_first = TransitionWrite {
         events: vec![json(r#"{"type":"started"}"#)],
         results: result_bytes(vec![("x#1".to_owned(), json("1"))]),
-        status: "failed".to_owned(),
+        status: baton_core::RunStatus::Failed.to_owned(),
         error: Some("no".to_owned()),
         ..start(999)
     };
@@ -164,7 +164,7 @@ pub(crate) async fn apply_at_the_right_version<S: Store>(store: Arc<S>) {
         tasks_removed: vec!["plan#1".to_owned()],
         links: Vec::new(),
         decisions: Vec::new(),
-        status: "running".to_owned(),
+        status: baton_core::RunStatus::Running.to_owned(),
         error: None,
         state_sha256: "b".repeat(64),
         updated_ms: 200,
@@ -177,7 +177,7 @@ pub(crate) async fn apply_at_the_right_version<S: Store>(store: Arc<S>) {
         StoredRun {
             header: header("run-1", 100),
             version: 2,
-            status: "running".to_owned(),
+            status: baton_core::RunStatus::Running.to_owned(),
             error: None,
             state_sha256: "b".repeat(64),
             updated_ms: 200,
@@ -204,7 +204,7 @@ pub(crate) async fn apply_at_the_right_version<S: Store>(store: Arc<S>) {
         tasks_removed: vec!["review#1".to_owned(), "audit#1".to_owned()],
         links: Vec::new(),
         decisions: Vec::new(),
-        status: "failed".to_owned(),
+        status: baton_core::RunStatus::Failed.to_owned(),
         error: Some("review failed".to_owned()),
         state_sha256: "c".repeat(64),
         updated_ms: 300,
@@ -214,7 +214,7 @@ pub(crate) async fn apply_at_the_right_version<S: Store>(store: Arc<S>) {
     assert_eq!(store.apply_transition("run-1", 2, write).await.unwrap(), 3);
     let run = load(&*store, "run-1").await;
     assert_eq!(run.version, 3);
-    assert_eq!(run.status, "failed");
+    assert_eq!(run.status, baton_core::RunStatus::Failed);
     assert_eq!(run.error.as_deref(), Some("review failed"));
     assert_eq!(run.state_sha256, "c".repeat(64));
     assert_eq!(run.updated_ms, 300);
@@ -238,7 +238,7 @@ pub(crate) async fn apply_at_the_right_version<S: Store>(store: Arc<S>) {
     // A transition without an event appends none; `None` clears the error.
     let write = TransitionWrite {
         events: vec![],
-        status: "failed".to_owned(),
+        status: baton_core::RunStatus::Failed.to_owned(),
         state_sha256: "d".repeat(64),
         updated_ms: 400,
         ..TransitionWrite::default()
@@ -259,7 +259,7 @@ pub(crate) async fn apply_at_the_right_version<S: Store>(store: Arc<S>) {
         vec![RunSummary {
             run_id: "run-1".to_owned(),
             workflow_id: "wf-run-1".to_owned(),
-            status: "failed".to_owned(),
+            status: baton_core::RunStatus::Failed.to_owned(),
             created_ms: 100,
             updated_ms: 400,
         }]
@@ -300,7 +300,10 @@ pub(crate) async fn apply_at_a_stale_version_is_conflict<S: Store>(store: Arc<S>
         assert_eq!(load(&*store, "run-1").await, before);
     }
     assert_eq!(store.active_runs().await.unwrap(), strings(&["run-1"]));
-    assert_eq!(newest(&*store, 10).await[0].status, "running");
+    assert_eq!(
+        newest(&*store, 10).await[0].status,
+        baton_core::RunStatus::Running
+    );
 }
 
 pub(crate) async fn apply_to_a_missing_run_is_not_found<S: Store>(store: Arc<S>) {
@@ -347,7 +350,7 @@ pub(crate) async fn rewriting_a_result<S: Store>(store: Arc<S>) {
         tasks_removed: vec!["plan#1".to_owned()],
         links: Vec::new(),
         decisions: Vec::new(),
-        status: "succeeded".to_owned(),
+        status: baton_core::RunStatus::Succeeded.to_owned(),
         error: Some("should not be written".to_owned()),
         state_sha256: "f".repeat(64),
         updated_ms: 300,
@@ -378,7 +381,7 @@ pub(crate) async fn rewriting_a_result<S: Store>(store: Arc<S>) {
             ("review#1".to_owned(), json(r#"{"ok":true}"#)),
         ])
     );
-    assert_eq!(run.status, "succeeded");
+    assert_eq!(run.status, baton_core::RunStatus::Succeeded);
     assert_eq!(run.events.len(), 2);
 }
 

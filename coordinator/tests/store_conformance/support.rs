@@ -48,7 +48,7 @@ pub(crate) fn start(created_ms: i64) -> TransitionWrite {
         tasks_removed: Vec::new(),
         links: Vec::new(),
         decisions: Vec::new(),
-        status: "running".to_owned(),
+        status: baton_core::RunStatus::Running.to_owned(),
         error: None,
         state_sha256: "0".repeat(64),
         updated_ms: created_ms,
@@ -61,7 +61,7 @@ pub(crate) fn start(created_ms: i64) -> TransitionWrite {
 pub(crate) fn status_write(status: &str, event: &str, updated_ms: i64) -> TransitionWrite {
     TransitionWrite {
         events: vec![json(event)],
-        status: status.to_owned(),
+        status: baton_coordinator::store::run_status(status).expect("a run status"),
         state_sha256: format!("{updated_ms:064}"),
         updated_ms,
         ..TransitionWrite::default()
@@ -135,7 +135,7 @@ pub(crate) fn listed(runs: &[RunSummary]) -> Vec<Listed> {
             (
                 run.run_id.clone(),
                 run.workflow_id.clone(),
-                run.status.clone(),
+                run.status.to_string(),
                 run.created_ms,
             )
         })

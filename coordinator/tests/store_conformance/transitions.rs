@@ -232,7 +232,7 @@ pub(crate) async fn fenced_transitions_apply_only_at_the_current_attempt<S: Stor
     };
     assert_eq!(store.apply_transition("run-1", 2, answer).await.unwrap(), 3);
     let run = load(&*store, "run-1").await;
-    assert_eq!(run.status, "succeeded");
+    assert_eq!(run.status, baton_core::RunStatus::Succeeded);
     assert_eq!(run.results["plan#1"], json(r#"{"answer":"late"}"#));
     assert!(!run.tasks.contains_key("plan#1"));
     assert_eq!(

@@ -9,9 +9,10 @@ use serde_json::Value;
 use crate::handoff::AgentNotes;
 use crate::workflow::StepType;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum RunStatus {
+    #[default]
     Running,
     Succeeded,
     Failed,

@@ -425,7 +425,7 @@ impl<'a> Planner<'a> {
             .iter()
             .map(|(id, state)| (id.clone(), json(state)))
             .collect();
-        write.status = self.run.status().as_str().into();
+        write.status = self.run.status();
         write.error = self.run.error().map(str::to_owned);
         write.state_sha256 = self.head;
         write.updated_ms = self.now;

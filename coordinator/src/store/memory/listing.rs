@@ -13,7 +13,7 @@ fn summary(run: &StoredRun) -> RunSummary {
     RunSummary {
         run_id: run.header.run_id.clone(),
         workflow_id: run.header.workflow_id.clone(),
-        status: run.status.clone(),
+        status: run.status,
         created_ms: run.header.created_ms,
         updated_ms: run.updated_ms,
     }
@@ -35,7 +35,7 @@ impl Listing for MemoryStore {
                     .as_ref()
                     .is_none_or(|workflow_id| &run.header.workflow_id == workflow_id)
             })
-            .filter(|run| !running_only || run.status == RunStatus::Running.as_str())
+            .filter(|run| !running_only || run.status == RunStatus::Running)
             .map(|run| {
                 let position = RunCursor {
                     created_ms: run.header.created_ms,
@@ -60,7 +60,7 @@ impl Listing for MemoryStore {
         let runs = self.runs.lock().expect("store lock");
         Ok(runs
             .values()
-            .filter(|entry| entry.run.status == RunStatus::Running.as_str())
+            .filter(|entry| entry.run.status == RunStatus::Running)
             .map(|entry| entry.run.header.run_id.clone())
             .collect())
     }

@@ -67,7 +67,7 @@ impl LiveOutput for MemoryStore {
         }
         for (run_id, piece) in pieces {
             if let Some(entry) = runs.get_mut(&run_id)
-                && entry.run.status == RunStatus::Running.as_str()
+                && entry.run.status == RunStatus::Running
             {
                 entry.output.push(piece);
             }

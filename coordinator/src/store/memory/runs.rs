@@ -116,11 +116,11 @@ fn apply(entry: &mut Entry, timers: &mut Timers, write: TransitionWrite) {
     run.state_sha256 = write.state_sha256;
     run.updated_ms = write.updated_ms;
     // A run's live output takes no more pieces once it ends, and expires a little later.
-    if run.status != RunStatus::Running.as_str() && entry.output.ended.is_none() {
+    if run.status != RunStatus::Running && entry.output.ended.is_none() {
         entry.output.ended = Some(std::time::Instant::now());
     }
     // A redriven run runs again, and streams again.
-    if run.status == RunStatus::Running.as_str() {
+    if run.status == RunStatus::Running {
         entry.output.ended = None;
     }
 }
@@ -141,7 +141,7 @@ impl Runs for MemoryStore {
         }
         let run = StoredRun {
             version: 0,
-            status: String::new(),
+            status: RunStatus::Running,
             error: None,
             state_sha256: String::new(),
             updated_ms: header.created_ms,
@@ -247,7 +247,7 @@ impl Runs for MemoryStore {
         };
         ids.retain(|id| {
             runs.get(id)
-                .is_some_and(|entry| entry.run.status == RunStatus::Running.as_str())
+                .is_some_and(|entry| entry.run.status == RunStatus::Running)
         });
         Ok(ids.len())
     }

@@ -13,7 +13,7 @@ use baton_core::RunStatus;
 
 use super::RedisStore;
 use super::replies::{fields, script_error, unavailable};
-use crate::store::query::PageFill;
+use crate::store::query::{PageFill, run_status};
 use crate::store::{Error, Listing, RunCursor, RunPage, RunQuery, RunSummary};
 
 /// How many entries a batch of a status-filtered walk reads at least (a page of 10 over runs
@@ -197,6 +197,10 @@ impl RedisStore {
             .zip(rows)
             .map(|(position, row)| match row {
                 (Some(workflow_id), Some(status), Some(created_ms), Some(updated_ms)) => {
+                    let Some(status) = run_status(&status) else {
+                        tracing::warn!(run_id = %position.run_id, status, "a run's stored status is not a run status: not listed");
+                        return None;
+                    };
                     Some(RunSummary {
                         run_id: position.run_id.clone(),
                         workflow_id,

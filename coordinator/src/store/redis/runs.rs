@@ -5,6 +5,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use ::redis::{AsyncCommands, Value};
+use baton_core::RunStatus;
 
 use super::indexes::Indexed;
 use super::replies::{
@@ -15,6 +16,7 @@ use super::scripts::{
     APPLY_TRANSITION, CREATE_RUN, SETTLE_CREATE, SETTLE_TRANSITION, add_transition, evalsha,
 };
 use super::{RUNNING, RedisStore};
+use crate::store::query::run_status;
 use crate::store::{Error, RunHeader, Runs, Settled, StoredRun, TransitionWrite};
 
 impl Runs for RedisStore {
@@ -35,7 +37,7 @@ impl Runs for RedisStore {
         // when they fail) and under `--redis-wait-replicas` (whose pipeline ends in a `WAIT`).
         let (added, written) = if self.con.is_cluster() || self.wait.is_some() {
             let added = self
-                .index_new_run(&header, &first.status)
+                .index_new_run(&header, first.status.as_str())
                 .await
                 .map_err(|err| {
                     Error::Unavailable(format!(
@@ -44,7 +46,8 @@ impl Runs for RedisStore {
                 })?;
             (added, self.write(&CREATE_RUN, &cmd).await)
         } else {
-            self.index_and_create(&header, &first.status, &cmd).await
+            self.index_and_create(&header, first.status.as_str(), &cmd)
+                .await
         };
         let written: Result<(u64, _), Error> = written.map_err(|err| {
             with_fence_attempt(write_error(err, run_id, 0, self.con.is_cluster()), &first)
@@ -100,8 +103,8 @@ impl Runs for RedisStore {
 
         // Most transitions leave a running run running: its index entry is already there, and
         // skipping the update keeps a transition at one round trip.
-        if !(before == RUNNING && write.status == RUNNING)
-            && let Err(err) = self.update_active(run_id, &write.status).await
+        if !(before == RUNNING && write.status == RunStatus::Running)
+            && let Err(err) = self.update_active(run_id, write.status.as_str()).await
         {
             tracing::warn!(run_id, error = %err, "transition applied but active index not updated; rebuild_indexes repairs it");
         }
@@ -236,7 +239,12 @@ impl Runs for RedisStore {
             let links = list(run_id, "chain", chain)?;
             Ok(Some(StoredRun {
                 version: take_number(run_id, &mut hash, "version")?,
-                status: take_text(run_id, &mut hash, "status")?,
+                status: {
+                    let status = take_text(run_id, &mut hash, "status")?;
+                    run_status(&status).ok_or_else(|| {
+                        corrupt(run_id, format!("its status {status:?} is not a run status"))
+                    })?
+                },
                 error,
                 state_sha256: take_text(run_id, &mut hash, "state_sha256")?,
                 updated_ms: take_number(run_id, &mut hash, "updated_ms")?,
