@@ -422,7 +422,7 @@ pub(crate) async fn active_runs_follow_status<S: Store>(store: Arc<S>) {
         strings(&["run-a", "run-d"])
     );
     store
-        .apply_transition("run-a", 2, status_write("paused", "pause", 12))
+        .apply_transition("run-a", 2, status_write("failed", "fail", 12))
         .await
         .unwrap();
     assert_eq!(
@@ -430,7 +430,7 @@ pub(crate) async fn active_runs_follow_status<S: Store>(store: Arc<S>) {
         strings(&["run-d"])
     );
     store
-        .apply_transition("run-a", 3, status_write("running", "resume", 13))
+        .apply_transition("run-a", 3, status_write("running", "retry", 13))
         .await
         .unwrap();
     assert_eq!(
