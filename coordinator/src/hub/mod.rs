@@ -31,6 +31,15 @@ use crate::clock::Instant;
 /// Where a task is in the hub ([`Hub::locate`]), and a worker as a task entry names it.
 pub use crate::lease::{Holding, Worker};
 
+/// A task [`Hub::locate`] is asked about.
+#[derive(Debug, Clone, Copy)]
+pub struct TaskAsked<'a> {
+    pub run_id: &'a str,
+    /// Its visit key.
+    pub task_key: &'a str,
+    pub agent: &'a str,
+}
+
 /// How many times a task is sent again to a worker that could not rebuild its payload before
 /// its step fails.
 pub const MAX_RESENDS: u32 = 3;
@@ -259,10 +268,10 @@ impl Hub {
         }
     }
 
-    /// Where each task (run id, task key, agent) is: on a worker's stream, or queued while a
-    /// worker that serves its agent is connected. One pass over the workers and queues, whatever
-    /// the number of tasks asked about.
-    pub fn locate(&self, tasks: &[(String, String, String)]) -> Vec<Holding> {
+    /// Where each task is: on a worker's stream, or queued while a worker that serves its agent
+    /// is connected. One pass over the workers and queues, whatever the number of tasks asked
+    /// about.
+    pub fn locate(&self, tasks: &[TaskAsked<'_>]) -> Vec<Holding> {
         let state = self.lock();
         let mut served: HashSet<&str> = HashSet::new();
         let mut holders: HashMap<(&str, &str), (&str, &str)> = HashMap::new();
@@ -280,18 +289,24 @@ impl Hub {
             .collect();
         tasks
             .iter()
-            .map(|(run_id, task_key, agent)| {
-                let key = (run_id.as_str(), task_key.as_str());
-                if let Some((id, principal)) = holders.get(&key) {
-                    Holding::Worker(Worker::new(id, principal))
-                } else if queued.contains(&key) && served.contains(agent.as_str()) {
-                    Holding::Queued
-                } else {
-                    // In no queue and on no worker: dropped on an error path. Given up, so
-                    // that a sweep delivers it again.
-                    Holding::Nowhere
-                }
-            })
+            .map(
+                |&TaskAsked {
+                     run_id,
+                     task_key,
+                     agent,
+                 }| {
+                    let key = (run_id, task_key);
+                    if let Some((id, principal)) = holders.get(&key) {
+                        Holding::Worker(Worker::new(id, principal))
+                    } else if queued.contains(&key) && served.contains(agent) {
+                        Holding::Queued
+                    } else {
+                        // In no queue and on no worker: dropped on an error path. Given up, so
+                        // that a sweep delivers it again.
+                        Holding::Nowhere
+                    }
+                },
+            )
             .collect()
     }
 

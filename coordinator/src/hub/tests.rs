@@ -82,7 +82,11 @@ fn a_map_item_waits_for_a_worker_that_speaks_its_protocol() {
     assert!(hub.submit(task("r", "after#1", "x")).is_empty());
     assert!(rx_old.try_recv().is_err(), "nothing went to the old worker");
     assert_eq!(
-        hub.locate(&[("r".into(), "each[0]#1".into(), "x".into())]),
+        hub.locate(&[TaskAsked {
+            run_id: "r",
+            task_key: "each[0]#1",
+            agent: "x"
+        }]),
         [Holding::Queued]
     );
 
@@ -388,7 +392,11 @@ fn locate_says_where_each_held_task_is() {
     hub.submit(task("r", "running#1", "x"));
     assert!(hub.submit(task("r", "queued#1", "x")).is_empty());
     assert!(hub.submit(task("r", "unserved#1", "y")).is_empty());
-    let ask = |key: &str, agent: &str| ("r".to_owned(), key.to_owned(), agent.to_owned());
+    let ask = |task_key, agent| TaskAsked {
+        run_id: "r",
+        task_key,
+        agent,
+    };
     assert_eq!(
         hub.locate(&[
             ask("running#1", "x"),
@@ -466,7 +474,11 @@ fn a_held_task_is_located_with_its_worker_s_principal_and_asked_about_only_by_it
     hub.open("w1");
     hub.submit(task("r", "code#1", "x"));
     assert!(matches!(rx.try_recv(), Ok(ToWorker::Task(_))));
-    let ask = ("r".to_owned(), "code#1".to_owned(), "x".to_owned());
+    let ask = TaskAsked {
+        run_id: "r",
+        task_key: "code#1",
+        agent: "x",
+    };
     assert_eq!(hub.locate(&[ask]), [Holding::Worker(coders)]);
     assert!(hub.holds_as("w1", "coders", "r", "code#1", 1));
     assert!(!hub.holds_as("w1", "planners", "r", "code#1", 1));

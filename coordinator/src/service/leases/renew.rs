@@ -2,6 +2,7 @@
 
 use tokio::sync::MutexGuard;
 
+use crate::hub::TaskAsked;
 use crate::lease;
 use crate::model::{TaskEntry, TaskState};
 use crate::service::Coordinator;
@@ -68,7 +69,11 @@ impl<S: Store> Coordinator<S> {
         let mut located = self.inner.hub.locate(
             &snapshot
                 .iter()
-                .map(|((run, key), entry)| (run.clone(), key.clone(), entry.agent.clone()))
+                .map(|((run_id, task_key), entry)| TaskAsked {
+                    run_id,
+                    task_key,
+                    agent: &entry.agent,
+                })
                 .collect::<Vec<_>>(),
         );
         // The hub knows nothing of continuations: a run waits for its turn here, or not.
