@@ -30,15 +30,16 @@ pub const APPROVAL_TIMERS: &str = "";
 /// The task key of a run's continuation timer: never a step visit's (those hold a `#`).
 pub const CONTINUATION: &str = "continue";
 
-/// The timer of a run whose walk stopped before a step that runs jq: held by `me`, which goes
-/// on with the run when its turn comes, renewed while the run waits for it; if `me` dies, it
-/// comes due and any coordinator goes on with the run.
-pub fn continuation(me: &str, now_ms: i64, lease_ms: u64) -> TaskEntry {
+/// The timer of a run whose walk stopped before a step that runs jq: held by `holder`, which
+/// goes on with the run when its turn comes, renewed while the run waits for it; if the holder
+/// dies, it comes due and any coordinator goes on with the run. Held by nobody (due at once for
+/// any coordinator) when this one is shutting down.
+pub fn continuation(holder: Option<&str>, now_ms: i64, lease_ms: u64) -> TaskEntry {
     TaskEntry {
         agent: APPROVAL_TIMERS.to_owned(),
         state: TaskState::Continuing,
         attempt: 1,
-        owner: me.to_owned(),
+        owner: holder.map(str::to_owned),
         due_ms: now_ms + lease_ms as i64,
         ..TaskEntry::default()
     }
@@ -53,7 +54,7 @@ pub fn continuation_claimed(
     lease_ms: u64,
 ) -> Option<TaskEntry> {
     (entry.state == TaskState::Continuing && entry.due_ms <= now_ms).then(|| TaskEntry {
-        owner: me.to_owned(),
+        owner: Some(me.to_owned()),
         attempt: entry.attempt + 1,
         due_ms: now_ms + lease_ms as i64,
         ..entry.clone()
@@ -90,7 +91,7 @@ pub fn dispatched(agent: &str, owner: Option<&str>, now_ms: i64, lease_ms: u64) 
         agent: agent.to_owned(),
         state: TaskState::Queued,
         attempt: 1,
-        owner: owner.unwrap_or_default().to_owned(),
+        owner: owner.map(str::to_owned),
         due_ms: match owner {
             Some(_) => now_ms + lease_ms as i64,
             None => now_ms,
@@ -140,7 +141,7 @@ pub fn renewed(entry: &TaskEntry, holding: &Holding, now_ms: i64, lease_ms: u64)
     if entry.state == TaskState::Continuing {
         return match holding {
             Holding::Nowhere => TaskEntry {
-                owner: String::new(),
+                owner: None,
                 due_ms: now_ms,
                 ..entry.clone()
             },
@@ -177,7 +178,7 @@ pub fn released(entry: &TaskEntry, now_ms: i64) -> TaskEntry {
         state: TaskState::Queued,
         worker_id: String::new(),
         principal: String::new(),
-        owner: String::new(),
+        owner: None,
         due_ms: now_ms,
         ..entry.clone()
     }
@@ -202,13 +203,13 @@ pub fn on_due(entry: &TaskEntry, me: &str, now_ms: i64, lease_ms: u64, max_lost:
         return Due::NotYet;
     }
     // Held by someone (queued there or on a worker) and not renewed: that delivery was lost.
-    let lost = entry.state != TaskState::Retrying && !entry.owner.is_empty();
+    let lost = entry.state != TaskState::Retrying && entry.owner.is_some();
     let claimed = TaskEntry {
         state: TaskState::Queued,
         worker_id: String::new(),
         principal: String::new(),
         attempt: entry.attempt + 1,
-        owner: me.to_owned(),
+        owner: Some(me.to_owned()),
         due_ms: now_ms + lease_ms as i64,
         lost: entry.lost + u32::from(lost),
         ..entry.clone()
@@ -285,7 +286,7 @@ pub fn after_failure(
             state: TaskState::Retrying,
             worker_id: String::new(),
             principal: String::new(),
-            owner: String::new(),
+            owner: None,
             due_ms: now_ms + backoff_ms as i64,
             failures,
             error: error.to_owned(),
@@ -365,7 +366,7 @@ pub fn adopted(
     }
     Ok(TaskEntry {
         state: TaskState::Running,
-        owner: me.to_owned(),
+        owner: Some(me.to_owned()),
         due_ms: now_ms + lease_ms as i64,
         ..entry.clone()
     })

@@ -419,9 +419,9 @@ pub struct TaskEntry {
     /// Which delivery of the step visit this is, from 1: the fencing token of its answer.
     #[serde(default)]
     pub attempt: u32,
-    /// The coordinator holding the task; empty while nobody does (due now, or retrying).
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub owner: String,
+    /// The coordinator holding the task; `None` while nobody does (due now, or retrying).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
     /// When the holder's lease runs out, or the retry is due (ms since the epoch).
     #[serde(default)]
     pub due_ms: i64,

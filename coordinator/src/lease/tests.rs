@@ -9,29 +9,47 @@ fn held_by(owner: &str) -> TaskEntry {
 #[test]
 fn a_dispatched_task_is_leased_to_its_coordinator_or_due_at_once() {
     let held = held_by("c1");
-    assert_eq!((held.attempt, held.owner.as_str()), (1, "c1"));
+    assert_eq!(
+        (held.attempt, held.owner.as_deref().unwrap_or_default()),
+        (1, "c1")
+    );
     assert_eq!(held.due_ms, 11_000);
     let unowned = dispatched("coder", None, 1_000, LEASE);
-    assert_eq!((unowned.owner.as_str(), unowned.due_ms), ("", 1_000));
+    assert_eq!(
+        (unowned.owner.as_deref().unwrap_or_default(), unowned.due_ms),
+        ("", 1_000)
+    );
 }
 
 #[test]
 fn a_continuation_is_renewed_by_its_holder_and_claimed_by_another_once_due() {
-    let held = continuation("c1", 1_000, LEASE);
-    assert_eq!((held.owner.as_str(), held.due_ms), ("c1", 11_000));
+    let held = continuation(Some("c1"), 1_000, LEASE);
+    assert_eq!(
+        (held.owner.as_deref().unwrap_or_default(), held.due_ms),
+        ("c1", 11_000)
+    );
     assert_eq!(held.agent, APPROVAL_TIMERS, "no worker runs it");
     // Renewed while the run waits for its turn here; left due to all once it does not.
     let renewed = renewed(&held, &Holding::Queued, 5_000, LEASE);
-    assert_eq!((renewed.owner.as_str(), renewed.due_ms), ("c1", 15_000));
+    assert_eq!(
+        (renewed.owner.as_deref().unwrap_or_default(), renewed.due_ms),
+        ("c1", 15_000)
+    );
     let astray = super::renewed(&held, &Holding::Nowhere, 5_000, LEASE);
-    assert_eq!((astray.owner.as_str(), astray.due_ms), ("", 5_000));
+    assert_eq!(
+        (astray.owner.as_deref().unwrap_or_default(), astray.due_ms),
+        ("", 5_000)
+    );
     assert_eq!(astray.state, TaskState::Continuing);
     assert_eq!(continuation_claimed(&renewed, "c2", 14_999, LEASE), None);
     let taken = continuation_claimed(&renewed, "c2", 15_000, LEASE).expect("due");
-    assert_eq!((taken.owner.as_str(), taken.attempt), ("c2", 2));
+    assert_eq!(
+        (taken.owner.as_deref().unwrap_or_default(), taken.attempt),
+        ("c2", 2)
+    );
     assert_eq!(taken.state, TaskState::Continuing);
     let released = TaskEntry {
-        owner: String::new(),
+        owner: None,
         due_ms: 2_000,
         ..held
     };
@@ -53,7 +71,13 @@ fn renewing_pushes_the_lease_out_and_names_the_worker() {
     );
     assert_eq!(entry.attempt, 1, "renewing is not a new delivery");
     let given_up = renewed(&entry, &Holding::Nowhere, 6_000, LEASE);
-    assert_eq!((given_up.owner.as_str(), given_up.due_ms), ("", 6_000));
+    assert_eq!(
+        (
+            given_up.owner.as_deref().unwrap_or_default(),
+            given_up.due_ms
+        ),
+        ("", 6_000)
+    );
     assert_eq!(given_up.attempt, 1);
 }
 
@@ -65,7 +89,7 @@ fn an_expired_lease_is_a_lost_delivery_and_a_new_attempt() {
         panic!("due");
     };
     assert_eq!((claimed.attempt, claimed.lost, claimed.failures), (2, 1, 0));
-    assert_eq!(claimed.owner, "c2");
+    assert_eq!(claimed.owner.as_deref(), Some("c2"));
     assert_eq!(claimed.due_ms, 21_000);
     assert!(claimed.worker_id.is_empty());
 }
@@ -112,7 +136,10 @@ fn failures_retry_with_backoff_until_the_policy_runs_out() {
     };
     assert_eq!(backoff_ms, 100);
     assert_eq!((entry.state, entry.failures), (TaskState::Retrying, 1));
-    assert_eq!((entry.owner.as_str(), entry.due_ms), ("", 5_100));
+    assert_eq!(
+        (entry.owner.as_deref().unwrap_or_default(), entry.due_ms),
+        ("", 5_100)
+    );
     assert_eq!(entry.attempt, 1, "the claim after the backoff raises it");
     let AfterFailure::Retry { entry, backoff_ms } =
         after_failure(&entry, Some(&policy(3)), "boom", true, 6_000, 0.5)
@@ -195,7 +222,7 @@ fn a_reconnecting_worker_keeps_only_a_current_attempt() {
     let taken = adopted(&entry, 1, &w1(), true, "c2", 2_000, LEASE).expect("current");
     assert_eq!(
         (
-            taken.owner.as_str(),
+            taken.owner.as_deref().unwrap_or_default(),
             taken.worker_id.as_str(),
             taken.principal.as_str()
         ),

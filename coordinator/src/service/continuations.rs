@@ -291,7 +291,7 @@ impl<S: Store> Coordinator<S> {
         let now = self.now_ms();
         for (run_id, entry) in self.held_continuations() {
             let released = TaskEntry {
-                owner: String::new(),
+                owner: None,
                 due_ms: now,
                 ..entry.clone()
             };

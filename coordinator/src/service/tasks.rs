@@ -28,7 +28,7 @@ impl<S: Store> Coordinator<S> {
         let Some(entry) = loaded
             .tasks
             .get(&task_key(&task.task))
-            .filter(|entry| entry.owner == *me)
+            .filter(|entry| entry.owner.as_ref() == Some(me))
         else {
             return Vec::new();
         };

@@ -131,7 +131,7 @@ impl<S: Store> Coordinator<S> {
             added: planned
                 .tasks_set
                 .iter()
-                .filter(|(_, entry)| entry.owner == *me)
+                .filter(|(_, entry)| entry.owner.as_ref() == Some(me))
                 .cloned()
                 .collect(),
         }
@@ -213,7 +213,9 @@ impl<S: Store> Coordinator<S> {
         let key = (run_id.to_owned(), task_key.to_owned());
         let mut held = self.inner.leases.held();
         match new {
-            Some(entry) if swapped && entry.owner == self.inner.config.coordinator_id => {
+            Some(entry)
+                if swapped && entry.owner.as_ref() == Some(&self.inner.config.coordinator_id) =>
+            {
                 held.insert(key, entry.clone());
             }
             _ if swapped => {

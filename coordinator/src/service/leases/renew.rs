@@ -112,7 +112,7 @@ impl<S: Store> Coordinator<S> {
             if held.get(&key) != Some(&entry) {
                 continue;
             }
-            if ok && next.owner == self.inner.config.coordinator_id {
+            if ok && next.owner.as_ref() == Some(&self.inner.config.coordinator_id) {
                 held.insert(key.clone(), next.clone());
                 if next.worker_id != entry.worker_id {
                     outcome.shown.push((key, next));
@@ -151,7 +151,7 @@ impl<S: Store> Coordinator<S> {
             }
             match stored {
                 Some(stored)
-                    if stored.owner == self.inner.config.coordinator_id
+                    if stored.owner.as_ref() == Some(&self.inner.config.coordinator_id)
                         && stored.attempt == entry.attempt =>
                 {
                     held.insert(key, stored);

@@ -297,8 +297,12 @@ impl<'a> Planner<'a> {
                 Action::Continue { .. } => {
                     // Held here for a lease, or (shutting down) due at once for another.
                     let entry = match self.holder.continues {
-                        true => lease::continuation(self.holder.id, self.now, self.holder.lease_ms),
-                        false => lease::continuation("", self.now, 0),
+                        true => lease::continuation(
+                            Some(self.holder.id),
+                            self.now,
+                            self.holder.lease_ms,
+                        ),
+                        false => lease::continuation(None, self.now, 0),
                     };
                     self.set_task(lease::CONTINUATION.to_owned(), entry);
                 }

@@ -169,7 +169,11 @@ fn a_dispatched_task_is_leased_to_this_coordinator_when_it_serves_the_agent() {
     let (key, entry) = &planned.tasks_set[0];
     assert_eq!(key, "plan#1");
     assert_eq!(
-        (entry.state, entry.owner.as_str(), entry.attempt),
+        (
+            entry.state,
+            entry.owner.as_deref().unwrap_or_default(),
+            entry.attempt
+        ),
         (TaskState::Queued, "c1", 1)
     );
     assert_eq!(entry.due_ms, NOW + LEASE as i64);
@@ -201,7 +205,10 @@ fn a_task_no_worker_here_serves_is_left_unowned_and_due_now() {
     let (loaded, start) = started();
     let planned = plan(&loaded, &first(&start), &holder(&["coder"]));
     let entry = &planned.tasks_set[0].1;
-    assert_eq!((entry.owner.as_str(), entry.due_ms), ("", NOW));
+    assert_eq!(
+        (entry.owner.as_deref().unwrap_or_default(), entry.due_ms),
+        ("", NOW)
+    );
 }
 
 #[test]
@@ -487,7 +494,7 @@ fn a_continuation_has_a_timer_until_the_run_goes_on_and_jq_outputs_are_stored() 
         .expect("a continuation timer");
     assert_eq!(timer.state, TaskState::Continuing);
     assert_eq!(
-        (timer.owner.as_str(), timer.due_ms),
+        (timer.owner.as_deref().unwrap_or_default(), timer.due_ms),
         ("c1", NOW + LEASE as i64)
     );
     let stopping = Holder {
@@ -500,7 +507,10 @@ fn a_continuation_has_a_timer_until_the_run_goes_on_and_jq_outputs_are_stored() 
         .iter()
         .find(|(key, _)| key == lease::CONTINUATION)
         .unwrap();
-    assert_eq!((entry.owner.as_str(), entry.due_ms), ("", NOW));
+    assert_eq!(
+        (entry.owner.as_deref().unwrap_or_default(), entry.due_ms),
+        ("", NOW)
+    );
 
     let continued = loaded.run.apply_at(Event::Continue, NOW + 1).unwrap();
     let logged = LoggedEvent::new(NOW + 1, StoredEvent::Continue);
