@@ -1,4 +1,4 @@
-//! ARCHITECTURE.md stays a true map: its first 150 lines hold the diagram, the glossary and the
+//! ARCHITECTURE.md stays a true map (and SECURITY.md names only tests that exist): its first 150 lines hold the diagram, the glossary and the
 //! "Where to look first" table; every file that table names exists; its codemap names every
 //! source folder and every test file of the workspace.
 
@@ -145,5 +145,31 @@ fn the_codemap_names_every_source_folder_and_test_file() {
     assert!(
         missing.is_empty(),
         "ARCHITECTURE.md's codemap does not name: {missing:#?}"
+    );
+}
+
+/// SECURITY.md's threat model names, for each attack, the tests that hold it: every one it
+/// names (`path::function`) is there, so that moving a test cannot leave an attack unheld on
+/// paper.
+#[test]
+fn every_test_security_md_names_exists() {
+    let root = root();
+    let text = std::fs::read_to_string(root.join("SECURITY.md")).expect("SECURITY.md");
+    let mut missing = Vec::new();
+    for quoted in text.split('`').skip(1).step_by(2) {
+        let Some((path, function)) = quoted.split_once(".rs::") else {
+            continue;
+        };
+        let file = root.join(format!("{path}.rs"));
+        let source = std::fs::read_to_string(&file).unwrap_or_default();
+        if !source.contains(&format!("fn {function}("))
+            && !source.contains(&format!("fn {function}<"))
+        {
+            missing.push(quoted.to_owned());
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "SECURITY.md names tests that are not there: {missing:#?}"
     );
 }
