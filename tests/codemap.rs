@@ -1,6 +1,7 @@
-//! ARCHITECTURE.md stays a true map (and SECURITY.md names only tests that exist): its first 150 lines hold the diagram, the glossary and the
+//! ARCHITECTURE.md stays a true map: its first 150 lines hold the diagram, the glossary and the
 //! "Where to look first" table; every file that table names exists; its codemap names every
-//! source folder and every test file of the workspace.
+//! source folder and every test file of the workspace. And SECURITY.md names only tests that
+//! exist.
 
 use std::path::{Path, PathBuf};
 
