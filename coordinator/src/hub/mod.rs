@@ -10,9 +10,12 @@
 //! only the parts that worker does not hold yet.
 //!
 //! - [`task`]: tasks ready for a worker, the messages on a worker's stream, assignments.
+//! - `holding`: who holds which task: located for lease renewals, checked for a worker's
+//!   answer.
 //! - `queues`: the hub's state: the queues of waiting tasks, and placing them on workers.
 //! - `session`: one connected worker: its stream, its tasks, its part-cache mirror.
 
+mod holding;
 mod queues;
 mod session;
 pub mod task;
@@ -23,6 +26,7 @@ use std::time::Duration;
 
 use tokio::sync::oneshot;
 
+pub use self::holding::TaskAsked;
 use self::queues::{Place, State};
 pub use self::session::{MIRROR_MAX_BYTES, MIRROR_MAX_PARTS, WorkerStream};
 use self::session::{Session, cancel};
@@ -30,15 +34,6 @@ pub use self::task::{Assignment, Forgotten, ReadyTask, Sent, TaskMessage, ToWork
 use crate::clock::Instant;
 /// Where a task is in the hub ([`Hub::locate`]), and a worker as a task entry names it.
 pub use crate::lease::{Holding, Worker};
-
-/// A task [`Hub::locate`] is asked about.
-#[derive(Debug, Clone, Copy)]
-pub struct TaskAsked<'a> {
-    pub run_id: &'a str,
-    /// Its visit key.
-    pub task_key: &'a str,
-    pub agent: &'a str,
-}
 
 /// How many times a task is sent again to a worker that could not rebuild its payload before
 /// its step fails.
@@ -268,48 +263,6 @@ impl Hub {
         }
     }
 
-    /// Where each task is: on a worker's stream, or queued while a worker that serves its agent
-    /// is connected. One pass over the workers and queues, whatever the number of tasks asked
-    /// about.
-    pub fn locate(&self, tasks: &[TaskAsked<'_>]) -> Vec<Holding> {
-        let state = self.lock();
-        let mut served: HashSet<&str> = HashSet::new();
-        let mut holders: HashMap<(&str, &str), (&str, &str)> = HashMap::new();
-        for (id, worker) in &state.workers {
-            for (run_id, task_key) in worker.holding.keys() {
-                holders.insert((run_id, task_key), (id, &worker.principal));
-            }
-            served.extend(worker.agents.iter().map(String::as_str));
-        }
-        let queued: HashSet<(&str, &str)> = state
-            .queues
-            .values()
-            .flatten()
-            .map(|task| (task.run_id(), task.key.as_str()))
-            .collect();
-        tasks
-            .iter()
-            .map(
-                |&TaskAsked {
-                     run_id,
-                     task_key,
-                     agent,
-                 }| {
-                    let key = (run_id, task_key);
-                    if let Some((id, principal)) = holders.get(&key) {
-                        Holding::Worker(Worker::new(id, principal))
-                    } else if queued.contains(&key) && served.contains(agent) {
-                        Holding::Queued
-                    } else {
-                        // In no queue and on no worker: dropped on an error path. Given up, so
-                        // that a sweep delivers it again.
-                        Holding::Nowhere
-                    }
-                },
-            )
-            .collect()
-    }
-
     /// Free slots per agent over the connected workers (a worker serving two agents counts for
     /// both), less the tasks already queued for it: how many due tasks of each agent this
     /// coordinator should claim.
@@ -465,54 +418,6 @@ impl Hub {
         let state = self.lock();
         let free = state.slots_per_agent();
         (state.workers.len(), free.into_iter().collect())
-    }
-
-    /// The worker here that holds the task, if one does.
-    pub fn worker_holding(&self, run_id: &str, task_key: &str) -> Option<String> {
-        let state = self.lock();
-        let key = (run_id.to_owned(), task_key.to_owned());
-        state
-            .workers
-            .iter()
-            .find(|(_, worker)| worker.holding.contains_key(&key))
-            .map(|(id, _)| id.clone())
-    }
-
-    /// Whether `worker_id` holds this attempt of the task.
-    pub fn holds(&self, worker_id: &str, run_id: &str, task_key: &str, attempt: u32) -> bool {
-        self.holds_for(worker_id, None, run_id, task_key, attempt)
-    }
-
-    /// Whether `worker_id` holds this attempt of the task and connected as `principal`: for a
-    /// request that names the worker in a field rather than coming down its stream.
-    pub fn holds_as(
-        &self,
-        worker_id: &str,
-        principal: &str,
-        run_id: &str,
-        task_key: &str,
-        attempt: u32,
-    ) -> bool {
-        self.holds_for(worker_id, Some(principal), run_id, task_key, attempt)
-    }
-
-    fn holds_for(
-        &self,
-        worker_id: &str,
-        principal: Option<&str>,
-        run_id: &str,
-        task_key: &str,
-        attempt: u32,
-    ) -> bool {
-        let state = self.lock();
-        let key = (run_id.to_owned(), task_key.to_owned());
-        state.workers.get(worker_id).is_some_and(|worker| {
-            principal.is_none_or(|principal| worker.principal == principal)
-                && worker
-                    .holding
-                    .get(&key)
-                    .is_some_and(|task| task.attempt() == attempt)
-        })
     }
 
     /// The worker is done with the task: its slot takes the next waiting task.
