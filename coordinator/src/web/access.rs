@@ -26,9 +26,32 @@ use super::extract::{ApiQuery, Body};
 use crate::auth::{self, Caller, Credentials, Gate, Role};
 use crate::store::Store;
 
-/// The RPC a web call stands for, by its gRPC path: the role it needs is that RPC's.
-#[derive(Debug, Clone, Copy)]
-pub enum Rpc {
+/// Declares [`Rpc`] and, in [`rpc`], a type for each of its variants, from one list.
+macro_rules! rpcs {
+    ($($(#[$doc:meta])* $name:ident),* $(,)?) => {
+        /// The RPC a web call stands for, by its gRPC path: the role it needs is that RPC's.
+        #[derive(Debug, Clone, Copy)]
+        pub enum Rpc {
+            $($(#[$doc])* $name,)*
+        }
+
+        /// Each [`Rpc`] as a type: `Admitted<rpc::CancelRun>` admits its caller as `CancelRun`
+        /// would.
+        pub mod rpc {
+            use super::{Rpc, RpcCall};
+            $(
+                #[doc = concat!("[`Rpc::", stringify!($name), "`], as a type.")]
+                pub struct $name;
+
+                impl RpcCall for $name {
+                    const RPC: Rpc = Rpc::$name;
+                }
+            )*
+        }
+    };
+}
+
+rpcs!(
     GetRun,
     ListRuns,
     WatchRun,
@@ -38,7 +61,7 @@ pub enum Rpc {
     VerifyRun,
     /// Who is calling: any principal the coordinator knows.
     Session,
-}
+);
 
 impl Rpc {
     fn path(self) -> &'static str {
@@ -74,33 +97,6 @@ impl Rpc {
 /// An [`Rpc`] as a type, for [`Admitted`].
 pub trait RpcCall {
     const RPC: Rpc;
-}
-
-/// Each [`Rpc`] as a type: `Admitted<rpc::CancelRun>` admits its caller as `CancelRun` would.
-pub mod rpc {
-    use super::{Rpc, RpcCall};
-
-    macro_rules! rpc_calls {
-        ($($name:ident),* $(,)?) => {$(
-            #[doc = concat!("[`Rpc::", stringify!($name), "`], as a type.")]
-            pub struct $name;
-
-            impl RpcCall for $name {
-                const RPC: Rpc = Rpc::$name;
-            }
-        )*};
-    }
-
-    rpc_calls!(
-        GetRun,
-        ListRuns,
-        WatchRun,
-        CancelRun,
-        RetryRun,
-        DecideApproval,
-        VerifyRun,
-        Session
-    );
 }
 
 /// The prologue of every API call, as an extractor: the last of a handler's arguments, after
