@@ -57,17 +57,6 @@ impl Hub {
             .collect()
     }
 
-    /// The worker here that holds the task, if one does.
-    pub fn worker_holding(&self, run_id: &str, task_key: &str) -> Option<String> {
-        let state = self.lock();
-        let key = (run_id.to_owned(), task_key.to_owned());
-        state
-            .workers
-            .iter()
-            .find(|(_, worker)| worker.holding.contains_key(&key))
-            .map(|(id, _)| id.clone())
-    }
-
     /// Whether `worker_id` holds this attempt of the task.
     pub fn holds(&self, worker_id: &str, run_id: &str, task_key: &str, attempt: u32) -> bool {
         self.holds_for(worker_id, None, run_id, task_key, attempt)

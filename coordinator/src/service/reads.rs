@@ -2,12 +2,13 @@
 
 use std::collections::BTreeMap;
 
-use baton_core::RunStatus;
+use baton_core::{RunStatus, TaskId};
 use futures::StreamExt;
 use tokio::sync::OnceCell;
 
 use super::runs::Loaded;
 use super::{Coordinator, Error, json};
+use crate::hub::{Holding, TaskAsked};
 use crate::model::{StepStatus, TaskEntry, TaskState};
 use crate::record::{self, RunRecord, StepView, WaitingFor};
 use crate::store::{Coordination, Listing, RunPage, RunQuery, Store, Tasks};
@@ -114,25 +115,20 @@ impl<S: Store> Coordinator<S> {
                 return false;
             }
         };
-        for (key, bytes) in &tasks {
-            let (Some(task), Ok(mut entry)) = (
-                parse_task_key(key),
-                serde_json::from_slice::<TaskEntry>(bytes),
-            ) else {
-                continue;
-            };
-            // A task sent to a worker here is written down at the next lease renewal: until
-            // then the store says queued, and a record read from the store's copy (the run
-            // busy past the read's patience) would show a running step queued again.
-            if entry.state == TaskState::Queued
-                && let Some(worker_id) = self.inner.hub.worker_holding(run_id, key)
-            {
-                entry.state = TaskState::Running;
-                entry.worker_id = worker_id;
-            }
-            if task.item.is_some() || entry.state == TaskState::Waiting {
-                continue;
-            }
+        let mut in_flight: Vec<(TaskId, TaskEntry, &str)> = tasks
+            .iter()
+            .filter_map(|(key, bytes)| {
+                let task = parse_task_key(key)?;
+                let entry = serde_json::from_slice::<TaskEntry>(bytes).ok()?;
+                (task.item.is_none() && entry.state != TaskState::Waiting).then_some((
+                    task,
+                    entry,
+                    key.as_str(),
+                ))
+            })
+            .collect();
+        self.show_sent_here(run_id, &mut in_flight);
+        for (task, entry, _) in in_flight {
             let Some(step) = steps
                 .iter_mut()
                 .find(|step| step.step_id == *task.step_id && step.visits == task.visit)
@@ -158,6 +154,35 @@ impl<S: Store> Coordinator<S> {
             }
         }
         true
+    }
+
+    /// A task sent to a worker here is written down at the next lease renewal: until then the
+    /// store says queued, and a record read from the store's copy (the run busy past the read's
+    /// patience) would show a running step queued again. The hub knows which of its workers
+    /// holds it.
+    fn show_sent_here(&self, run_id: &str, tasks: &mut [(TaskId, TaskEntry, &str)]) {
+        let queued: Vec<usize> = (0..tasks.len())
+            .filter(|&n| tasks[n].1.state == TaskState::Queued)
+            .collect();
+        if queued.is_empty() {
+            return;
+        }
+        let asked: Vec<TaskAsked<'_>> = queued
+            .iter()
+            .map(|&n| TaskAsked {
+                run_id,
+                task_key: tasks[n].2,
+                agent: &tasks[n].1.agent,
+            })
+            .collect();
+        let located = self.inner.hub.locate(&asked);
+        for (n, holding) in queued.into_iter().zip(located) {
+            if let Holding::Worker(worker) = holding {
+                let entry = &mut tasks[n].1;
+                entry.state = TaskState::Running;
+                entry.worker_id = worker.id;
+            }
+        }
     }
 
     /// Whether each agent waited for is served: by a worker of any coordinator (another's
