@@ -224,12 +224,14 @@ impl FakeWorker {
         self.send(coordinator, result).await
     }
 
-    /// Sends any result, as it is.
+    /// Sends any result, as it is. Like every message on a worker's stream, it is a sign of life
+    /// (a worker silent for `worker_silence_ms` is taken for dead).
     pub async fn send<S: Store>(
         &self,
         coordinator: &Coordinator<S>,
         result: TaskResult,
     ) -> Result<(), Error> {
+        coordinator.hub().seen(&self.id);
         worker_service::answer(coordinator, &self.id, result).await
     }
 
@@ -246,6 +248,7 @@ impl FakeWorker {
             text: text.to_owned(),
             restart,
         };
+        coordinator.hub().seen(&self.id);
         worker_service::output(coordinator, &self.id, output)
     }
 
