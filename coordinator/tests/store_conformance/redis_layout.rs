@@ -495,3 +495,81 @@ async fn an_entry_whose_run_never_came_is_skipped_and_rebuild_voids_it() {
         Err(Error::Voided(_))
     ));
 }
+
+/// A run whose tasks `plan#1` and `review#1` both have timers of agent `coder`, due at 1,000.
+async fn two_timed_tasks(store: &RedisStore) {
+    let first = TransitionWrite {
+        tasks_set: vec![
+            ("plan#1".to_owned(), timed("coder", 1, 1_000)),
+            ("review#1".to_owned(), timed("coder", 1, 1_000)),
+        ],
+        ..support::start(1)
+    };
+    create(store, "run-t", 1, first).await;
+}
+
+fn due_keys(due: &[baton_coordinator::store::DueTask]) -> Vec<String> {
+    due.iter()
+        .map(|task| format!("{}/{}", task.run_id, task.task_key))
+        .collect()
+}
+
+/// A sweep only reads: Redis holds a command that may write for as long as writes are paused
+/// (`CLIENT PAUSE WRITE`, as in a failover), and with it every later command on the
+/// coordinator's one connection, reads of runs too.
+#[tokio::test]
+async fn a_sweep_reads_due_timers_while_writes_are_paused() {
+    let (server, store) = start().await;
+    two_timed_tasks(&store).await;
+    // A sweep before the pause, as a running coordinator's are every few milliseconds: Redis
+    // knows a script's flags only once it holds the script, and holds an `EVALSHA` of one it
+    // does not (whose `NOSCRIPT` answer would have the store load it) through the pause.
+    assert!(store.due_tasks("coder", 0, 10).await.unwrap().is_empty());
+    let mut con = raw(&server).await;
+    let _: () = ::redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(120_000)
+        .arg("WRITE")
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    // Not a measure of speed: a sweep held by the pause would wait two minutes.
+    let due = tokio::time::timeout(
+        std::time::Duration::from_secs(30),
+        store.due_tasks("coder", 2_000, 10),
+    )
+    .await
+    .expect("a sweep is not held by a pause of writes")
+    .unwrap();
+    let _: () = ::redis::cmd("CLIENT")
+        .arg("UNPAUSE")
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    assert_eq!(due_keys(&due), strings(&["run-t/plan#1", "run-t/review#1"]));
+}
+
+/// A timer whose task is gone (only a hand edit does that) is dropped by the sweep that finds
+/// it, and the other due timers are still found.
+#[tokio::test]
+async fn a_timer_whose_task_is_gone_is_dropped_by_the_sweep() {
+    let (server, store) = start().await;
+    two_timed_tasks(&store).await;
+    let mut con = raw(&server).await;
+    let _: i64 = ::redis::cmd("HDEL")
+        .arg("baton:run:{run-t}:tasks")
+        .arg("plan#1")
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    let due = store.due_tasks("coder", 2_000, 10).await.unwrap();
+    assert_eq!(due_keys(&due), strings(&["run-t/review#1"]));
+    let timers: Vec<String> = ::redis::cmd("ZRANGE")
+        .arg("baton:timers:coder")
+        .arg(0)
+        .arg(-1)
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    assert_eq!(timers, strings(&["run-t/review#1"]));
+}

@@ -9,7 +9,7 @@ use super::RedisStore;
 use super::replies::{script_error, unavailable};
 use super::scripts::{DUE_TASKS, SWAP_TASKS, eval, evalsha};
 use super::slots::slot_of_tag;
-use super::timers::{due_tasks, read_due};
+use super::timers::{DueReply, due_tasks, read_due};
 use crate::store::{DueTask, Error, TaskSwap, Tasks};
 
 impl Tasks for RedisStore {
@@ -52,7 +52,13 @@ impl Tasks for RedisStore {
             let mut con = self.con.clone();
             async move { eval::<Vec<i64>>(&mut con, &SWAP_TASKS, &cmd).await }
         });
-        let replies = futures::future::join_all(calls).await;
+        let timers = swaps
+            .iter()
+            .filter_map(|swap| Some((swap.run_id.as_str(), swap.new.as_deref()?)));
+        let (_, replies) = tokio::join!(
+            self.register_timers(timers),
+            futures::future::join_all(calls)
+        );
         let mut swapped = vec![false; swaps.len()];
         // Swaps to register: those done, and those of a group whose answer was lost.
         let mut timed = vec![false; swaps.len()];
@@ -98,15 +104,17 @@ impl Tasks for RedisStore {
                 return self.cluster_due_tasks(agent, now_ms, limit).await;
             }
             let mut con = self.con.clone();
-            let reply: Vec<Vec<u8>> = DUE_TASKS
-                .key(self.agent_timers_key(agent))
+            let key = self.agent_timers_key(agent);
+            let reply: DueReply = DUE_TASKS
+                .key(&key)
                 .arg(now_ms)
                 .arg(limit.min(i64::MAX as usize))
                 .arg(self.run_key_prefix())
                 .invoke_async(&mut con)
                 .await
                 .map_err(unavailable)?;
-            let (_, due) = read_due(agent, reply)?;
+            let (_, due, gone) = read_due(agent, reply)?;
+            self.remove_gone_timers(&key, gone).await?;
             Ok(due_tasks(due))
         })
         .await

@@ -14,19 +14,23 @@
 //! that is at most the slot's earliest timer, and `P:timer-slots:{t:A}:gen`, a hash of slot ->
 //! a generation. A sweep reads only the slots whose score is due ([`RedisStore::cluster_due_tasks`]).
 //!
-//! - Registering: after a script wrote timers of `A` in slot `s`, the store lowers `s`'s score to
-//!   the earliest of them and bumps its generation (`register_timers.lua`). The registry is on
-//!   another slot, so this is a second command after the script, as the run indexes are. A
-//!   script whose answer was lost (a timeout while a master fails over) may have been applied:
-//!   its timers are registered all the same, since a slot registered for nothing costs a sweep
-//!   one read, and a timer left out waits for the next repair.
+//! - Registering: when a script writes timers of `A` in slot `s`, the store lowers `s`'s score
+//!   to the earliest of them and bumps its generation (`register_timers.lua`). The registry is
+//!   on another slot, so this is another command, sent twice: *with* the script (at once, so that
+//!   a coordinator killed before the script's answer came has registered what it wrote all the
+//!   same) and *after* it (a sweep that read the slot between the first registration and the
+//!   script did not see the timer and may raise the slot past it; the second registration's
+//!   generation makes it keep the lower score). A script refused, or whose answer was lost (a
+//!   timeout while a master fails over) and that may have been applied, leaves its slot
+//!   registered for nothing, which costs a sweep one read.
 //! - Raising: a sweep reads a slot's generation, then the slot, then sets the score to the slot's
 //!   earliest timer (or drops the slot when it has none) *only if the generation is unchanged*
 //!   (`raise_slots.lua`). A registration in between means the sweep may have missed a timer, and
 //!   the lower score stays. A slot found empty is dropped only when found empty again 2 s later
 //!   (a master restarted without its data answers for its old slots for a moment).
-//! - Repair: a coordinator that dies between a script and its registration leaves a timer
-//!   unregistered. Every store re-registers each agent's slots from the timer sets themselves
+//! - Repair: a coordinator that dies between sending its first registration and its script, or
+//!   whose first registration a sweep raised before the script landed and that dies before the
+//!   second, leaves a timer unregistered. Every store re-registers each agent's slots from the timer sets themselves
 //!   when it first sweeps that agent and every [`REPAIR_EVERY`] after: 16,384 reads per agent,
 //!   in the background; and [`REPAIR_RETRY`] after one of its own registrations (or repairs)
 //!   failed, as they do while a master fails over. Until then that timer is late, never lost.
@@ -150,6 +154,26 @@ impl RedisStore {
         Ok(())
     }
 
+    /// Removes timers whose task is gone from the timer set `key` (`due_tasks.lua` only reads,
+    /// so that a sweep is never held by a pause of writes; see the script).
+    pub(super) async fn remove_gone_timers(
+        &self,
+        key: &str,
+        gone: Vec<String>,
+    ) -> Result<(), Error> {
+        if gone.is_empty() {
+            return Ok(());
+        }
+        let mut con = self.con.clone();
+        let _: i64 = ::redis::cmd("ZREM")
+            .arg(key)
+            .arg(gone)
+            .query_async(&mut con)
+            .await
+            .map_err(unavailable)?;
+        Ok(())
+    }
+
     /// `due_tasks` on a cluster: the registry's due slots, lowest score first, read a few at a
     /// time until `limit` tasks are found and no slot left could hold an earlier one; then what
     /// was read is filed back in the registry.
@@ -195,12 +219,14 @@ impl RedisStore {
                     .arg(limit.min(i64::MAX as usize))
                     .arg(self.run_key_prefix());
                 let mut con = self.con.clone();
-                async move { eval::<Vec<Vec<u8>>>(&mut con, &DUE_TASKS, &cmd).await }
+                async move { eval::<DueReply>(&mut con, &DUE_TASKS, &cmd).await }
             });
             let replies = futures::future::join_all(reads).await;
             for ((slot, _, generation), reply) in batch.iter().zip(replies) {
                 let reply = reply.map_err(unavailable)?;
-                let (earliest, due) = read_due(agent, reply)?;
+                let (earliest, due, gone) = read_due(agent, reply)?;
+                let key = format!("{}{agent}", self.slot_timer_prefix(*slot));
+                self.remove_gone_timers(&key, gone).await?;
                 let earliest = self.confirm_empty(agent, *slot, earliest, now_ms);
                 raises.push((*slot, generation.clone(), earliest));
                 found.extend(due);
@@ -319,16 +345,20 @@ impl RedisStore {
     }
 }
 
-/// A `due_tasks.lua` reply: the set's earliest score after the read ('' when empty), and the due
-/// timers as (score, member, task).
+/// A `due_tasks.lua` reply: the set's earliest score ('' when empty), its due timers as
+/// (member, score, task, ...), and the members of due timers whose task is gone.
+pub(super) type DueReply = (Vec<u8>, Vec<Vec<u8>>, Vec<String>);
+
+/// A `due_tasks.lua` reply read: the set's earliest score ('' when empty), the due timers as
+/// (score, member, task), and the members of timers whose task is gone.
 #[allow(clippy::type_complexity)]
 pub(super) fn read_due(
     agent: &str,
-    reply: Vec<Vec<u8>>,
-) -> Result<(String, Vec<(i64, String, Vec<u8>)>), Error> {
+    (earliest, found, gone): DueReply,
+) -> Result<(String, Vec<(i64, String, Vec<u8>)>, Vec<String>), Error> {
     let not_utf8 = || Error::Corrupt(format!("a timer of agent {agent} is not UTF-8"));
-    let mut items = reply.into_iter();
-    let earliest = String::from_utf8(items.next().unwrap_or_default()).map_err(|_| not_utf8())?;
+    let earliest = String::from_utf8(earliest).map_err(|_| not_utf8())?;
+    let mut items = found.into_iter();
     let mut due = Vec::new();
     while let (Some(member), Some(score), Some(task)) = (items.next(), items.next(), items.next()) {
         let member = String::from_utf8(member).map_err(|_| not_utf8())?;
@@ -338,7 +368,7 @@ pub(super) fn read_due(
             .ok_or_else(not_utf8)? as i64;
         due.push((score, member, task));
     }
-    Ok((earliest, due))
+    Ok((earliest, due, gone))
 }
 
 /// Due timers as (score, member `<run id>/<task key>`, task) made [`DueTask`]s, in order; a
