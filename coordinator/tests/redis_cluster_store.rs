@@ -171,15 +171,23 @@ async fn a_master_fails_over_and_waited_writes_go_on_once_it_has_a_replica() {
         &cluster.comma_urls(),
         ConnectOptions {
             prefix: "failover".to_owned(),
+            // Long enough for a replica on a loaded machine (a replica that is there answers
+            // at once; only the write with none waits it out).
             wait: Some(WaitReplicas {
                 replicas: 1,
-                timeout: Duration::from_millis(500),
+                timeout: Duration::from_secs(2),
             }),
             ..ConnectOptions::default()
         },
     )
     .await
     .unwrap();
+    // Every replica has caught up with its master: one still loading the master's first copy
+    // does not acknowledge a write yet.
+    {
+        let cluster = cluster.clone();
+        blocking(move || cluster.wait_for_replication()).await;
+    }
     store
         .create_run(header("r"), with_task("running", 1, "coder", 5))
         .await

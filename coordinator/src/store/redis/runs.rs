@@ -44,7 +44,13 @@ impl Runs for RedisStore {
                         "run {run_id} was not created: listing it failed first ({err})"
                     ))
                 })?;
-            (added, self.write(&CREATE_RUN, &cmd).await)
+            let timers = first
+                .tasks_set
+                .iter()
+                .map(|(_, task)| (run_id, task.as_slice()));
+            let (_, written) =
+                tokio::join!(self.register_timers(timers), self.write(&CREATE_RUN, &cmd));
+            (added, written)
         } else {
             self.index_and_create(&header, first.status.as_str(), &cmd)
                 .await
@@ -84,7 +90,15 @@ impl Runs for RedisStore {
         let mut cmd = evalsha(&APPLY_TRANSITION, &keys.names());
         cmd.arg(expected_version);
         add_transition(&mut cmd, &write, &self.timer_prefix_of(run_id), run_id);
-        let written = self.write(&APPLY_TRANSITION, &cmd).await.map_err(|err| {
+        let timers = write
+            .tasks_set
+            .iter()
+            .map(|(_, task)| (run_id, task.as_slice()));
+        let (_, written) = tokio::join!(
+            self.register_timers(timers),
+            self.write(&APPLY_TRANSITION, &cmd)
+        );
+        let written = written.map_err(|err| {
             with_fence_attempt(
                 write_error(err, run_id, expected_version, self.con.is_cluster()),
                 &write,
