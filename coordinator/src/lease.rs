@@ -19,6 +19,7 @@
 //! Every new delivery raises `attempt`, the fencing token: only the current attempt's answer is
 //! recorded.
 
+use baton_core::WorkerId;
 use baton_core::workflow::RetryPolicy;
 
 use crate::model::{TaskEntry, TaskState};
@@ -36,7 +37,7 @@ pub const CONTINUATION: &str = "continue";
 /// any coordinator) when this one is shutting down.
 pub fn continuation(holder: Option<&str>, now_ms: i64, lease_ms: u64) -> TaskEntry {
     TaskEntry {
-        agent: APPROVAL_TIMERS.to_owned(),
+        agent: APPROVAL_TIMERS.into(),
         state: TaskState::Continuing,
         attempt: 1,
         owner: holder.map(str::to_owned),
@@ -65,7 +66,7 @@ pub fn continuation_claimed(
 /// holds it; whichever coordinator sweeps it first fails the step.
 pub fn approval_timer(now_ms: i64, timeout_ms: u64) -> TaskEntry {
     TaskEntry {
-        agent: APPROVAL_TIMERS.to_owned(),
+        agent: APPROVAL_TIMERS.into(),
         state: TaskState::Waiting,
         attempt: 1,
         due_ms: now_ms.saturating_add(timeout_ms.min(i64::MAX as u64) as i64),
@@ -88,7 +89,7 @@ pub fn timing_out(entry: &TaskEntry, now_ms: i64, lease_ms: u64) -> Option<TaskE
 /// sweeps it up).
 pub fn dispatched(agent: &str, owner: Option<&str>, now_ms: i64, lease_ms: u64) -> TaskEntry {
     TaskEntry {
-        agent: agent.to_owned(),
+        agent: agent.into(),
         state: TaskState::Queued,
         attempt: 1,
         owner: owner.map(str::to_owned),
@@ -101,18 +102,19 @@ pub fn dispatched(agent: &str, owner: Option<&str>, now_ms: i64, lease_ms: u64) 
 }
 
 /// A connected worker as a task entry names it: its id, and the principal it connected as
-/// (empty when the coordinator does not authenticate).
+/// (`None` when the coordinator does not authenticate).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Worker {
-    pub id: String,
-    pub principal: String,
+    pub id: WorkerId,
+    pub principal: Option<String>,
 }
 
 impl Worker {
-    pub fn new(id: &str, principal: &str) -> Self {
+    /// A worker as its hello names it: `principal` is empty when nobody authenticated it.
+    pub fn new(id: impl Into<WorkerId>, principal: &str) -> Self {
         Worker {
-            id: id.to_owned(),
-            principal: principal.to_owned(),
+            id: id.into(),
+            principal: (!principal.is_empty()).then(|| principal.to_owned()),
         }
     }
 }
@@ -154,15 +156,15 @@ pub fn renewed(entry: &TaskEntry, holding: &Holding, now_ms: i64, lease_ms: u64)
     match holding {
         Holding::Worker(worker) => TaskEntry {
             state: TaskState::Running,
-            worker_id: worker.id.clone(),
+            worker_id: Some(worker.id.clone()),
             principal: worker.principal.clone(),
             due_ms: until,
             ..entry.clone()
         },
         Holding::Queued => TaskEntry {
             state: TaskState::Queued,
-            worker_id: String::new(),
-            principal: String::new(),
+            worker_id: None,
+            principal: None,
             due_ms: until,
             ..entry.clone()
         },
@@ -176,8 +178,8 @@ pub fn renewed(entry: &TaskEntry, holding: &Holding, now_ms: i64, lease_ms: u64)
 pub fn released(entry: &TaskEntry, now_ms: i64) -> TaskEntry {
     TaskEntry {
         state: TaskState::Queued,
-        worker_id: String::new(),
-        principal: String::new(),
+        worker_id: None,
+        principal: None,
         owner: None,
         due_ms: now_ms,
         ..entry.clone()
@@ -206,8 +208,8 @@ pub fn on_due(entry: &TaskEntry, me: &str, now_ms: i64, lease_ms: u64, max_lost:
     let lost = entry.state != TaskState::Retrying && entry.owner.is_some();
     let claimed = TaskEntry {
         state: TaskState::Queued,
-        worker_id: String::new(),
-        principal: String::new(),
+        worker_id: None,
+        principal: None,
         attempt: entry.attempt + 1,
         owner: Some(me.to_owned()),
         due_ms: now_ms + lease_ms as i64,
@@ -226,8 +228,8 @@ pub fn on_due(entry: &TaskEntry, me: &str, now_ms: i64, lease_ms: u64, max_lost:
 pub fn lost(entry: &TaskEntry, now_ms: i64, lease_ms: u64, max_lost: u32) -> Due {
     let again = TaskEntry {
         state: TaskState::Queued,
-        worker_id: String::new(),
-        principal: String::new(),
+        worker_id: None,
+        principal: None,
         attempt: entry.attempt + 1,
         due_ms: now_ms + lease_ms as i64,
         lost: entry.lost + 1,
@@ -284,8 +286,8 @@ pub fn after_failure(
     AfterFailure::Retry {
         entry: TaskEntry {
             state: TaskState::Retrying,
-            worker_id: String::new(),
-            principal: String::new(),
+            worker_id: None,
+            principal: None,
             owner: None,
             due_ms: now_ms + backoff_ms as i64,
             failures,
@@ -352,10 +354,10 @@ pub fn adopted(
     if entry.attempt != attempt || entry.state == TaskState::Retrying {
         return Err(Refusal::Superseded);
     }
-    if entry.worker_id.is_empty() {
+    let Some(holder) = &entry.worker_id else {
         return Err(Refusal::NotWrittenDown);
-    }
-    if entry.worker_id != worker.id {
+    };
+    if *holder != worker.id {
         return Err(Refusal::OtherWorker);
     }
     if entry.principal != worker.principal {

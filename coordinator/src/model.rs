@@ -8,7 +8,8 @@
 //! stored bytes are the same.
 
 use baton_core::handoff::AgentNotes;
-use baton_core::{Decision, Event, TaskId};
+use baton_core::ids::empty_as_none;
+use baton_core::{AgentName, Decision, Event, TaskId, WorkerId};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -314,10 +315,20 @@ pub struct StepState {
     pub status: StepStatus,
     pub visits: u32,
     pub attempts: u32,
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub worker_id: String,
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub error: String,
+    /// The worker running its current attempt, while one does.
+    #[serde(
+        default,
+        deserialize_with = "empty_as_none",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub worker_id: Option<WorkerId>,
+    /// Why its last visit failed, when it did.
+    #[serde(
+        default,
+        deserialize_with = "empty_as_none",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub error: Option<String>,
     /// When its current visit started waiting: queued for a worker, waiting for a decision, or
     /// (a parallel step) its first branch queued; 0 when unknown. Its span starts there.
     #[serde(default, skip_serializing_if = "is_zero")]
@@ -404,18 +415,26 @@ pub enum TaskState {
 /// and the task is given out again with `attempt` raised.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 pub struct TaskEntry {
-    pub agent: String,
+    pub agent: AgentName,
     pub state: TaskState,
     /// The worker running it, as its holder last wrote down (a lease renewal, a takeover, a
-    /// drain); empty while it is queued, or not written down yet.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub worker_id: String,
-    /// The principal that worker connected as (empty without authentication, and in entries
+    /// drain); `None` while it is queued, or not written down yet.
+    #[serde(
+        default,
+        deserialize_with = "empty_as_none",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub worker_id: Option<WorkerId>,
+    /// The principal that worker connected as (`None` without authentication, and in entries
     /// written before principals were recorded): a reconnecting worker takes the task over
     /// only under the same worker id *and* principal, so a worker of another principal that
     /// names the same id gains nothing.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub principal: String,
+    #[serde(
+        default,
+        deserialize_with = "empty_as_none",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub principal: Option<String>,
     /// Which delivery of the step visit this is, from 1: the fencing token of its answer.
     #[serde(default)]
     pub attempt: u32,

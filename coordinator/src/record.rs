@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 
 use baton_core::workflow::{MapBody, MapStep, StepKind, StepType, Workflow};
-use baton_core::{Run, RunStatus, Waiting};
+use baton_core::{Run, RunStatus, Waiting, WorkerId};
 use serde_json::{Value, json};
 
 use crate::model::StepState;
@@ -46,12 +46,12 @@ pub struct StepView {
     pub status: StepStatus,
     pub attempts: u32,
     pub visits: u32,
-    pub worker_id: String,
+    pub worker_id: Option<WorkerId>,
     /// The parallel step it is a branch of, empty for none.
     pub parent: String,
     /// An agent step's agent, empty for other steps.
     pub agent: String,
-    pub error: String,
+    pub error: Option<String>,
     /// The tokens its attempts used, one entry per call to a model.
     pub usage: Vec<AttemptUsage>,
     /// A map step's items, at its current (or last) visit.

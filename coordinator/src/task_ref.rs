@@ -9,11 +9,9 @@
 //! - A [`TaskRef`], `<run>/<visit key>@<attempt>`, names one delivery of a task to a worker.
 //!   The attempt is the fencing token: an answer is accepted only for the current attempt.
 
+use baton_core::{RunId, StepId, StepRecord, TaskId};
 use std::fmt;
 use std::str::FromStr;
-use std::sync::Arc;
-
-use baton_core::{StepRecord, TaskId};
 
 /// `"<step>#<visit>"`.
 pub fn visit_key(step_id: &str, visit: u32) -> String {
@@ -56,7 +54,7 @@ pub fn parse_task_key(key: &str) -> Option<TaskId> {
         None => (head, None),
     };
     Some(TaskId {
-        step_id: Arc::from(step_id),
+        step_id: StepId::from(step_id),
         visit,
         item,
     })
@@ -65,15 +63,15 @@ pub fn parse_task_key(key: &str) -> Option<TaskId> {
 /// One delivery of a task: the run, the step visit, and the attempt.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct TaskRef {
-    pub run_id: String,
+    pub run_id: RunId,
     pub task: TaskId,
     pub attempt: u32,
 }
 
 impl TaskRef {
-    pub fn new(run_id: &str, task: &TaskId, attempt: u32) -> Self {
+    pub fn new(run_id: impl Into<RunId>, task: &TaskId, attempt: u32) -> Self {
         Self {
-            run_id: run_id.to_owned(),
+            run_id: run_id.into(),
             task: task.clone(),
             attempt,
         }
@@ -104,7 +102,7 @@ impl FromStr for TaskRef {
         let (run_id, rest) = text.split_once('/').ok_or_else(malformed)?;
         let (key, attempt) = rest.rsplit_once('@').ok_or_else(malformed)?;
         Ok(Self {
-            run_id: run_id.to_owned(),
+            run_id: run_id.into(),
             task: parse_task_key(key).ok_or_else(malformed)?,
             attempt: attempt.parse().map_err(|_| malformed())?,
         })

@@ -741,7 +741,8 @@ async fn a_decision_without_a_summary_fails_the_step_naming_its_json_path() {
     assert_eq!(record.status.as_str(), "failed");
     let step = record.steps.iter().find(|s| s.step_id == "plan").unwrap();
     assert_eq!(step.status.as_str(), "failed");
-    assert!(step.error.contains("decisions[0]"), "{}", step.error);
+    let error = step.error.as_deref().unwrap_or_default();
+    assert!(error.contains("decisions[0]"), "{error}");
     assert!(record.error.contains("decisions[0]"), "{}", record.error);
     let found = run_service::query_decisions(&coordinator, query_run(&run_id, "no summary", 10))
         .await
@@ -780,7 +781,8 @@ async fn more_decisions_than_the_limit_are_refused_naming_the_limit() {
         (record.status.as_str(), step.status.as_str()),
         ("failed", "failed")
     );
-    assert!(step.error.contains("the limit is 100"), "{}", step.error);
+    let error = step.error.as_deref().unwrap_or_default();
+    assert!(error.contains("the limit is 100"), "{error}");
 
     // Exactly the limit is accepted, and all of it is found.
     let at_limit = submit(&coordinator, THEME_FEATURE).await;

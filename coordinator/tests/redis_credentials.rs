@@ -169,7 +169,7 @@ async fn exercise(store: &RedisStore) {
         restart: false,
     };
     store
-        .append_output(vec![(run_id.to_owned(), piece)])
+        .append_output(vec![(run_id.into(), piece)])
         .await
         .expect("append_output");
     let output = store.read_output(run_id, None).await.expect("read_output");

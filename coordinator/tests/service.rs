@@ -161,8 +161,8 @@ async fn a_run_survives_a_coordinator_restart_from_the_store_alone() {
     assert!(steps.contains(&("check-tests", "succeeded", 1)));
     let unit_step = record.steps.iter().find(|s| s.step_id == "unit").unwrap();
     assert_eq!(
-        (unit_step.worker_id.as_str(), unit_step.parent.as_str()),
-        ("w2", "parallel-tests")
+        (unit_step.worker_id.as_deref(), unit_step.parent.as_str()),
+        (Some("w2"), "parallel-tests")
     );
     assert_eq!(unit_step.attempts, 1, "one delivery");
     assert!(store.active_runs().await.unwrap().is_empty());
@@ -317,7 +317,7 @@ async fn a_corrupted_result_fails_its_step_instead_of_stalling_the_run() {
     );
     assert_eq!(
         coordinator.hub().workers(),
-        [("w1".to_string(), 8)],
+        [("w1".into(), 8)],
         "the slot is free again"
     );
 }
@@ -345,8 +345,8 @@ async fn an_unserved_agent_is_named_in_the_record_and_served_once_a_worker_comes
     let record = coordinator.record(&run_id).await.unwrap();
     let plan_step = record.steps.iter().find(|s| s.step_id == "plan").unwrap();
     assert_eq!(
-        (plan_step.status.as_str(), plan_step.worker_id.as_str()),
-        ("running", "late")
+        (plan_step.status.as_str(), plan_step.worker_id.as_deref()),
+        ("running", Some("late"))
     );
 }
 
@@ -369,8 +369,12 @@ async fn a_worker_that_leaves_hands_its_task_to_another() {
     let record = coordinator.record(&run_id).await.unwrap();
     let plan = record.steps.iter().find(|s| s.step_id == "plan").unwrap();
     assert_eq!(
-        (plan.status.as_str(), plan.worker_id.as_str(), plan.attempts),
-        ("succeeded", "second", again.attempt)
+        (
+            plan.status.as_str(),
+            plan.worker_id.as_deref(),
+            plan.attempts
+        ),
+        ("succeeded", Some("second"), again.attempt)
     );
 }
 
@@ -615,7 +619,7 @@ impl Tasks for FlakyStore {
 impl LiveOutput for FlakyStore {
     async fn append_output(
         &self,
-        pieces: Vec<(String, baton_coordinator::store::OutputPiece)>,
+        pieces: Vec<(baton_core::RunId, baton_coordinator::store::OutputPiece)>,
     ) -> Result<(), baton_coordinator::store::Error> {
         self.inner.append_output(pieces).await
     }
@@ -793,10 +797,10 @@ async fn a_payload_that_does_not_arrive_intact_is_sent_again_whole_then_fails_it
     let record = coordinator.record(&run_id).await.unwrap();
     let step = record.steps.iter().find(|s| s.step_id == "plan").unwrap();
     assert_eq!(step.status.as_str(), "failed");
+    let error = step.error.as_deref().unwrap_or_default();
     assert!(
-        step.error.contains("never arrived intact") && step.error.contains("corrupt"),
-        "{}",
-        step.error
+        error.contains("never arrived intact") && error.contains("corrupt"),
+        "{error}"
     );
     assert_eq!(record.status.as_str(), "failed");
 }
@@ -836,10 +840,10 @@ async fn data_nested_deeper_than_agents_can_parse_is_refused_by_name() {
     let record = coordinator.record(&run_id).await.unwrap();
     let step = record.steps.iter().find(|s| s.step_id == "plan").unwrap();
     assert_eq!(step.status.as_str(), "failed");
+    let error = step.error.as_deref().unwrap_or_default();
     assert!(
-        step.error.contains("the result nests 101 levels deep"),
-        "{}",
-        step.error
+        error.contains("the result nests 101 levels deep"),
+        "{error}"
     );
 }
 

@@ -13,6 +13,7 @@
 //!   coordinator ([`BlobLru`]).
 //! - [`messages`]: a run's message history, merged with LangGraph's `add_messages` semantics.
 //! - [`handoff`]: what agents hand on besides data: decisions and handoff records.
+//! - [`ids`]: identities (a run, a step, an agent, a worker), each a shared string of its own type.
 //! - [`integrity`]: canonical JSON hashing (RFC 8785) and the per-run state chain.
 //! - `engine`: the run state machine, `(Run, Event) -> (Run, [Action])` ([`Run`]).
 //! - `limits`: ceilings on every size a workflow author controls ([`Limits`]).
@@ -26,6 +27,7 @@ mod engine;
 pub mod eval;
 pub mod fuzzing;
 pub mod handoff;
+pub mod ids;
 pub mod integrity;
 mod limits;
 pub mod messages;
@@ -40,6 +42,7 @@ pub use engine::{
     Action, AgentTask, Decision, EngineError, Event, MapProgress, MessageHistory, Run, RunStatus,
     StepRecord, StepStatus, TaskId, Transition, Waiting,
 };
+pub use ids::{AgentName, RunId, StepId, WorkerId};
 pub use limits::{Limits, MAP_MAX_IN_FLIGHT, MAX_MAP_ITEMS};
 pub use payload::{AgentPayload, Manifest};
 pub use workflow::{Workflow, parse_workflow, parse_workflow_with};

@@ -31,7 +31,7 @@ pub fn worker_query(data: &[u8]) {
             assert!(query.worker_id.len() <= worker::MAX_WORKER_ID_BYTES);
             assert!(!query.worker_id.trim().is_empty());
             assert!(!query.worker_id.chars().any(char::is_control));
-            assert_eq!(query.principal, "");
+            assert_eq!(query.principal, None);
         }
         Err(error) => refused(error),
     }

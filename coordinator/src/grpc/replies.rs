@@ -67,10 +67,10 @@ impl From<StepView> for v1::StepState {
             status: step.status.as_str().into(),
             attempts: step.attempts,
             visits: step.visits,
-            worker_id: step.worker_id,
+            worker_id: step.worker_id.map(String::from).unwrap_or_default(),
             parent: step.parent,
             agent: step.agent,
-            error: step.error,
+            error: step.error.unwrap_or_default(),
             usage: step
                 .usage
                 .into_iter()
@@ -156,8 +156,8 @@ impl From<RunEvent> for v1::RunEvent {
             } => Event::StepStarted(v1::StepStarted {
                 step_id,
                 visit,
-                agent,
-                worker_id,
+                agent: agent.into(),
+                worker_id: worker_id.map(String::from).unwrap_or_default(),
             }),
             RunEvent::StepFinished {
                 step_id,
@@ -309,7 +309,7 @@ impl From<TaskMessage> for v1::Task {
         v1::Task {
             task_id: task.task.to_string(),
             attempt: task.task.attempt,
-            run_id: task.task.run_id,
+            run_id: task.task.run_id.into(),
             step_id: task.task.task.step_id.to_string(),
             visit: task.task.task.visit,
             agent: task.agent,

@@ -381,7 +381,7 @@ pub fn worker_query(
     Ok(WorkerQuery {
         worker_id: request.worker_id,
         // Who asks is the caller's to fill in, from the call.
-        principal: String::new(),
+        principal: None,
         task,
         workflow_scope: request.workflow_scope,
         text,

@@ -81,7 +81,7 @@ pub async fn query_decisions<S: Store>(
     request: v1::WorkerQueryDecisionsRequest,
 ) -> Result<v1::QueryDecisionsResponse, Error> {
     let mut query = requests::worker_query(request, coordinator.config())?;
-    query.principal = principal.to_owned();
+    query.principal = (!principal.is_empty()).then(|| principal.to_owned());
     Ok(coordinator.worker_query_decisions(query).await?.into())
 }
 

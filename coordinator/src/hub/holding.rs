@@ -3,6 +3,9 @@
 
 use std::collections::{HashMap, HashSet};
 
+use baton_core::WorkerId;
+
+use super::session::Session;
 use super::{Holding, Hub, Worker};
 
 /// A task [`Hub::locate`] is asked about.
@@ -21,7 +24,7 @@ impl Hub {
     pub fn locate(&self, tasks: &[TaskAsked<'_>]) -> Vec<Holding> {
         let state = self.lock();
         let mut served: HashSet<&str> = HashSet::new();
-        let mut holders: HashMap<(&str, &str), (&str, &str)> = HashMap::new();
+        let mut holders: HashMap<(&str, &str), (&WorkerId, &Option<String>)> = HashMap::new();
         for (id, worker) in &state.workers {
             for (run_id, task_key) in worker.holding.keys() {
                 holders.insert((run_id, task_key), (id, &worker.principal));
@@ -44,7 +47,10 @@ impl Hub {
                  }| {
                     let key = (run_id, task_key);
                     if let Some((id, principal)) = holders.get(&key) {
-                        Holding::Worker(Worker::new(id, principal))
+                        Holding::Worker(Worker {
+                            id: (*id).clone(),
+                            principal: (*principal).clone(),
+                        })
                     } else if queued.contains(&key) && served.contains(agent) {
                         Holding::Queued
                     } else {
@@ -59,23 +65,13 @@ impl Hub {
 
     /// Whether `worker_id` holds this attempt of the task.
     pub fn holds(&self, worker_id: &str, run_id: &str, task_key: &str, attempt: u32) -> bool {
-        self.holds_for(worker_id, None, run_id, task_key, attempt)
+        self.holds_if(worker_id, run_id, task_key, attempt, |_| true)
     }
 
-    /// Whether `worker_id` holds this attempt of the task and connected as `principal`: for a
-    /// request that names the worker in a field rather than coming down its stream.
+    /// Whether `worker_id` holds this attempt of the task and connected as `principal` (`None`
+    /// without authentication): for a request that names the worker in a field rather than
+    /// coming down its stream.
     pub fn holds_as(
-        &self,
-        worker_id: &str,
-        principal: &str,
-        run_id: &str,
-        task_key: &str,
-        attempt: u32,
-    ) -> bool {
-        self.holds_for(worker_id, Some(principal), run_id, task_key, attempt)
-    }
-
-    fn holds_for(
         &self,
         worker_id: &str,
         principal: Option<&str>,
@@ -83,10 +79,23 @@ impl Hub {
         task_key: &str,
         attempt: u32,
     ) -> bool {
+        self.holds_if(worker_id, run_id, task_key, attempt, |worker| {
+            worker.principal.as_deref() == principal
+        })
+    }
+
+    fn holds_if(
+        &self,
+        worker_id: &str,
+        run_id: &str,
+        task_key: &str,
+        attempt: u32,
+        accept: impl FnOnce(&Session) -> bool,
+    ) -> bool {
         let state = self.lock();
         let key = (run_id.to_owned(), task_key.to_owned());
         state.workers.get(worker_id).is_some_and(|worker| {
-            principal.is_none_or(|principal| worker.principal == principal)
+            accept(worker)
                 && worker
                     .holding
                     .get(&key)

@@ -34,6 +34,7 @@ pub use self::task::{Assignment, Forgotten, ReadyTask, Sent, TaskMessage, ToWork
 use crate::clock::Instant;
 /// Where a task is in the hub ([`Hub::locate`]), and a worker as a task entry names it.
 pub use crate::lease::{Holding, Worker};
+use baton_core::WorkerId;
 
 /// How many times a task is sent again to a worker that could not rebuild its payload before
 /// its step fails.
@@ -131,9 +132,9 @@ impl Hub {
         let mut state = self.lock();
         if let Some(connected) = state.workers.get(&worker.id) {
             return Err(if connected.principal == worker.principal {
-                Error::DuplicateWorker(worker.id.clone())
+                Error::DuplicateWorker(worker.id.to_string())
             } else {
-                Error::WorkerIdTaken(worker.id.clone())
+                Error::WorkerIdTaken(worker.id.to_string())
             });
         }
         state.connections += 1;
@@ -193,7 +194,7 @@ impl Hub {
 
     /// Workers (and their connection numbers) that said nothing for `silence`: their streams
     /// are taken for dead, whatever TCP says.
-    pub fn silent(&self, silence: Duration) -> Vec<(String, u64)> {
+    pub fn silent(&self, silence: Duration) -> Vec<(WorkerId, u64)> {
         self.lock()
             .workers
             .iter()
@@ -204,7 +205,7 @@ impl Hub {
 
     /// Takes back every task held longer than its `timeout_ms` and tells its worker to stop it.
     /// Returns the tasks, each with the worker that held it, and the tasks the freed slots took.
-    pub fn overdue(&self) -> (Vec<(String, ReadyTask)>, Vec<Assignment>) {
+    pub fn overdue(&self) -> (Vec<(WorkerId, ReadyTask)>, Vec<Assignment>) {
         let mut state = self.lock();
         let mut overdue = Vec::new();
         for (worker_id, worker) in &mut state.workers {
@@ -226,7 +227,7 @@ impl Hub {
                 overdue.push((worker_id.clone(), task));
             }
         }
-        let holders: HashSet<String> = overdue.iter().map(|(id, _)| id.clone()).collect();
+        let holders: HashSet<WorkerId> = overdue.iter().map(|(id, _)| id.clone()).collect();
         let assignments = holders.iter().flat_map(|id| state.fill(id)).collect();
         (overdue, assignments)
     }
@@ -246,9 +247,9 @@ impl Hub {
         true
     }
 
-    /// The principal `worker_id` connected as, if it is connected (empty without
+    /// The principal `worker_id` connected as, if it is connected (`Some(None)` without
     /// authentication).
-    pub fn principal_of(&self, worker_id: &str) -> Option<String> {
+    pub fn principal_of(&self, worker_id: &str) -> Option<Option<String>> {
         let state = self.lock();
         Some(state.workers.get(worker_id)?.principal.clone())
     }
@@ -499,7 +500,7 @@ impl Hub {
     }
 
     /// Connected workers and their free slots.
-    pub fn workers(&self) -> Vec<(String, usize)> {
+    pub fn workers(&self) -> Vec<(WorkerId, usize)> {
         self.lock()
             .workers
             .iter()

@@ -4,6 +4,8 @@
 use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
 
+use baton_core::WorkerId;
+
 use super::session::Session;
 use super::task::{Assignment, ReadyTask};
 use crate::clock::Instant;
@@ -12,7 +14,7 @@ use crate::dispatch::{self, WorkerLoad};
 /// What the hub's lock guards.
 #[derive(Default)]
 pub(super) struct State {
-    pub workers: HashMap<String, Session>,
+    pub workers: HashMap<WorkerId, Session>,
     pub queues: HashMap<String, VecDeque<ReadyTask>>,
     pub tasks_dispatched: u64,
     pub bytes_to_workers: u64,
@@ -107,7 +109,7 @@ impl State {
 
     /// Where the policy puts the waiting tasks of `agents`: (agent, worker id, time waited),
     /// in the order they are to be sent.
-    fn placements(&self, agents: &[String]) -> Vec<(String, String, Duration)> {
+    fn placements(&self, agents: &[String]) -> Vec<(String, WorkerId, Duration)> {
         let queues: Vec<(&str, &VecDeque<ReadyTask>)> = agents
             .iter()
             .filter_map(|agent| {
@@ -118,6 +120,7 @@ impl State {
         if queues.is_empty() {
             return Vec::new();
         }
+        let ids: Vec<&WorkerId> = self.workers.keys().collect();
         let loads: Vec<WorkerLoad<'_>> = self
             .workers
             .iter()
@@ -134,7 +137,7 @@ impl State {
             .map(|placement| {
                 (
                     queues[placement.queue].0.to_owned(),
-                    loads[placement.worker].id.to_owned(),
+                    ids[placement.worker].clone(),
                     placement.waited,
                 )
             })

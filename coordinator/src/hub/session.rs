@@ -29,8 +29,8 @@ pub(super) struct Session {
     _closer: oneshot::Sender<()>,
     /// When the worker last said anything (heartbeats included).
     pub last_seen: Instant,
-    /// The principal it authenticated as; empty without authentication.
-    pub principal: String,
+    /// The principal it authenticated as; `None` without authentication.
+    pub principal: Option<String>,
     pub agents: HashSet<String>,
     /// The worker protocol it speaks (`Hello.protocol`): a task that needs a later one never
     /// goes to it.
@@ -64,7 +64,7 @@ impl Session {
             connection,
             _closer: closer,
             last_seen: Instant::now(),
-            principal: String::new(),
+            principal: None,
             agents,
             protocol,
             capacity: 0,

@@ -4,6 +4,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use baton_core::WorkerId;
+
 use crate::clock::Instant;
 use crate::parts::{Part, TaskPayload};
 use crate::task_ref::TaskRef;
@@ -144,7 +146,7 @@ pub struct Sent {
 /// A task handed to a worker.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Assignment {
-    pub worker_id: String,
+    pub worker_id: WorkerId,
     pub run_id: String,
     pub task_key: String,
     pub agent: String,
@@ -157,5 +159,5 @@ pub struct Assignment {
 #[derive(Debug, Default)]
 pub struct Forgotten {
     pub assignments: Vec<Assignment>,
-    pub held: Option<(String, ReadyTask)>,
+    pub held: Option<(WorkerId, ReadyTask)>,
 }

@@ -31,7 +31,7 @@ fn worker(
 /// The one worker a submitted task went to, if it went out at once.
 fn sent_to(assignments: Vec<Assignment>) -> Option<String> {
     assert!(assignments.len() <= 1, "{assignments:?}");
-    assignments.into_iter().next().map(|a| a.worker_id)
+    assignments.into_iter().next().map(|a| a.worker_id.into())
 }
 
 #[test]
@@ -275,7 +275,7 @@ async fn a_worker_silent_for_long_enough_is_named_and_a_heartbeat_clears_it() {
     let silent: Vec<String> = hub
         .silent(Duration::from_millis(500))
         .into_iter()
-        .map(|(id, _)| id)
+        .map(|(id, _)| id.into())
         .collect();
     assert_eq!(silent, ["a"]);
 }
@@ -454,7 +454,7 @@ fn a_worker_id_is_not_shared_with_another_principal() {
         .map(|_| ()),
         Err(Error::WorkerIdTaken("w1".into()))
     );
-    assert_eq!(hub.principal_of("w1").as_deref(), Some("coders"));
+    assert_eq!(hub.principal_of("w1"), Some(Some("coders".to_owned())));
 }
 
 #[test]
@@ -480,10 +480,11 @@ fn a_held_task_is_located_with_its_worker_s_principal_and_asked_about_only_by_it
         agent: "x",
     };
     assert_eq!(hub.locate(&[ask]), [Holding::Worker(coders)]);
-    assert!(hub.holds_as("w1", "coders", "r", "code#1", 1));
-    assert!(!hub.holds_as("w1", "planners", "r", "code#1", 1));
+    assert!(hub.holds_as("w1", Some("coders"), "r", "code#1", 1));
+    assert!(!hub.holds_as("w1", Some("planners"), "r", "code#1", 1));
+    assert!(!hub.holds_as("w1", None, "r", "code#1", 1));
     assert!(
-        !hub.holds_as("w1", "coders", "r", "code#1", 2),
+        !hub.holds_as("w1", Some("coders"), "r", "code#1", 2),
         "another attempt"
     );
     // A resend of another attempt than the one held sends nothing.
@@ -561,7 +562,7 @@ fn places(hub: &Hub) -> Vec<(String, Option<String>)> {
     let mut places: Vec<(String, Option<String>)> = Vec::new();
     for (id, worker) in &state.workers {
         for (_, key) in worker.holding.keys() {
-            places.push((key.clone(), Some(id.clone())));
+            places.push((key.clone(), Some(id.to_string())));
         }
     }
     for queue in state.queues.values() {

@@ -66,8 +66,8 @@ fn renewing_pushes_the_lease_out_and_names_the_worker() {
     let entry = renewed(&held_by("c1"), &Holding::Worker(w1()), 5_000, LEASE);
     assert_eq!(entry.due_ms, 15_000);
     assert_eq!(
-        (entry.state, entry.worker_id.as_str()),
-        (TaskState::Running, "w1")
+        (entry.state, entry.worker_id.as_deref()),
+        (TaskState::Running, Some("w1"))
     );
     assert_eq!(entry.attempt, 1, "renewing is not a new delivery");
     let given_up = renewed(&entry, &Holding::Nowhere, 6_000, LEASE);
@@ -91,7 +91,7 @@ fn an_expired_lease_is_a_lost_delivery_and_a_new_attempt() {
     assert_eq!((claimed.attempt, claimed.lost, claimed.failures), (2, 1, 0));
     assert_eq!(claimed.owner.as_deref(), Some("c2"));
     assert_eq!(claimed.due_ms, 21_000);
-    assert!(claimed.worker_id.is_empty());
+    assert!(claimed.worker_id.is_none());
 }
 
 #[test]
@@ -174,33 +174,33 @@ fn w1() -> Worker {
 fn renewing_writes_down_the_worker_and_its_principal_and_queueing_clears_them() {
     let running = renewed(&held_by("c1"), &Holding::Worker(w1()), 1_000, LEASE);
     assert_eq!(
-        (running.worker_id.as_str(), running.principal.as_str()),
-        ("w1", "pool")
+        (running.worker_id.as_deref(), running.principal.as_deref()),
+        (Some("w1"), Some("pool"))
     );
     for next in [
         renewed(&running, &Holding::Queued, 2_000, LEASE),
         renewed(&running, &Holding::Nowhere, 2_000, LEASE),
         released(&running, 2_000),
     ] {
-        assert_eq!((next.worker_id.as_str(), next.principal.as_str()), ("", ""));
+        assert_eq!((&next.worker_id, &next.principal), (&None, &None));
     }
     let Due::Deliver(claimed) = on_due(&running, "c2", 20_000, LEASE, 10) else {
         panic!("due");
     };
-    assert_eq!(claimed.principal, "", "a new attempt runs on no worker yet");
+    assert_eq!(
+        claimed.principal, None,
+        "a new attempt runs on no worker yet"
+    );
     let Due::Deliver(again) = lost(&running, 2_000, LEASE, 10) else {
         panic!("delivered again");
     };
-    assert_eq!(again.principal, "");
+    assert_eq!(again.principal, None);
     let AfterFailure::Retry { entry, .. } =
         after_failure(&running, Some(&policy(3)), "boom", true, 2_000, 0.5)
     else {
         panic!("retry");
     };
-    assert_eq!(
-        (entry.worker_id.as_str(), entry.principal.as_str()),
-        ("", "")
-    );
+    assert_eq!((&entry.worker_id, &entry.principal), (&None, &None));
 }
 
 #[test]
@@ -208,9 +208,13 @@ fn an_entry_written_before_principals_were_recorded_reads_with_none() {
     let old = br#"{"agent":"coder","state":"running","worker_id":"w1","attempt":1}"#;
     let entry: TaskEntry = serde_json::from_slice(old).unwrap();
     assert_eq!(
-        (entry.worker_id.as_str(), entry.principal.as_str()),
-        ("w1", "")
+        (entry.worker_id.as_deref(), entry.principal.as_deref()),
+        (Some("w1"), None)
     );
+    // An entry that wrote "none" as an empty string, as entries once did, reads the same.
+    let empty =
+        br#"{"agent":"coder","state":"running","worker_id":"w1","principal":"","attempt":1}"#;
+    assert_eq!(serde_json::from_slice::<TaskEntry>(empty).unwrap(), entry);
     // And an entry without a principal writes none, as before.
     let text = String::from_utf8(released(&entry, 0).encode()).unwrap();
     assert!(!text.contains("principal"), "{text}");
@@ -223,10 +227,10 @@ fn a_reconnecting_worker_keeps_only_a_current_attempt() {
     assert_eq!(
         (
             taken.owner.as_deref().unwrap_or_default(),
-            taken.worker_id.as_str(),
-            taken.principal.as_str()
+            taken.worker_id.as_deref(),
+            taken.principal.as_deref()
         ),
-        ("c2", "w1", "pool")
+        ("c2", Some("w1"), Some("pool"))
     );
     assert_eq!((taken.attempt, taken.due_ms), (1, 12_000));
     assert_eq!(

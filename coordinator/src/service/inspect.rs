@@ -242,7 +242,7 @@ fn visit_detail(
             status: state.status,
             payload,
             result: None,
-            error: (!state.error.is_empty()).then(|| state.error.clone()),
+            error: state.error.clone(),
             started_ms: (state.since_visit == visit && state.since_ms > 0)
                 .then_some(state.since_ms),
             finished_ms: None,

@@ -26,6 +26,7 @@ use super::{Coordinator, Error, StopSignal};
 use crate::metrics::Refused;
 use crate::store::{LiveOutput, OutputOffset, OutputPiece, Store};
 use crate::task_ref::TaskRef;
+use baton_core::RunId;
 
 /// How many deliveries (each what one read of the store brought, however many pieces) a
 /// watcher may fall behind before it misses some. Tokio's broadcast channel allocates every
@@ -60,7 +61,7 @@ pub(super) struct OutputFeed {
 struct Queued {
     /// The number of the last piece queued.
     last: u64,
-    runs: HashMap<String, QueuedFor>,
+    runs: HashMap<RunId, QueuedFor>,
     /// Pieces up to this number may have been queued for runs no longer in `runs`.
     forgotten: u64,
 }
@@ -75,7 +76,7 @@ struct QueuedFor {
 
 /// What the appender is given.
 enum ToAppend {
-    Piece(String, OutputPiece),
+    Piece(RunId, OutputPiece),
     /// Say when everything queued before this is written.
     Flush(oneshot::Sender<()>),
 }
@@ -113,7 +114,7 @@ impl OutputFeed {
     }
 
     /// Queues a piece for the store.
-    fn push(&self, run_id: String, piece: OutputPiece) {
+    fn push(&self, run_id: RunId, piece: OutputPiece) {
         {
             let mut queued = self.queued();
             if queued.runs.len() >= RUNS_REMEMBERED && !queued.runs.contains_key(&run_id) {
@@ -171,7 +172,7 @@ impl OutputFeed {
         }
     }
 
-    fn written(&self, pieces: &[(String, OutputPiece)]) {
+    fn written(&self, pieces: &[(RunId, OutputPiece)]) {
         let mut queued = self.queued();
         for (run_id, _) in pieces {
             if let Some(run) = queued.runs.get_mut(run_id) {

@@ -33,8 +33,8 @@ pub struct WorkerQuery {
     /// The worker the query is made through: a field the caller fills in, so it counts only
     /// when that worker connected as `principal`.
     pub worker_id: String,
-    /// Who asks (empty without authentication); the edge fills it in from the call.
-    pub principal: String,
+    /// Who asks (`None` without authentication); the edge fills it in from the call.
+    pub principal: Option<String>,
     pub task: TaskRef,
     /// Every run of the task's workflow rather than its run alone.
     pub workflow_scope: bool,
@@ -112,7 +112,7 @@ impl<S: Store> Coordinator<S> {
         let task = &query.task;
         if !self.inner.hub.holds_as(
             &query.worker_id,
-            &query.principal,
+            query.principal.as_deref(),
             &task.run_id,
             &task.key(),
             task.attempt,
@@ -132,7 +132,7 @@ impl<S: Store> Coordinator<S> {
             }
             Scope::Workflow(workflow_id)
         } else {
-            Scope::Run(task.run_id.clone())
+            Scope::Run(task.run_id.to_string())
         };
         self.query_decisions(DecisionQuery {
             scope,

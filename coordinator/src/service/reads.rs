@@ -148,7 +148,7 @@ impl<S: Store> Coordinator<S> {
             if in_flight && !behind {
                 step.status = entry.state.into();
                 step.attempts = entry.attempt;
-                if !entry.worker_id.is_empty() {
+                if entry.worker_id.is_some() {
                     step.worker_id = entry.worker_id.clone();
                 }
             }
@@ -180,7 +180,7 @@ impl<S: Store> Coordinator<S> {
             if let Holding::Worker(worker) = holding {
                 let entry = &mut tasks[n].1;
                 entry.state = TaskState::Running;
-                entry.worker_id = worker.id;
+                entry.worker_id = Some(worker.id);
             }
         }
     }

@@ -92,7 +92,7 @@ impl<S: Store> Coordinator<S> {
             return;
         };
         entry.state = TaskState::Running;
-        entry.worker_id = assignment.worker_id.clone();
+        entry.worker_id = Some(assignment.worker_id.clone());
         let entry = entry.clone();
         let Some(task) = parse_task_key(&assignment.task_key) else {
             return;
@@ -105,7 +105,7 @@ impl<S: Store> Coordinator<S> {
         let (step_id, visit) = (task.step_id.as_ref(), task.visit);
         if let Some(step) = loaded.steps.get_mut(step_id) {
             step.status = StepStatus::Running;
-            step.worker_id = assignment.worker_id.clone();
+            step.worker_id = Some(assignment.worker_id.clone());
             step.attempts = entry.attempt;
         }
         self.notify(&assignment.run_id, || {

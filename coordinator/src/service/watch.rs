@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use baton_core::{StepRecord, Waiting};
+use baton_core::{AgentName, StepRecord, Waiting, WorkerId};
 use futures::Stream;
 use serde_json::Value;
 use tokio::sync::broadcast::{self, error::RecvError};
@@ -29,8 +29,9 @@ pub enum RunEvent {
     StepStarted {
         step_id: String,
         visit: u32,
-        agent: String,
-        worker_id: String,
+        agent: AgentName,
+        /// `None` while no worker has it (it waits in a queue).
+        worker_id: Option<WorkerId>,
     },
     /// A step visit settled.
     StepFinished {

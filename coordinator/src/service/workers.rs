@@ -64,7 +64,7 @@ impl<S: Store> Coordinator<S> {
         ) {
             Ok(connected) => connected,
             Err(taken @ crate::hub::Error::WorkerIdTaken(_)) => {
-                tracing::warn!(worker_id, principal = %worker.principal, "refused a worker id another principal's worker holds");
+                tracing::warn!(worker_id, principal = ?worker.principal, "refused a worker id another principal's worker holds");
                 self.inner.metrics.worker_refused(Refused::Hello);
                 return Err(Error::DuplicateWorker(taken.to_string()));
             }
@@ -72,7 +72,7 @@ impl<S: Store> Coordinator<S> {
         };
         tracing::info!(
             worker_id,
-            principal = %worker.principal,
+            principal = ?worker.principal,
             protocol = hello.protocol,
             capacity = hello.capacity,
             held = hello.held.len(),
@@ -144,7 +144,7 @@ impl<S: Store> Coordinator<S> {
             &entry,
             task.attempt,
             worker,
-            agents.contains(&entry.agent),
+            agents.contains(entry.agent.as_str()),
             &config.coordinator_id,
             self.now_ms(),
             config.lease_ms,
@@ -154,7 +154,7 @@ impl<S: Store> Coordinator<S> {
                 if refusal == lease::Refusal::Superseded {
                     self.inner.metrics.fenced.inc();
                 } else {
-                    tracing::warn!(worker_id, principal = %worker.principal, %task_id, ?refusal, "refused to hand a worker a task it named in its hello");
+                    tracing::warn!(worker_id, principal = ?worker.principal, %task_id, ?refusal, "refused to hand a worker a task it named in its hello");
                 }
                 return refuse(refusal.reason());
             }

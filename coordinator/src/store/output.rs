@@ -4,6 +4,7 @@
 //! the step's result is the agent's answer, never this. The [`LiveOutput`] trait, and a piece
 //! ([`OutputPiece`]) and its place in the output ([`OutputOffset`]).
 
+use baton_core::RunId;
 use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
@@ -26,7 +27,7 @@ store_trait! {
         /// Appends live output, `(run id, piece)` in order, to each run's output, only while
         /// the run's status is `running` (pieces for a run that ended or does not exist are
         /// dropped, not an error).
-        async fn append_output(&self, pieces: Vec<(String, OutputPiece)>) -> Result<(), Error>;
+        async fn append_output(&self, pieces: Vec<(RunId, OutputPiece)>) -> Result<(), Error>;
 
         /// A run's pieces after an offset (all with `None`), oldest first (empty for an unknown
         /// or ended run).

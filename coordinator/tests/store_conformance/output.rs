@@ -153,10 +153,10 @@ pub(crate) async fn output_appends_in_order_only_while_the_run_runs<S: Store>(st
 pub(crate) async fn output_keeps_the_newest_bytes<S: Store>(store: Arc<S>) {
     create(&*store, "run-a", 1_000, start(1_000)).await;
     let mib = 1 << 20;
-    let pieces: Vec<(String, OutputPiece)> = (0..6)
+    let pieces: Vec<(baton_core::RunId, OutputPiece)> = (0..6)
         .map(|n| {
             let text = format!("{n}{}", "x".repeat(mib - 1));
-            ("run-a".to_owned(), piece("code", 1, &text, false))
+            ("run-a".into(), piece("code", 1, &text, false))
         })
         .collect();
     for piece in pieces {

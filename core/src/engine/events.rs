@@ -9,6 +9,7 @@ use serde_json::Value;
 
 use super::status::RunStatus;
 use crate::handoff::AgentNotes;
+use crate::ids::StepId;
 use crate::payload::AgentPayload;
 use crate::workflow::RetryPolicy;
 
@@ -17,7 +18,7 @@ use crate::workflow::RetryPolicy;
 /// refused instead of overwriting newer data.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct TaskId {
-    pub step_id: Arc<str>,
+    pub step_id: StepId,
     pub visit: u32,
     /// The item of a map step this task runs, by index. Its step is the map step itself (and
     /// its visit the map's) for an `agent` map, or a step of the map's chain (whose visits are
@@ -28,7 +29,7 @@ pub struct TaskId {
 
 impl TaskId {
     /// The task of a step visit that is not a map item.
-    pub fn new(step_id: impl Into<Arc<str>>, visit: u32) -> Self {
+    pub fn new(step_id: impl Into<StepId>, visit: u32) -> Self {
         Self {
             step_id: step_id.into(),
             visit,

@@ -263,7 +263,7 @@ impl<S: Store> Coordinator<S> {
         };
         let key = task_key(task);
         loaded.tasks.entry(key).or_insert_with(|| TaskEntry {
-            agent: pending.agent.clone(),
+            agent: pending.agent.as_str().into(),
             ..TaskEntry::default()
         });
         Ok(Some(ready_task(

@@ -114,7 +114,7 @@ impl<'a> Planner<'a> {
         };
         let state = self.changed(&answering.task.step_id);
         if !answering.worker_id.is_empty() {
-            state.worker_id = answering.worker_id.to_owned();
+            state.worker_id = Some(answering.worker_id.into());
         }
         // The answer can overtake the bookkeeping of its own delivery.
         state.attempts = state.attempts.max(answering.attempt);
@@ -191,7 +191,7 @@ impl<'a> Planner<'a> {
         let state = self.changed(&record.step_id);
         state.status = record.status.into();
         state.visits = visits;
-        state.error = record.error.as_deref().unwrap_or_default().to_owned();
+        state.error = record.error.as_deref().map(str::to_owned);
         if record.step_type == StepType::Map
             && record.status != baton_core::StepStatus::Redriven
             && let Some(data) = &record.data
@@ -265,7 +265,7 @@ impl<'a> Planner<'a> {
                 state.since_visit = progress.visit;
                 state.since_ms = now;
                 state.visits = progress.visit;
-                state.error.clear();
+                state.error = None;
                 state.items = Some(ItemCounts {
                     usage: Vec::new(),
                     ..ItemCounts::default()
@@ -327,7 +327,7 @@ impl<'a> Planner<'a> {
         let state = self.changed(&task.step_id);
         state.status = StepStatus::Queued;
         state.visits = visits;
-        state.error.clear();
+        state.error = None;
         state.since_ms = now;
         state.since_visit = task.visit;
         // The attempt that reaches a worker is written here when it does.
@@ -340,7 +340,7 @@ impl<'a> Planner<'a> {
                 state.since_ms = now;
                 state.since_visit = visit;
                 state.status = StepStatus::Running;
-                state.error.clear();
+                state.error = None;
             }
         }
     }

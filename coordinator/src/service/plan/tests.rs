@@ -240,7 +240,7 @@ fn an_answer_is_fenced_stored_once_and_linked_to_the_chain() {
     assert_eq!(write.state_sha256, link.state_sha256);
     let plan = step(&planned, "plan");
     assert_eq!(plan.status, StepStatus::Succeeded);
-    assert_eq!((plan.worker_id.as_str(), plan.attempts), ("w1", 2));
+    assert_eq!((plan.worker_id.as_deref(), plan.attempts), (Some("w1"), 2));
     assert_eq!(
         planned.settled,
         [SettledTiming {

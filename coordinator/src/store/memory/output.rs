@@ -1,6 +1,7 @@
 //! [`LiveOutput`] in memory: each run's pieces in a bounded queue in its entry, and one
 //! [`Notify`](tokio::sync::Notify) that wakes the readers waiting for more.
 
+use baton_core::RunId;
 use std::collections::VecDeque;
 use std::time::Duration;
 
@@ -51,7 +52,7 @@ impl Output {
 }
 
 impl LiveOutput for MemoryStore {
-    async fn append_output(&self, pieces: Vec<(String, OutputPiece)>) -> Result<(), Error> {
+    async fn append_output(&self, pieces: Vec<(RunId, OutputPiece)>) -> Result<(), Error> {
         let mut runs = self.runs.lock().expect("store lock");
         // Expired output is hidden as soon as it expires, and freed here.
         for entry in runs.values_mut() {
@@ -66,7 +67,7 @@ impl LiveOutput for MemoryStore {
             }
         }
         for (run_id, piece) in pieces {
-            if let Some(entry) = runs.get_mut(&run_id)
+            if let Some(entry) = runs.get_mut(run_id.as_str())
                 && entry.run.status == RunStatus::Running
             {
                 entry.output.push(piece);

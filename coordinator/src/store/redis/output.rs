@@ -2,6 +2,7 @@
 //! checks the run runs, read with `XRANGE`, waited for with `XREAD` (polled on a cluster), and
 //! the replies read back as pieces.
 
+use baton_core::RunId;
 use std::collections::HashMap;
 
 use ::redis::Value;
@@ -12,9 +13,9 @@ use super::{BLOCKING_RESPONSE_TIMEOUT, CLUSTER_OUTPUT_POLL, RedisStore};
 use crate::store::{Error, LiveOutput, OUTPUT_MAX_BYTES, OutputOffset, OutputPiece};
 
 impl LiveOutput for RedisStore {
-    async fn append_output(&self, pieces: Vec<(String, OutputPiece)>) -> Result<(), Error> {
+    async fn append_output(&self, pieces: Vec<(RunId, OutputPiece)>) -> Result<(), Error> {
         // One script call per run's consecutive pieces: each run's stay in order.
-        let mut by_run: Vec<(String, Vec<OutputPiece>)> = Vec::new();
+        let mut by_run: Vec<(RunId, Vec<OutputPiece>)> = Vec::new();
         for (run_id, piece) in pieces {
             match by_run.last_mut() {
                 Some((last, run_pieces)) if *last == run_id => run_pieces.push(piece),

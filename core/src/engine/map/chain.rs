@@ -120,7 +120,7 @@ impl Builder {
         item.step = index;
         item.handoff = self.handoff_into(step, agent, item.visit, Some(i), &sources);
         let task = TaskId {
-            step_id: step.id.clone(),
+            step_id: step.id.clone().into(),
             visit: item.visit,
             item: Some(i),
         };

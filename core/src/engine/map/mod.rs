@@ -227,7 +227,7 @@ impl Builder {
         );
         for (i, item) in std::mem::take(&mut map.running) {
             self.actions.push(Action::Abandon(TaskId {
-                step_id: self.run.workflow.step(item.step).id.clone(),
+                step_id: self.run.workflow.step(item.step).id.clone().into(),
                 visit: item.visit,
                 item: Some(i),
             }));

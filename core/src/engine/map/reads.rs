@@ -51,7 +51,7 @@ impl Run {
             .iter()
             .map(|(&i, item)| {
                 let task = TaskId {
-                    step_id: self.workflow.step(item.step).id.clone(),
+                    step_id: self.workflow.step(item.step).id.clone().into(),
                     visit: item.visit,
                     item: Some(i),
                 };
@@ -79,7 +79,7 @@ impl Run {
             .iter()
             .map(|(&i, item)| Waiting::Agent {
                 task: TaskId {
-                    step_id: self.workflow.step(item.step).id.clone(),
+                    step_id: self.workflow.step(item.step).id.clone().into(),
                     visit: item.visit,
                     item: Some(i),
                 },
