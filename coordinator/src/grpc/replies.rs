@@ -312,7 +312,7 @@ impl From<TaskMessage> for v1::Task {
             run_id: task.task.run_id.into(),
             step_id: task.task.task.step_id.to_string(),
             visit: task.task.task.visit,
-            agent: task.agent,
+            agent: task.agent.into(),
             manifest: Some(task.manifest.as_ref().into()),
             parts: task.parts.iter().map(|part| part.as_ref().into()).collect(),
             timeout_ms: task.timeout_ms,

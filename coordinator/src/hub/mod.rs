@@ -271,7 +271,7 @@ impl Hub {
         let state = self.lock();
         let mut free = state.slots_per_agent();
         for (agent, queue) in &state.queues {
-            if let Some(slots) = free.get_mut(agent) {
+            if let Some(slots) = free.get_mut(agent.as_str()) {
                 *slots = slots.saturating_sub(queue.len());
             }
         }
@@ -363,7 +363,7 @@ impl Hub {
         let mut state = self.lock();
         let mut out = Vec::new();
         for (agent, queue) in &mut state.queues {
-            let Some(&limit) = take.get(agent) else {
+            let Some(&limit) = take.get(agent.as_str()) else {
                 continue;
             };
             let mut waited: Vec<usize> = (0..queue.len())
@@ -391,7 +391,7 @@ impl Hub {
                     .iter()
                     .filter(|task| task.ready_at.elapsed() >= patience)
                     .count();
-                (agent.clone(), waited)
+                (agent.to_string(), waited)
             })
             .filter(|(_, waited)| *waited > 0)
             .collect()
@@ -409,7 +409,7 @@ impl Hub {
                     .map(|task| task.ready_at.elapsed())
                     .max()
                     .unwrap_or_default();
-                (agent.clone(), queue.len(), oldest)
+                (agent.to_string(), queue.len(), oldest)
             })
             .collect()
     }

@@ -4,7 +4,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
 
-use baton_core::WorkerId;
+use baton_core::{AgentName, WorkerId};
 
 use super::session::Session;
 use super::task::{Assignment, ReadyTask};
@@ -15,7 +15,7 @@ use crate::dispatch::{self, WorkerLoad};
 #[derive(Default)]
 pub(super) struct State {
     pub workers: HashMap<WorkerId, Session>,
-    pub queues: HashMap<String, VecDeque<ReadyTask>>,
+    pub queues: HashMap<AgentName, VecDeque<ReadyTask>>,
     pub tasks_dispatched: u64,
     pub bytes_to_workers: u64,
     pub connections: u64,
@@ -50,9 +50,11 @@ impl State {
             worker
                 .agents
                 .iter()
-                .filter(|agent| self.queues.get(*agent).is_some_and(|q| !q.is_empty()))
-                .cloned()
-                .collect::<Vec<String>>()
+                .filter_map(|agent| {
+                    let (name, queue) = self.queues.get_key_value(agent.as_str())?;
+                    (!queue.is_empty()).then(|| name.clone())
+                })
+                .collect::<Vec<AgentName>>()
         }) else {
             return Vec::new();
         };
@@ -65,7 +67,7 @@ impl State {
     /// Sends the queued tasks of `agents` that [`dispatch::assign`] places. A worker whose
     /// stream turns out to be closed takes nothing more (its disconnect follows), and the
     /// placement is made again without it, so a dead stream cannot hold up dispatch.
-    pub fn dispatch(&mut self, agents: &[String]) -> Vec<Assignment> {
+    pub fn dispatch(&mut self, agents: &[AgentName]) -> Vec<Assignment> {
         let mut assignments = Vec::new();
         loop {
             let placed = self.placements(agents);
@@ -90,7 +92,7 @@ impl State {
                 self.bytes_to_workers += bytes;
                 assignments.push(Assignment {
                     worker_id,
-                    run_id: task.run_id().to_owned(),
+                    run_id: task.task.run_id.clone(),
                     task_key: task.key.clone(),
                     agent: task.agent.clone(),
                     waited,
@@ -109,13 +111,18 @@ impl State {
 
     /// Where the policy puts the waiting tasks of `agents`: (agent, worker id, time waited),
     /// in the order they are to be sent.
-    fn placements(&self, agents: &[String]) -> Vec<(String, WorkerId, Duration)> {
-        let queues: Vec<(&str, &VecDeque<ReadyTask>)> = agents
+    fn placements(&self, agents: &[AgentName]) -> Vec<(AgentName, WorkerId, Duration)> {
+        let waiting: Vec<&AgentName> = agents
             .iter()
-            .filter_map(|agent| {
-                let queue = self.queues.get(agent).filter(|queue| !queue.is_empty())?;
-                Some((agent.as_str(), queue))
+            .filter(|agent| {
+                self.queues
+                    .get(*agent)
+                    .is_some_and(|queue| !queue.is_empty())
             })
+            .collect();
+        let queues: Vec<(&str, &VecDeque<ReadyTask>)> = waiting
+            .iter()
+            .map(|agent| (agent.as_str(), &self.queues[*agent]))
             .collect();
         if queues.is_empty() {
             return Vec::new();
@@ -136,7 +143,7 @@ impl State {
             .into_iter()
             .map(|placement| {
                 (
-                    queues[placement.queue].0.to_owned(),
+                    waiting[placement.queue].clone(),
                     ids[placement.worker].clone(),
                     placement.waited,
                 )

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use baton_core::WorkerId;
+use baton_core::{AgentName, RunId, WorkerId};
 
 use crate::clock::Instant;
 use crate::parts::{Part, TaskPayload};
@@ -17,7 +17,7 @@ pub struct ReadyTask {
     pub task: TaskRef,
     /// Its visit key (`<step>#<visit>`): with the run id, what the hub finds it by.
     pub key: String,
-    pub agent: String,
+    pub agent: AgentName,
     /// Its payload, by reference: what each worker is sent depends on what it holds.
     pub payload: TaskPayload,
     /// The step's `timeout_ms` per attempt; 0 for none.
@@ -36,11 +36,11 @@ pub struct ReadyTask {
 
 impl ReadyTask {
     /// Attempt `task` of an agent step, ready now, with its payload; no timeout, untraced.
-    pub fn new(task: TaskRef, agent: &str, payload: TaskPayload) -> Self {
+    pub fn new(task: TaskRef, agent: impl Into<AgentName>, payload: TaskPayload) -> Self {
         ReadyTask {
             key: task.key(),
             task,
-            agent: agent.to_owned(),
+            agent: agent.into(),
             payload,
             timeout_ms: 0,
             traceparent: String::new(),
@@ -96,7 +96,7 @@ impl ReadyTask {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TaskMessage {
     pub task: TaskRef,
-    pub agent: String,
+    pub agent: AgentName,
     pub manifest: Arc<Part>,
     /// The parts this worker does not hold yet, each once.
     pub parts: Vec<Arc<Part>>,
@@ -135,7 +135,7 @@ pub enum ToWorker {
 /// A task a worker holds, as [`super::Hub::sent`] tells it.
 #[derive(Debug, Clone)]
 pub struct Sent {
-    pub agent: String,
+    pub agent: AgentName,
     /// When it became ready (queued, or delivered again).
     pub ready_at: Instant,
     /// When it went to the worker.
@@ -147,9 +147,9 @@ pub struct Sent {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Assignment {
     pub worker_id: WorkerId,
-    pub run_id: String,
+    pub run_id: RunId,
     pub task_key: String,
-    pub agent: String,
+    pub agent: AgentName,
     /// How long it waited for a worker.
     pub waited: Duration,
 }

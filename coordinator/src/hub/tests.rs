@@ -659,14 +659,14 @@ proptest! {
                 prop_assert!(worker.holding.len() <= worker.capacity, "over capacity");
                 if ever_sent.insert(assignment.task_key.clone()) {
                     first_sent
-                        .entry(assignment.agent.clone())
+                        .entry(assignment.agent.to_string())
                         .or_default()
                         .push(number(&assignment.task_key));
                 }
             }
             for worker in state.workers.values() {
                 for task in worker.holding.values() {
-                    prop_assert!(worker.agents.contains(&task.agent));
+                    prop_assert!(worker.agents.contains(task.agent.as_str()));
                     prop_assert!(
                         worker.protocol >= task.needs_protocol(),
                         "{} went to a worker of protocol {}",

@@ -139,7 +139,7 @@ impl<S: Store> Coordinator<S> {
                 .lock()
                 .expect("rebalanced lock");
             for task in &tasks {
-                last.insert(task.agent.clone(), Instant::now());
+                last.insert(task.agent.to_string(), Instant::now());
             }
         }
         let (released, failed) = self.release_queued(tasks).await;

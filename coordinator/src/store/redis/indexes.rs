@@ -140,7 +140,7 @@ impl RedisStore {
             return Ok(());
         }
         let _: i64 = con.srem(self.active_key(run_id), run_id).await?;
-        let now: Option<Vec<u8>> = con.hget(self.run_keys(run_id).run, "status").await?;
+        let now: Option<Vec<u8>> = con.hget(self.run_keys(run_id).run(), "status").await?;
         if now.as_deref() == Some(RUNNING.as_bytes()) {
             let _: i64 = con.sadd(self.active_key(run_id), run_id).await?;
         }

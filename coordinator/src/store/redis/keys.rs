@@ -5,73 +5,111 @@
 
 use super::RedisStore;
 
-/// The keys of one run, each with the run's hash tag.
+/// The keys of one run, each with the run's hash tag: `P:run:{R}` and the keys named after it,
+/// one after another in one string (every transition and read names them: ten strings each
+/// were a tenth of a transition's allocations).
 pub(super) struct RunKeys {
-    pub(super) run: String,
-    pub(super) events: String,
-    pub(super) results: String,
-    pub(super) steps: String,
-    pub(super) tasks: String,
-    pub(super) chain: String,
-    pub(super) decisions: String,
-    /// The run's live output, a stream.
-    pub(super) output: String,
-    /// Written before a `WAIT` that makes a read of the run wait for replicas (never read).
-    pub(super) barrier: String,
-    /// Written by `settle_create` for a run whose create it settled as never done: the create,
-    /// should it still come, is refused.
-    pub(super) void: String,
+    text: String,
+    /// Where each key ends in `text`, in the order of [`SUFFIXES`] after the header's.
+    ends: [usize; 10],
 }
 
+/// What follows `P:run:{R}` in each of the run's other keys, in the order `RunKeys` keeps them:
+/// the events, results, steps, tasks, chain, decisions, live output (a stream), the barrier
+/// (written before a `WAIT` that makes a read of the run wait for replicas; never read) and the
+/// void marker (written by `settle_create` for a run whose create it settled as never done: the
+/// create, should it still come, is refused).
+const SUFFIXES: [&str; 9] = [
+    ":events",
+    ":results",
+    ":steps",
+    ":tasks",
+    ":chain",
+    ":decisions",
+    ":output",
+    ":barrier",
+    ":void",
+];
+
 impl RunKeys {
+    fn new(prefix: &str, run_id: &str) -> Self {
+        let run = [prefix, ":run:{", run_id, "}"];
+        let run_len: usize = run.iter().map(|part| part.len()).sum();
+        let suffixes: usize = SUFFIXES.iter().map(|suffix| suffix.len()).sum();
+        let mut text = String::with_capacity(run_len * (1 + SUFFIXES.len()) + suffixes);
+        run.iter().for_each(|part| text.push_str(part));
+        let mut ends = [run_len; 10];
+        for (n, suffix) in SUFFIXES.iter().enumerate() {
+            text.extend_from_within(..run_len);
+            text.push_str(suffix);
+            ends[n + 1] = text.len();
+        }
+        RunKeys { text, ends }
+    }
+
+    fn key(&self, n: usize) -> &str {
+        let start = if n == 0 { 0 } else { self.ends[n - 1] };
+        &self.text[start..self.ends[n]]
+    }
+
+    pub(super) fn run(&self) -> &str {
+        self.key(0)
+    }
+    pub(super) fn events(&self) -> &str {
+        self.key(1)
+    }
+    pub(super) fn results(&self) -> &str {
+        self.key(2)
+    }
+    pub(super) fn steps(&self) -> &str {
+        self.key(3)
+    }
+    pub(super) fn tasks(&self) -> &str {
+        self.key(4)
+    }
+    pub(super) fn chain(&self) -> &str {
+        self.key(5)
+    }
+    pub(super) fn decisions(&self) -> &str {
+        self.key(6)
+    }
+    pub(super) fn output(&self) -> &str {
+        self.key(7)
+    }
+    pub(super) fn barrier(&self) -> &str {
+        self.key(8)
+    }
+    pub(super) fn void(&self) -> &str {
+        self.key(9)
+    }
+
     /// The run's keys as a script's `KEYS[1]` to `KEYS[8]`, in the order `lua/transition.lua`
     /// names them.
     pub(super) fn names(&self) -> [&str; 8] {
-        [
-            &self.run,
-            &self.events,
-            &self.results,
-            &self.steps,
-            &self.tasks,
-            &self.chain,
-            &self.decisions,
-            &self.output,
-        ]
+        std::array::from_fn(|n| self.key(n))
     }
 
     /// The keys of `create_run`: [`RunKeys::names`], then the void marker as `KEYS[9]`.
     pub(super) fn create_names(&self) -> [&str; 9] {
         let [run, events, results, steps, tasks, chain, decisions, output] = self.names();
         [
-            run, events, results, steps, tasks, chain, decisions, output, &self.void,
+            run,
+            events,
+            results,
+            steps,
+            tasks,
+            chain,
+            decisions,
+            output,
+            self.void(),
         ]
     }
 }
 
 impl RedisStore {
-    /// `P:run:{R}`, the run's header, and the keys named after it. Built by appending rather
-    /// than `format!`: every transition names them, and formatting ten keys was a tenth of what
-    /// a transition cost the coordinator (issue 20).
+    /// `P:run:{R}`, the run's header, and the keys named after it, in one string.
     pub(super) fn run_keys(&self, run_id: &str) -> RunKeys {
-        let run = [self.prefix.as_str(), ":run:{", run_id, "}"].concat();
-        let after = |suffix: &str| {
-            let mut key = String::with_capacity(run.len() + suffix.len());
-            key.push_str(&run);
-            key.push_str(suffix);
-            key
-        };
-        RunKeys {
-            events: after(":events"),
-            results: after(":results"),
-            steps: after(":steps"),
-            tasks: after(":tasks"),
-            chain: after(":chain"),
-            decisions: after(":decisions"),
-            output: after(":output"),
-            barrier: after(":barrier"),
-            void: after(":void"),
-            run,
-        }
+        RunKeys::new(&self.prefix, run_id)
     }
 
     /// The prefix of the agents' timer sets on a single server: `P:timers:<agent>` (a
@@ -161,5 +199,39 @@ impl RedisStore {
     /// The key that holds a claim of the idempotency key `key`.
     pub(super) fn idempotency_key(&self, key: &str) -> String {
         format!("{}:idempotency:{key}", self.prefix)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::RunKeys;
+
+    #[test]
+    fn a_run_keys_are_named_after_its_header_with_its_hash_tag() {
+        let keys = RunKeys::new("baton", "r-1");
+        assert_eq!(
+            keys.create_names(),
+            [
+                "baton:run:{r-1}",
+                "baton:run:{r-1}:events",
+                "baton:run:{r-1}:results",
+                "baton:run:{r-1}:steps",
+                "baton:run:{r-1}:tasks",
+                "baton:run:{r-1}:chain",
+                "baton:run:{r-1}:decisions",
+                "baton:run:{r-1}:output",
+                "baton:run:{r-1}:void",
+            ]
+        );
+        assert_eq!(
+            (keys.run(), keys.tasks(), keys.barrier(), keys.void()),
+            (
+                "baton:run:{r-1}",
+                "baton:run:{r-1}:tasks",
+                "baton:run:{r-1}:barrier",
+                "baton:run:{r-1}:void"
+            )
+        );
+        assert_eq!(keys.names(), keys.create_names()[..8]);
     }
 }

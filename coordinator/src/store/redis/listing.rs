@@ -61,7 +61,7 @@ impl Listing for RedisStore {
         self.read_retrying(|| async {
             let mut con = self.con.clone();
             let reply: Value = ::redis::cmd("HGETALL")
-                .arg(self.run_keys(run_id).decisions)
+                .arg(self.run_keys(run_id).decisions())
                 .query_async(&mut con)
                 .await
                 .map_err(|err| script_error(err, run_id, 0))?;
@@ -182,7 +182,7 @@ impl RedisStore {
             .iter()
             .map(|position| {
                 let mut cmd = ::redis::cmd("HMGET");
-                cmd.arg(self.run_keys(&position.run_id).run)
+                cmd.arg(self.run_keys(&position.run_id).run())
                     .arg("workflow_id")
                     .arg("status")
                     .arg("created_ms")

@@ -27,8 +27,8 @@ impl LiveOutput for RedisStore {
             let keys = self.run_keys(run_id);
             let mut invocation = APPEND_OUTPUT.prepare_invoke();
             invocation
-                .key(&keys.run)
-                .key(&keys.output)
+                .key(keys.run())
+                .key(keys.output())
                 .arg(OUTPUT_MAX_BYTES);
             for piece in pieces {
                 invocation
@@ -58,7 +58,7 @@ impl LiveOutput for RedisStore {
             };
             let mut con = self.con.clone();
             let reply: Value = ::redis::cmd("XRANGE")
-                .arg(self.run_keys(run_id).output)
+                .arg(self.run_keys(run_id).output())
                 .arg(start)
                 .arg("+")
                 .query_async(&mut con)
@@ -81,7 +81,7 @@ impl LiveOutput for RedisStore {
         let block = block.min(BLOCKING_RESPONSE_TIMEOUT / 2);
         let by_key: HashMap<String, &str> = after
             .iter()
-            .map(|(run_id, _)| (self.run_keys(run_id).output, run_id.as_str()))
+            .map(|(run_id, _)| (self.run_keys(run_id).output().to_owned(), run_id.as_str()))
             .collect();
         let lookup = |key: &str| by_key.get(key).map(|run_id| run_id.to_string());
         if self.con.is_cluster() {
@@ -94,7 +94,7 @@ impl LiveOutput for RedisStore {
                     .map(|(run_id, offset)| {
                         let mut cmd = ::redis::cmd("XREAD");
                         cmd.arg("STREAMS")
-                            .arg(self.run_keys(run_id).output)
+                            .arg(self.run_keys(run_id).output())
                             .arg(offset.to_string());
                         cmd
                     })
@@ -119,7 +119,7 @@ impl LiveOutput for RedisStore {
             .arg(block.as_millis().max(1) as u64)
             .arg("STREAMS");
         for (run_id, _) in &after {
-            command.arg(self.run_keys(run_id).output);
+            command.arg(self.run_keys(run_id).output());
         }
         for (_, offset) in &after {
             command.arg(offset.to_string());

@@ -115,7 +115,7 @@ impl RedisStore {
         let mut con = self.con.clone();
         for _ in 0..UNCHANGING_READS {
             let mut pipe = reads.clone();
-            pipe.cmd("HGET").arg(&keys.run).arg("version");
+            pipe.cmd("HGET").arg(keys.run()).arg("version");
             let mut replies: Vec<Value> = pipe
                 .query_async(&mut con)
                 .await
@@ -155,7 +155,7 @@ impl RedisStore {
         }
         pipe.cmd("EXEC")
             .cmd("SET")
-            .arg(&keys.barrier)
+            .arg(keys.barrier())
             .arg(1)
             .arg("PX")
             .arg(BARRIER_TTL_MS);

@@ -129,7 +129,10 @@ impl Runs for RedisStore {
     async fn settle_create(&self, header: &RunHeader) -> Result<Settled, Error> {
         let run_id = header.run_id.as_str();
         let keys = self.run_keys(run_id);
-        let mut cmd = evalsha(&SETTLE_CREATE, &[&keys.run, &keys.void, &keys.barrier]);
+        let mut cmd = evalsha(
+            &SETTLE_CREATE,
+            &[keys.run(), keys.void(), keys.barrier()],
+        );
         cmd.arg(if self.wait.is_some() { "1" } else { "0" });
         let (exists, replicated): (u8, _) = self
             .write(&SETTLE_CREATE, &cmd)
@@ -151,7 +154,7 @@ impl Runs for RedisStore {
         write_id: &str,
     ) -> Result<Settled, Error> {
         let keys = self.run_keys(run_id);
-        let mut cmd = evalsha(&SETTLE_TRANSITION, &[&keys.run, &keys.barrier]);
+        let mut cmd = evalsha(&SETTLE_TRANSITION, &[keys.run(), keys.barrier()]);
         cmd.arg(expected_version)
             .arg(write_id)
             .arg(if self.wait.is_some() { "1" } else { "0" });
@@ -177,7 +180,7 @@ impl Runs for RedisStore {
             let status: Option<String> = self
                 .con
                 .clone()
-                .hget(&keys.run, "status")
+                .hget(keys.run(), "status")
                 .await
                 .map_err(unavailable)?;
             if let Some(status) = status
@@ -194,19 +197,19 @@ impl Runs for RedisStore {
             let keys = self.run_keys(run_id);
             let mut pipe = ::redis::pipe();
             pipe.cmd("HGETALL")
-                .arg(&keys.run)
+                .arg(keys.run())
                 .cmd("LRANGE")
-                .arg(&keys.events)
+                .arg(keys.events())
                 .arg(0)
                 .arg(-1)
                 .cmd("HGETALL")
-                .arg(&keys.results)
+                .arg(keys.results())
                 .cmd("HGETALL")
-                .arg(&keys.steps)
+                .arg(keys.steps())
                 .cmd("HGETALL")
-                .arg(&keys.tasks)
+                .arg(keys.tasks())
                 .cmd("LRANGE")
-                .arg(&keys.chain)
+                .arg(keys.chain())
                 .arg(0)
                 .arg(-1);
             let replies: Vec<Value> = match self.wait {
@@ -281,12 +284,12 @@ impl Runs for RedisStore {
             let keys = self.run_keys(run_id);
             if self.wait.is_some() {
                 let mut read = ::redis::pipe();
-                read.cmd("HGET").arg(&keys.run).arg("version");
+                read.cmd("HGET").arg(keys.run()).arg("version");
                 let (version,): (Option<u64>,) = self.read_replicated(run_id, &keys, read).await?;
                 return Ok(version);
             }
             let mut con = self.con.clone();
-            con.hget(keys.run, "version")
+            con.hget(keys.run(), "version")
                 .await
                 .map_err(|err| script_error(err, run_id, 0))
         })
@@ -331,7 +334,7 @@ impl RedisStore {
             .iter()
             .map(|run_id| {
                 let mut cmd = ::redis::cmd("HGET");
-                cmd.arg(self.run_keys(run_id).run).arg("status");
+                cmd.arg(self.run_keys(run_id).run()).arg("status");
                 cmd
             })
             .collect();

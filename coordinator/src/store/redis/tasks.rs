@@ -34,7 +34,7 @@ impl Tasks for RedisStore {
         let calls = groups.iter().map(|(_, members)| {
             let tasks: Vec<String> = members
                 .iter()
-                .map(|&i| self.run_keys(&swaps[i].run_id).tasks)
+                .map(|&i| self.run_keys(&swaps[i].run_id).tasks().to_owned())
                 .collect();
             let names: Vec<&str> = tasks.iter().map(String::as_str).collect();
             let mut cmd = evalsha(&SWAP_TASKS, &names);
@@ -123,7 +123,7 @@ impl Tasks for RedisStore {
     async fn task(&self, run_id: &str, task_key: &str) -> Result<Option<Vec<u8>>, Error> {
         self.read_retrying(|| async {
             let mut con = self.con.clone();
-            con.hget(self.run_keys(run_id).tasks, task_key)
+            con.hget(self.run_keys(run_id).tasks(), task_key)
                 .await
                 .map_err(|err| script_error(err, run_id, 0))
         })
@@ -133,7 +133,7 @@ impl Tasks for RedisStore {
     async fn tasks(&self, run_id: &str) -> Result<BTreeMap<String, Vec<u8>>, Error> {
         self.read_retrying(|| async {
             let mut con = self.con.clone();
-            con.hgetall(self.run_keys(run_id).tasks)
+            con.hgetall(self.run_keys(run_id).tasks())
                 .await
                 .map_err(|err| script_error(err, run_id, 0))
         })
