@@ -94,6 +94,7 @@ impl State {
                     worker_id,
                     run_id: task.task.run_id.clone(),
                     task_key: task.key.clone(),
+                    task: task.task.task.clone(),
                     agent: task.agent.clone(),
                     waited,
                 });

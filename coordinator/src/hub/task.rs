@@ -4,7 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use baton_core::{AgentName, RunId, WorkerId};
+use baton_core::{AgentName, RunId, TaskId, WorkerId};
 
 use crate::clock::Instant;
 use crate::parts::{Part, TaskPayload};
@@ -148,7 +148,10 @@ pub struct Sent {
 pub struct Assignment {
     pub worker_id: WorkerId,
     pub run_id: RunId,
+    /// Its visit key, as the run's tasks are stored under it.
     pub task_key: String,
+    /// The task the key names (the key is not parsed back).
+    pub task: TaskId,
     pub agent: AgentName,
     /// How long it waited for a worker.
     pub waited: Duration,

@@ -16,7 +16,7 @@ use crate::hub::{Assignment, ReadyTask};
 use crate::model::{StepStatus, TaskState};
 use crate::parts::PartEncoder;
 use crate::store::{RunHeader, Store};
-use crate::task_ref::{TaskRef, parse_task_key, task_key};
+use crate::task_ref::{TaskRef, task_key};
 use crate::traces::{TaskTrace, Traces};
 
 impl<S: Store> Coordinator<S> {
@@ -94,9 +94,7 @@ impl<S: Store> Coordinator<S> {
         entry.state = TaskState::Running;
         entry.worker_id = Some(assignment.worker_id.clone());
         let entry = entry.clone();
-        let Some(task) = parse_task_key(&assignment.task_key) else {
-            return;
-        };
+        let task = &assignment.task;
         // A map item is one of many: its map step's counts tell how they stand, and watchers
         // see progress, not a line per item.
         if task.item.is_some() {

@@ -186,6 +186,7 @@ impl RedisStore {
         let store = RedisStore {
             con,
             blocking,
+            timer_prefix: format!("{prefix}:timers:"),
             prefix,
             wait,
             writers: std::sync::Arc::new(writers),

@@ -114,8 +114,8 @@ impl RedisStore {
 
     /// The prefix of the agents' timer sets on a single server: `P:timers:<agent>` (a
     /// cluster's are per slot, see `timers.rs`).
-    pub(super) fn timer_prefix(&self) -> String {
-        format!("{}:timers:", self.prefix)
+    pub(super) fn timer_prefix(&self) -> &str {
+        &self.timer_prefix
     }
 
     /// `P:runs`: every run by creation time; on a cluster, the shard of it that holds

@@ -257,6 +257,8 @@ pub struct RedisStore {
     /// is polled instead: `XREAD` over several runs would span slots.)
     blocking: Connection,
     prefix: String,
+    /// `P:timers:`, the prefix of the agents' timer sets on a single server, named once.
+    timer_prefix: String,
     /// Whether each transition waits for replicas before it counts as written.
     wait: Option<WaitReplicas>,
     /// With `wait`: the connections writes that wait are sent on, in turn (`connect.rs` says

@@ -14,6 +14,7 @@ use super::replies::{
 };
 use super::scripts::{
     APPLY_TRANSITION, CREATE_RUN, SETTLE_CREATE, SETTLE_TRANSITION, add_transition, evalsha,
+    evalsha_sized, transition_size,
 };
 use super::{RUNNING, RedisStore};
 use crate::store::query::run_status;
@@ -87,9 +88,11 @@ impl Runs for RedisStore {
         write: TransitionWrite,
     ) -> Result<u64, Error> {
         let keys = self.run_keys(run_id);
-        let mut cmd = evalsha(&APPLY_TRANSITION, &keys.names());
+        let timer_prefix = self.timer_prefix_of(run_id);
+        let (args, bytes) = transition_size(&write, &timer_prefix, run_id);
+        let mut cmd = evalsha_sized(&APPLY_TRANSITION, &keys.names(), (args + 1, bytes + 20));
         cmd.arg(expected_version);
-        add_transition(&mut cmd, &write, &self.timer_prefix_of(run_id), run_id);
+        add_transition(&mut cmd, &write, &timer_prefix, run_id);
         let timers = write
             .tasks_set
             .iter()
@@ -129,10 +132,7 @@ impl Runs for RedisStore {
     async fn settle_create(&self, header: &RunHeader) -> Result<Settled, Error> {
         let run_id = header.run_id.as_str();
         let keys = self.run_keys(run_id);
-        let mut cmd = evalsha(
-            &SETTLE_CREATE,
-            &[keys.run(), keys.void(), keys.barrier()],
-        );
+        let mut cmd = evalsha(&SETTLE_CREATE, &[keys.run(), keys.void(), keys.barrier()]);
         cmd.arg(if self.wait.is_some() { "1" } else { "0" });
         let (exists, replicated): (u8, _) = self
             .write(&SETTLE_CREATE, &cmd)

@@ -80,9 +80,68 @@ pub(super) static RAISE_SLOTS: LazyLock<Script> =
 /// `EVALSHA` of `script` on `keys`, for arguments to be added to: a command of its own, so that
 /// it can go in a pipeline (with `WAIT`, say), which a `ScriptInvocation` cannot.
 pub(super) fn evalsha(script: &Script, keys: &[&str]) -> Cmd {
-    let mut cmd = ::redis::cmd("EVALSHA");
-    cmd.arg(script.get_hash()).arg(keys.len()).arg(keys);
+    evalsha_sized(script, keys, (0, 0))
+}
+
+/// [`evalsha`] with room for `more` arguments and bytes after the keys (see
+/// [`transition_size`]): a command grown argument by argument reallocates a dozen times.
+pub(super) fn evalsha_sized(script: &Script, keys: &[&str], more: (usize, usize)) -> Cmd {
+    let keys_bytes: usize = keys.iter().map(|key| key.len()).sum();
+    let (args, bytes) = more;
+    // EVALSHA, the 40-character digest, the key count, then the keys.
+    let mut cmd = Cmd::with_capacity(3 + keys.len() + args, 7 + 40 + 4 + keys_bytes + bytes);
+    cmd.arg("EVALSHA")
+        .arg(script.get_hash())
+        .arg(keys.len())
+        .arg(keys);
     cmd
+}
+
+/// How many arguments [`add_transition`] adds after a script's own, and how many bytes at most
+/// (a number counted at 20).
+pub(super) fn transition_size(
+    write: &TransitionWrite,
+    timer_prefix: &str,
+    run_id: &str,
+) -> (usize, usize) {
+    const NUMBER: usize = 20;
+    fn pairs<V: AsRef<[u8]>>(list: &[(String, V)]) -> (usize, usize) {
+        let bytes = list
+            .iter()
+            .map(|(key, value)| key.len() + value.as_ref().len())
+            .sum();
+        (2 * list.len(), bytes)
+    }
+    let lists = [
+        (write.events.len(), write.events.iter().map(Vec::len).sum()),
+        pairs(&write.results),
+        pairs(&write.steps),
+        pairs(&write.tasks_set),
+        (
+            write.tasks_removed.len(),
+            write.tasks_removed.iter().map(String::len).sum(),
+        ),
+        (write.links.len(), write.links.iter().map(Vec::len).sum()),
+        pairs(&write.decisions),
+        (
+            2 * write.fences.len(),
+            write.fences.iter().map(|(key, _)| key.len() + NUMBER).sum(),
+        ),
+    ];
+    let (args, bytes) = lists.iter().fold((0, 0), |(args, bytes), (a, b)| {
+        (args + a + 1, bytes + b + NUMBER)
+    });
+    let tail = write.status.as_str().len()
+        + 1
+        + write.error.as_ref().map_or(0, String::len)
+        + write.state_sha256.len()
+        + NUMBER
+        + timer_prefix.len()
+        + run_id.len()
+        + write.write_id.len();
+    // The status, the error (a flag and its text), the digest, the time, the timer prefix, the
+    // run id and the write id.
+    (args + 8, bytes + tail)
 }
 
 /// Sends `cmd`, an [`evalsha`] of `script`, loading the script first where Redis answers
@@ -147,6 +206,52 @@ pub(super) fn add_transition(
         .arg(write.write_id.as_str())
         .arg(write.fences.len());
     for (key, attempt) in &write.fences {
-        invocation.arg(key.as_str()).arg(attempt.to_string());
+        invocation.arg(key.as_str()).arg(*attempt);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use ::redis::{Arg, Cmd};
+
+    use super::{add_transition, transition_size};
+    use crate::store::TransitionWrite;
+
+    fn bytes(text: &str) -> Vec<u8> {
+        text.as_bytes().to_vec()
+    }
+
+    /// The size a transition's command is made with holds every argument it gets: the
+    /// argument count exactly, the bytes at most.
+    #[test]
+    fn a_transition_command_is_sized_for_what_it_carries() {
+        let write = TransitionWrite {
+            events: vec![bytes(r#"{"event":"agent_succeeded"}"#)],
+            results: vec![("plan#1".into(), bytes(r#"{"ok":true}"#).into())],
+            steps: vec![("plan".into(), bytes("{}")), ("code".into(), bytes("{}"))],
+            tasks_set: vec![("code#1".into(), bytes(r#"{"agent":"coder"}"#))],
+            tasks_removed: vec!["plan#1".into()],
+            links: vec![bytes("{}")],
+            decisions: vec![("plan#1/0".into(), bytes("{}"))],
+            error: Some("it broke".into()),
+            state_sha256: "0".repeat(64),
+            updated_ms: 1_700_000_000_000,
+            write_id: "w-1".into(),
+            fences: vec![("plan#1".into(), 4_000_000_000)],
+            ..TransitionWrite::default()
+        };
+        let (args, most_bytes) = transition_size(&write, "baton:timers:", "run-1");
+        let mut cmd = Cmd::new();
+        add_transition(&mut cmd, &write, "baton:timers:", "run-1");
+        let written: Vec<usize> = cmd
+            .args_iter()
+            .map(|arg| match arg {
+                Arg::Simple(bytes) => bytes.len(),
+                _ => 0,
+            })
+            .collect();
+        assert_eq!(written.len(), args);
+        let total: usize = written.iter().sum();
+        assert!(total <= most_bytes, "{total} > {most_bytes}");
     }
 }

@@ -38,7 +38,7 @@ impl Tasks for RedisStore {
                 .collect();
             let names: Vec<&str> = tasks.iter().map(String::as_str).collect();
             let mut cmd = evalsha(&SWAP_TASKS, &names);
-            cmd.arg(self.timer_prefix_of(&swaps[members[0]].run_id));
+            cmd.arg(self.timer_prefix_of(&swaps[members[0]].run_id).as_ref());
             for &i in members {
                 let swap = &swaps[i];
                 cmd.arg(format!("{}/{}", swap.run_id, swap.task_key))

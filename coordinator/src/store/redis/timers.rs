@@ -91,11 +91,11 @@ fn timer_of(bytes: &[u8]) -> Option<(String, i64)> {
 impl RedisStore {
     /// Where the timer sets of `run_id`'s tasks are: `P:timers:` + agent on a single server;
     /// on a cluster `P:timers:{<tag of the run's slot>}:` + agent, on the run's own slot.
-    pub(super) fn timer_prefix_of(&self, run_id: &str) -> String {
+    pub(super) fn timer_prefix_of(&self, run_id: &str) -> std::borrow::Cow<'_, str> {
         if self.con.is_cluster() {
-            self.slot_timer_prefix(slot_of_tag(run_id))
+            self.slot_timer_prefix(slot_of_tag(run_id)).into()
         } else {
-            self.timer_prefix()
+            self.timer_prefix().into()
         }
     }
 
