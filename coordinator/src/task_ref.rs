@@ -109,6 +109,77 @@ impl FromStr for TaskRef {
     }
 }
 
+/// A map key naming a task of a run: `(run id, visit key)`, as the hub and the lease book keep
+/// the tasks they hold. [`task_in`] looks one up by borrowed strings: a lookup by an owned
+/// tuple would copy both for every answer, resend and renewal.
+pub type TaskKey = (String, String);
+
+/// A `(run id, visit key)` pair, owned or borrowed, as a map of [`TaskKey`]s compares and hashes
+/// it (the way a tuple of two strings does, so both forms agree).
+pub trait TaskKeyed {
+    fn run_id(&self) -> &str;
+    fn task_key(&self) -> &str;
+}
+
+impl TaskKeyed for TaskKey {
+    fn run_id(&self) -> &str {
+        &self.0
+    }
+    fn task_key(&self) -> &str {
+        &self.1
+    }
+}
+
+impl TaskKeyed for (&str, &str) {
+    fn run_id(&self) -> &str {
+        self.0
+    }
+    fn task_key(&self) -> &str {
+        self.1
+    }
+}
+
+impl<'a> std::borrow::Borrow<dyn TaskKeyed + 'a> for TaskKey {
+    fn borrow(&self) -> &(dyn TaskKeyed + 'a) {
+        self
+    }
+}
+
+impl std::hash::Hash for dyn TaskKeyed + '_ {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        // As `(String, String)` hashes: each string in turn.
+        self.run_id().hash(state);
+        self.task_key().hash(state);
+    }
+}
+
+impl PartialEq for dyn TaskKeyed + '_ {
+    fn eq(&self, other: &Self) -> bool {
+        self.run_id() == other.run_id() && self.task_key() == other.task_key()
+    }
+}
+
+impl Eq for dyn TaskKeyed + '_ {}
+
+/// A map of tasks by [`TaskKey`], read and changed by borrowed `(run id, visit key)`.
+pub trait TaskMap<V> {
+    fn get_task(&self, run_id: &str, task_key: &str) -> Option<&V>;
+    fn get_task_mut(&mut self, run_id: &str, task_key: &str) -> Option<&mut V>;
+    fn remove_task(&mut self, run_id: &str, task_key: &str) -> Option<V>;
+}
+
+impl<V, S: std::hash::BuildHasher> TaskMap<V> for std::collections::HashMap<TaskKey, V, S> {
+    fn get_task(&self, run_id: &str, task_key: &str) -> Option<&V> {
+        self.get(&(run_id, task_key) as &dyn TaskKeyed)
+    }
+    fn get_task_mut(&mut self, run_id: &str, task_key: &str) -> Option<&mut V> {
+        self.get_mut(&(run_id, task_key) as &dyn TaskKeyed)
+    }
+    fn remove_task(&mut self, run_id: &str, task_key: &str) -> Option<V> {
+        self.remove(&(run_id, task_key) as &dyn TaskKeyed)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -157,5 +228,23 @@ mod tests {
         assert_eq!(parse(&id.to_string()), Some(id));
         assert_eq!(parse_task_key("each[x]#1"), None);
         assert_eq!(parse_task_key("each[-1]#1"), None);
+    }
+
+    #[test]
+    fn a_task_map_is_read_by_borrowed_strings() {
+        use std::collections::HashMap;
+        let mut held: HashMap<TaskKey, u32> = HashMap::new();
+        held.insert(("r".into(), "plan#1".into()), 1);
+        held.insert(("r".into(), "plan#2".into()), 2);
+        assert_eq!(held.get_task("r", "plan#1"), Some(&1));
+        assert_eq!(held.get_task("r", "plan#3"), None);
+        assert_eq!(
+            held.get_task("rplan", "#1"),
+            None,
+            "the pair, not the concatenation"
+        );
+        *held.get_task_mut("r", "plan#2").unwrap() += 40;
+        assert_eq!(held.remove_task("r", "plan#2"), Some(42));
+        assert_eq!(held.len(), 1);
     }
 }

@@ -7,6 +7,7 @@ use baton_core::WorkerId;
 
 use super::session::Session;
 use super::{Holding, Hub, Worker};
+use crate::task_ref::TaskMap;
 
 /// A task [`Hub::locate`] is asked about.
 #[derive(Debug, Clone, Copy)]
@@ -93,12 +94,11 @@ impl Hub {
         accept: impl FnOnce(&Session) -> bool,
     ) -> bool {
         let state = self.lock();
-        let key = (run_id.to_owned(), task_key.to_owned());
         state.workers.get(worker_id).is_some_and(|worker| {
             accept(worker)
                 && worker
                     .holding
-                    .get(&key)
+                    .get_task(run_id, task_key)
                     .is_some_and(|task| task.attempt() == attempt)
         })
     }

@@ -34,6 +34,7 @@ pub use self::task::{Assignment, Forgotten, ReadyTask, Sent, TaskMessage, ToWork
 use crate::clock::Instant;
 /// Where a task is in the hub ([`Hub::locate`]), and a worker as a task entry names it.
 pub use crate::lease::{Holding, Worker};
+use crate::task_ref::TaskMap;
 use baton_core::WorkerId;
 
 /// How many times a task is sent again to a worker that could not rebuild its payload before
@@ -315,10 +316,9 @@ impl Hub {
             task_key: task_key.to_owned(),
         };
         let worker = state.workers.get_mut(worker_id).ok_or_else(not_held)?;
-        let key = (run_id.to_owned(), task_key.to_owned());
         let task = worker
             .holding
-            .get_mut(&key)
+            .get_task_mut(run_id, task_key)
             .filter(|task| task.attempt() == attempt)
             .ok_or_else(not_held)?;
         if task.resends >= MAX_RESENDS {
@@ -348,8 +348,12 @@ impl Hub {
     /// A task `worker_id` holds: its agent, and when it became ready and was sent.
     pub fn sent(&self, worker_id: &str, run_id: &str, task_key: &str) -> Option<Sent> {
         let state = self.lock();
-        let key = (run_id.to_owned(), task_key.to_owned());
-        state.workers.get(worker_id)?.holding.get(&key)?.sent()
+        state
+            .workers
+            .get(worker_id)?
+            .holding
+            .get_task(run_id, task_key)?
+            .sent()
     }
 
     /// Takes out of the queues up to `take[agent]` tasks of each agent that have waited
@@ -429,11 +433,10 @@ impl Hub {
         task_key: &str,
     ) -> Result<Vec<Assignment>, Error> {
         let mut state = self.lock();
-        let key = (run_id.to_owned(), task_key.to_owned());
         let released = state
             .workers
             .get_mut(worker_id)
-            .and_then(|worker| worker.holding.remove(&key));
+            .and_then(|worker| worker.holding.remove_task(run_id, task_key));
         if released.is_none() {
             return Err(Error::NotHeld {
                 worker_id: worker_id.to_owned(),
@@ -451,9 +454,8 @@ impl Hub {
         for queue in state.queues.values_mut() {
             queue.retain(|task| !(task.run_id() == run_id && task.key == task_key));
         }
-        let key = (run_id.to_owned(), task_key.to_owned());
         let held = state.workers.iter_mut().find_map(|(id, worker)| {
-            let task = worker.holding.remove(&key)?;
+            let task = worker.holding.remove_task(run_id, task_key)?;
             // Its agent is stopped at once rather than left to finish for nothing.
             worker.tell(cancel(&task, reason));
             Some((id.clone(), task))
@@ -471,11 +473,10 @@ impl Hub {
     /// be recorded); it goes out again at once if a worker has room.
     pub fn requeue(&self, worker_id: &str, run_id: &str, task_key: &str) -> Vec<Assignment> {
         let mut state = self.lock();
-        let key = (run_id.to_owned(), task_key.to_owned());
         let Some(task) = state
             .workers
             .get_mut(worker_id)
-            .and_then(|worker| worker.holding.remove(&key))
+            .and_then(|worker| worker.holding.remove_task(run_id, task_key))
         else {
             return Vec::new();
         };

@@ -9,6 +9,7 @@ use tokio::sync::{mpsc, oneshot};
 use super::task::{ReadyTask, TaskMessage, ToWorker};
 use crate::clock::Instant;
 use crate::parts::{ForWorker, Part};
+use crate::task_ref::TaskKey;
 
 /// The coordinator's copy of a worker's part cache holds at most this many bytes' worth and this
 /// many parts, whatever the worker asks for, so a worker cannot make it keep unbounded
@@ -42,7 +43,7 @@ pub(super) struct Session {
     announced: usize,
     /// Tasks it holds, by (run id, visit key), kept whole so they can be sent again if it goes
     /// away.
-    pub holding: HashMap<(String, String), ReadyTask>,
+    pub holding: HashMap<TaskKey, ReadyTask>,
     stream: WorkerStream,
     /// What the worker's part cache holds, by the same policy the worker runs.
     cache: BlobLru,

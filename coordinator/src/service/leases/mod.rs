@@ -35,10 +35,10 @@ use super::{Coordinator, Error, StopSignal};
 use crate::clock::Instant;
 use crate::model::TaskEntry;
 use crate::store::{Store, TaskSwap, Tasks};
-use crate::task_ref::parse_task_key;
+use crate::task_ref::{TaskKey, TaskMap, parse_task_key};
 
 /// The leases this coordinator holds, keyed by (run id, visit key).
-type Held = HashMap<(String, String), TaskEntry>;
+type Held = HashMap<TaskKey, TaskEntry>;
 
 #[derive(Default)]
 pub(super) struct LeaseBook {
@@ -142,7 +142,7 @@ impl<S: Store> Coordinator<S> {
     pub(super) fn note_held(&self, run_id: &str, change: HeldChange) {
         let mut held = self.inner.leases.held();
         for key in change.removed {
-            held.remove(&(run_id.to_owned(), key));
+            held.remove_task(run_id, &key);
         }
         for (key, entry) in change.added {
             held.insert((run_id.to_owned(), key), entry);
@@ -150,10 +150,7 @@ impl<S: Store> Coordinator<S> {
     }
 
     pub(super) fn forget_held(&self, run_id: &str, task_key: &str) {
-        self.inner
-            .leases
-            .held()
-            .remove(&(run_id.to_owned(), task_key.to_owned()));
+        self.inner.leases.held().remove_task(run_id, task_key);
     }
 
     /// The continuation timers this coordinator holds, by run.
@@ -171,11 +168,7 @@ impl<S: Store> Coordinator<S> {
     }
 
     pub(super) fn held_entry(&self, run_id: &str, task_key: &str) -> Option<TaskEntry> {
-        self.inner
-            .leases
-            .held()
-            .get(&(run_id.to_owned(), task_key.to_owned()))
-            .cloned()
+        self.inner.leases.held().get_task(run_id, task_key).cloned()
     }
 
     /// Writes a lease change if the stored entry is still `expected`; records it as held when
