@@ -291,7 +291,7 @@ pub fn after_failure(
             owner: None,
             due_ms: now_ms + backoff_ms as i64,
             failures,
-            error: error.to_owned(),
+            error: Some(error.to_owned()),
             ..entry.clone()
         },
         backoff_ms,

@@ -6,7 +6,6 @@
 //! - [`web`]: the web UI on the HTTP port: its pages, and the JSON API they call, admitted as
 //!   the RPCs they stand for; a run's watch as server-sent events.
 //! - [`fuzzing`]: fuzz targets for what the edge decodes from workers and clients.
-//! - [`web`]: the web UI and its JSON API, on the HTTP port beside `/metrics`.
 //! - [`auth`]: who may call, as whom: principals, roles, protected mode.
 //! - [`bounded`]: texts from outside cut to a limit with a marker, names checked.
 //! - `run_requests`: what a client asks of runs (a run id, a step id, filters, a decision, a

@@ -269,16 +269,25 @@ pub struct AttemptUsage {
 pub struct AttemptRecord {
     pub visit: u32,
     pub attempt: u32,
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub worker_id: String,
+    /// The worker it went to; `None` when it never reached one.
+    #[serde(
+        default,
+        deserialize_with = "empty_as_none",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub worker_id: Option<WorkerId>,
     /// When the worker was sent the attempt (ms since the epoch); 0 when unknown (a task given
     /// up after it was lost too often).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub started_ms: i64,
     pub finished_ms: i64,
-    /// Why the attempt failed; empty when it succeeded.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub error: String,
+    /// Why the attempt failed; `None` when it succeeded.
+    #[serde(
+        default,
+        deserialize_with = "empty_as_none",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub error: Option<String>,
 }
 
 /// How many attempt records a step keeps (the latest): a step retried or looped over many
@@ -451,8 +460,12 @@ pub struct TaskEntry {
     #[serde(default)]
     pub lost: u32,
     /// The last failure, while it is retried.
-    #[serde(default, skip_serializing_if = "String::is_empty")]
-    pub error: String,
+    #[serde(
+        default,
+        deserialize_with = "empty_as_none",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub error: Option<String>,
     /// The tokens the failed attempts used, carried to the step when its visit settles.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub usage: Vec<AttemptUsage>,

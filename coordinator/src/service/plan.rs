@@ -54,10 +54,10 @@ impl Answering<'_> {
         AttemptRecord {
             visit: self.task.visit,
             attempt: self.attempt,
-            worker_id: self.worker_id.to_owned(),
+            worker_id: (!self.worker_id.is_empty()).then(|| self.worker_id.into()),
             started_ms: self.started_ms,
             finished_ms: now_ms,
-            error: error.to_owned(),
+            error: (!error.is_empty()).then(|| error.to_owned()),
         }
     }
 }

@@ -251,7 +251,7 @@ impl<S: Store> Coordinator<S> {
         {
             step.status = entry.state.into();
             step.attempts = entry.attempt;
-            step.error = (!entry.error.is_empty()).then(|| entry.error.clone());
+            step.error = entry.error.clone();
             if entry.worker_id.is_some() {
                 step.worker_id = entry.worker_id.clone();
             }
