@@ -90,9 +90,13 @@ pub enum StoredEvent {
     },
     /// A failed run resumed from the step that failed, at someone's request.
     Redrive {
-        /// The principal that asked; empty without authentication.
-        #[serde(default, skip_serializing_if = "String::is_empty")]
-        requested_by: String,
+        /// The principal that asked; `None` without authentication.
+        #[serde(
+            default,
+            deserialize_with = "empty_as_none",
+            skip_serializing_if = "Option::is_none"
+        )]
+        requested_by: Option<String>,
     },
     /// The run went on into a step that runs jq, when its turn came.
     Continue,
@@ -133,7 +137,7 @@ impl StoredEvent {
                 reason: reason.clone(),
             },
             Event::Redrive => StoredEvent::Redrive {
-                requested_by: worker_id.to_owned(),
+                requested_by: (!worker_id.is_empty()).then(|| worker_id.to_owned()),
             },
             Event::Continue => StoredEvent::Continue,
             Event::Halt { .. } => return None,

@@ -64,16 +64,16 @@ impl<S: Store> Coordinator<S> {
     /// with the run's events, a `redriven` link on its state chain, and the run running again.
     pub async fn retry(&self, run_id: &str, by: Option<&Requester>) -> Result<RunRecord, Error> {
         self.check_owner(run_id, by, RunChange::Retry).await?;
-        let requested_by = by.map_or("", |by| by.name.as_str());
+        let requested_by = by.map(|by| by.name.as_str());
         let stored = StoredEvent::Redrive {
-            requested_by: requested_by.to_owned(),
+            requested_by: requested_by.map(str::to_owned),
         };
         let record = self
             .apply_logged(run_id, Event::Redrive, stored, None, true, None)
             .await?;
         tracing::info!(
             run_id,
-            requested_by,
+            requested_by = requested_by.unwrap_or_default(),
             "run retried from the step that failed"
         );
         Ok(record.expect("asked for"))
