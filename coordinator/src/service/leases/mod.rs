@@ -54,9 +54,16 @@ pub(super) struct LeaseBook {
     advertised: rebalance::Advertised,
     /// When tasks of each agent last went to other coordinators' room.
     rebalanced: Mutex<HashMap<String, Instant>>,
+    /// Held tasks whose last renewal missed, with the entry then held (`renew`: a second miss
+    /// with the same entry lets the task go).
+    missed_once: Mutex<Held>,
 }
 
 impl LeaseBook {
+    fn missed_once(&self) -> std::sync::MutexGuard<'_, Held> {
+        self.missed_once.lock().expect("missed leases lock")
+    }
+
     fn held(&self) -> std::sync::MutexGuard<'_, Held> {
         self.held.lock().expect("held lock")
     }

@@ -133,9 +133,13 @@ impl<S: Store> Coordinator<S> {
         outcome
     }
 
-    /// A miss is another coordinator's claim, or this coordinator's own renewal whose reply was
-    /// lost (the store went away): the stored entry tells which.
+    /// A miss is another coordinator's claim, this coordinator's own renewal whose reply was
+    /// lost (the store went away), or a transition of this coordinator's that wrote the task
+    /// (answered it, so removed it) and has not noted that yet: it does so under the run's lock,
+    /// after its write. So a task is let go only when it misses twice in a row with the same entry
+    /// held; the stored entry tells a lost reply apart.
     async fn check_missed(&self, outcome: &mut Renewals) {
+        let missed_before = std::mem::take(&mut *self.inner.leases.missed_once());
         for (key, entry) in std::mem::take(&mut outcome.missed) {
             let stored = self
                 .inner
@@ -156,11 +160,14 @@ impl<S: Store> Coordinator<S> {
                 {
                     held.insert(key, stored);
                 }
-                _ => {
+                _ if missed_before.get(&key) == Some(&entry) => {
                     held.remove(&key);
                     outcome
                         .given_up
                         .push((key, "another coordinator took this task over"));
+                }
+                _ => {
+                    self.inner.leases.missed_once().insert(key, entry);
                 }
             }
         }
