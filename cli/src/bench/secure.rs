@@ -17,23 +17,21 @@ pub struct Secure {
 
 impl Secure {
     pub fn new() -> anyhow::Result<Secure> {
-        use rcgen::{
-            BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, KeyUsagePurpose,
-        };
+        use crate::pki::{Authority, Purpose, Validity};
         let dir = tempfile::tempdir()?;
-        let ca_key = KeyPair::generate()?;
-        let mut ca = CertificateParams::new(Vec::<String>::new())?;
-        ca.distinguished_name
-            .push(DnType::CommonName, "baton bench CA");
-        ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-        ca.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
-        let ca_pem = ca.self_signed(&ca_key)?.pem();
-        let issuer = Issuer::new(ca, ca_key);
-        let key = KeyPair::generate()?;
-        let cert =
-            CertificateParams::new(vec!["localhost".to_owned()])?.signed_by(&key, &issuer)?;
-        std::fs::write(dir.path().join("server.pem"), cert.pem())?;
-        std::fs::write(dir.path().join("server.key"), key.serialize_pem())?;
+        let validity = Validity {
+            ca_days: 2,
+            leaf_days: 2,
+        };
+        let ca = Authority::new("baton bench CA", validity)?;
+        let ca_pem = ca.cert_pem.clone();
+        let server = ca.leaf(
+            &["localhost".to_owned()],
+            Purpose::Server,
+            validity.leaf_days,
+        )?;
+        std::fs::write(dir.path().join("server.pem"), server.cert_pem)?;
+        std::fs::write(dir.path().join("server.key"), server.key_pem)?;
         // Throwaway tokens of one bench run; their random bits are enough for that.
         let token = || uuid::Uuid::now_v7().simple().to_string();
         let (client_token, worker_token) = (token(), token());
