@@ -92,9 +92,19 @@ pub struct ClientArgs {
         global = true
     )]
     client_key: Option<PathBuf>,
-    /// Bearer token for a coordinator with principals. Prefer BATON_TOKEN: a flag shows in `ps`.
+    /// Bearer token for a coordinator with principals. Prefer BATON_TOKEN_FILE or BATON_TOKEN:
+    /// a flag shows in `ps`.
     #[arg(long, env = "BATON_TOKEN", hide_env_values = true, global = true)]
     token: Option<String>,
+    /// A file holding the bearer token (as `baton tokens add ... > FILE` writes it); whitespace
+    /// around it, such as a final newline, is not part of the token.
+    #[arg(
+        long,
+        env = "BATON_TOKEN_FILE",
+        conflicts_with = "token",
+        global = true
+    )]
+    token_file: Option<PathBuf>,
 }
 
 impl ClientArgs {
@@ -108,7 +118,32 @@ impl ClientArgs {
                 (Some(cert), Some(key)) => Some((read(cert)?, read(key)?)),
                 _ => None,
             },
-            token: self.token.clone(),
+            token: self.token()?,
         })
+    }
+
+    /// The token given, trimmed: a newline a file or `echo` left is never part of one.
+    fn token(&self) -> anyhow::Result<Option<String>> {
+        let token = match (&self.token, &self.token_file) {
+            (Some(token), _) => token.clone(),
+            (None, Some(path)) => std::fs::read_to_string(path).with_context(|| {
+                format!(
+                    "cannot read the token file {} (--token-file, BATON_TOKEN_FILE)",
+                    path.display()
+                )
+            })?,
+            (None, None) => return Ok(None),
+        };
+        let token = token.trim();
+        anyhow::ensure!(
+            !token.is_empty(),
+            "the token is empty{}",
+            match &self.token_file {
+                Some(path) if self.token.is_none() =>
+                    format!(" ({} holds no token)", path.display()),
+                _ => String::new(),
+            }
+        );
+        Ok(Some(token.to_owned()))
     }
 }

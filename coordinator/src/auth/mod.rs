@@ -94,7 +94,7 @@ impl Caller {
 }
 
 const HOW_TO_AUTHENTICATE: &str = "send `authorization: Bearer <token>` (the baton CLI and \
-workers read BATON_TOKEN or --token)";
+workers read BATON_TOKEN_FILE, BATON_TOKEN or --token)";
 
 /// Whether a call to `path` with `credentials` may go on, and as whom.
 pub fn admit(path: &str, credentials: &Credentials, access: &Access) -> Result<Caller, AuthError> {
