@@ -8,6 +8,7 @@ use anyhow::Context as _;
 use baton_coordinator::web::record_json::record_to_json;
 use baton_proto::Json;
 use baton_proto::connection::{ClientSecurity, Connection, with_sources};
+use baton_proto::diagnose::diagnose;
 use baton_proto::v1::run_service_client::RunServiceClient;
 use baton_proto::v1::{
     CancelRunRequest, DecideApprovalRequest, GetRunRequest, ListRunsRequest, RetryRunRequest,
@@ -58,26 +59,30 @@ pub async fn connect_with(urls: &str, security: &ClientSecurity) -> anyhow::Resu
         };
         match endpoint.connect().await {
             Ok(channel) => {
+                crate::explain::connected(url, security);
                 return Ok(RunServiceClient::new(security.authorize(channel)?)
                     .max_decoding_message_size(baton_coordinator::grpc::MAX_MESSAGE_BYTES)
                     .max_encoding_message_size(baton_coordinator::grpc::MAX_MESSAGE_BYTES));
             }
-            Err(error) => failures.push(format!("{url}: {}", with_sources(&error))),
+            Err(error) => failures.push(match diagnose(url, security).await {
+                Some(hint) => format!("{hint}\n    ({})", with_sources(&error)),
+                None => format!("{url}: {}", with_sources(&error)),
+            }),
         }
     }
-    anyhow::bail!(
-        "cannot reach the coordinator ({})",
-        if failures.is_empty() {
-            "no address given".to_owned()
-        } else {
-            failures.join("; ")
-        }
-    )
+    match failures.as_slice() {
+        [] => anyhow::bail!("cannot reach the coordinator: no address given"),
+        [failure] => anyhow::bail!("cannot reach the coordinator: {failure}"),
+        failures => anyhow::bail!(
+            "cannot reach any coordinator:\n  - {}",
+            failures.join("\n  - ")
+        ),
+    }
 }
 
 /// A gRPC error as the user should read it.
 pub fn failed(status: tonic::Status) -> anyhow::Error {
-    anyhow::anyhow!("{} ({:?})", status.message(), status.code())
+    crate::explain::CallFailed(status).into()
 }
 
 #[derive(clap::Args)]

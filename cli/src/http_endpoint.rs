@@ -89,7 +89,11 @@ pub async fn bind(
             return Ok(listener);
         }
         Err(error) => {
-            return Err(error).with_context(|| format!("cannot serve metrics on {address}"));
+            return Err(crate::port_in_use::bind_error(
+                address,
+                "--metrics-listen",
+                error,
+            ));
         }
     };
     tracing::info!(

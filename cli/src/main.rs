@@ -3,13 +3,18 @@
 //! - this file: the subcommands, the runtime they run on, and logging.
 //! - `validate`: `baton validate`, check workflow files.
 //! - `security`: TLS, mTLS and token flags, for the coordinator and for its clients.
+//! - `certs`, `pki`: `baton certs`, a CA and the certificates a secured cluster needs.
+//! - `tokens`: `baton tokens`, principals and their tokens in a principals file.
 //! - `server`: `baton coordinator` and `baton worker`, the cluster's processes.
 //! - `client`: `baton submit`, `runs` and `approve`, a client of a coordinator.
 //! - `decisions`: `baton decisions`, the decisions agents took, searched by meaning.
 //! - `dev`: `baton dev`, coordinator and workers in one process, on an in-memory store.
 //! - `bench`: `baton bench`, the benchmark: its own Redis, coordinator and worker processes.
 //! - `jq_budget`: the budget on `jq:` transforms, and the sandbox process that runs them.
+//! - `port_in_use`: a port that cannot be bound, naming its flag and the process holding it.
 //! - `probe`: `baton probe URL`, a health check for images with no shell.
+//! - `explain`: a failed call to a coordinator said as what to do (a TLS mismatch found by a
+//!   probe).
 //! - `input`: `--input`, JSON or else a plain string.
 //! - `progress`: a run's events printed as they come.
 //! - `telemetry`: OTLP export of spans and metrics.
@@ -17,17 +22,22 @@
 //!   `/healthz`, `/readyz`.
 
 mod bench;
+mod certs;
 mod client;
 mod decisions;
 mod dev;
+mod explain;
 mod http_endpoint;
 mod input;
 mod jq_budget;
+mod pki;
+mod port_in_use;
 mod probe;
 mod progress;
 mod security;
 mod server;
 mod telemetry;
+mod tokens;
 mod validate;
 
 use std::process::ExitCode;
@@ -65,6 +75,10 @@ enum Command {
     Dev(dev::Args),
     /// Measure per-step overhead, fan-out, throughput and context size on a real cluster.
     Bench(bench::Args),
+    /// Make a CA and the TLS certificates of a secured cluster (servers, and clients for mTLS).
+    Certs(certs::Args),
+    /// Add principals with new tokens to a principals file, rotate or remove them.
+    Tokens(tokens::Args),
     /// GET a URL and exit 0 on 2xx: a health check for images with no shell or curl.
     Probe(probe::Args),
     /// Run `jq:` transforms for a coordinator, under its budget (started by the coordinator).
@@ -79,6 +93,8 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Validate(args) => validate::run(args),
+        Command::Certs(args) => certs::run(args),
+        Command::Tokens(args) => tokens::run(args),
         // Before any runtime: a sandbox is one thread running programs and one watching them.
         Command::JqSandbox(args) => return jq_budget::sandbox(args),
         command => tokio::runtime::Builder::new_multi_thread()
@@ -87,7 +103,7 @@ fn main() -> ExitCode {
             .map_err(anyhow::Error::from)
             .and_then(|runtime| {
                 runtime.block_on(async move {
-                    match command {
+                    let result = match command {
                         Command::Coordinator(args) => server::coordinator(args).await,
                         Command::Worker(args) => server::worker(args).await,
                         Command::Submit(args) => client::submit(args).await,
@@ -97,10 +113,14 @@ fn main() -> ExitCode {
                         Command::Dev(args) => dev::run(args).await,
                         Command::Bench(args) => bench::run(args).await,
                         Command::Probe(args) => probe::run(args).await,
-                        Command::Validate(_) | Command::JqSandbox(_) => {
+                        Command::Validate(_)
+                        | Command::Certs(_)
+                        | Command::Tokens(_)
+                        | Command::JqSandbox(_) => {
                             unreachable!("handled above")
                         }
-                    }
+                    };
+                    explain::explained(result).await
                 })
             }),
     };

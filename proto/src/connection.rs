@@ -33,7 +33,10 @@ impl std::fmt::Debug for ClientSecurity {
 pub enum ConnectionError {
     #[error("{0}")]
     Address(String),
-    #[error("the token cannot be sent as an HTTP header (it has characters outside ASCII)")]
+    #[error(
+        "the token cannot be sent as an HTTP header: it has a character outside printable ASCII \
+         (a token is 64 hex digits, as `baton tokens add` prints it)"
+    )]
     Token,
 }
 
@@ -74,13 +77,17 @@ impl ClientSecurity {
 }
 
 /// An error with its causes, joined by `: `: a transport error's own text is only "transport
-/// error", and what went wrong (refused, unknown issuer) is in its sources.
+/// error", and what went wrong (refused, unknown issuer) is in its sources. A cause whose text
+/// is already there (a wrapper repeating its source) is said once.
 pub fn with_sources(error: &dyn std::error::Error) -> String {
     let mut text = error.to_string();
     let mut source = error.source();
     while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
+        let said = cause.to_string();
+        if !text.contains(&said) {
+            text.push_str(": ");
+            text.push_str(&said);
+        }
         source = cause.source();
     }
     text

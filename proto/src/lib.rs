@@ -6,12 +6,15 @@
 //! - [`trace_context`]: W3C `traceparent`, as requests and tasks carry it.
 //! - [`connection`]: how clients and workers reach a coordinator: TLS, client certificates,
 //!   bearer tokens.
+//! - [`diagnose`]: why a connection failed (TLS against plaintext, an unknown CA, a name the
+//!   certificate lacks, a client certificate missing), found by a probe after the failure.
 
 pub mod v1 {
     tonic::include_proto!("baton.v1");
 }
 
 pub mod connection;
+pub mod diagnose;
 pub mod trace_context;
 
 pub use v1::Json;

@@ -71,6 +71,18 @@ impl Worker {
                 Ok(Goodbye) => {
                     tracing::info!(worker_id = %self.id, coordinator = %address, "the coordinator is shutting down; moving to the next one");
                 }
+                Err(error @ (Error::Connect(_) | Error::Refused(_))) => {
+                    // A TLS mismatch fails as a bare "transport error": say what is wrong and
+                    // which flag fixes it, found by a probe (only after a failure).
+                    match baton_proto::diagnose::diagnose(address, &self.security).await {
+                        Some(hint) => {
+                            tracing::error!(worker_id = %self.id, coordinator = %address, %error, %hint, "cannot reach the coordinator")
+                        }
+                        None => {
+                            tracing::warn!(worker_id = %self.id, coordinator = %address, %error, "lost the coordinator")
+                        }
+                    }
+                }
                 Err(error) => {
                     tracing::warn!(worker_id = %self.id, coordinator = %address, %error, "lost the coordinator");
                 }
