@@ -6,6 +6,8 @@
 
 #[path = "support/certs.rs"]
 mod certs;
+#[path = "support/coordinator_process.rs"]
+mod coordinator_process;
 #[path = "support/cluster.rs"]
 mod harness;
 #[path = "support/otlp.rs"]
@@ -15,7 +17,7 @@ mod recipes;
 #[path = "support/spec.rs"]
 mod spec;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -25,72 +27,9 @@ use baton_proto::v1::{
     DecideApprovalRequest, ListRunsRequest, SubmitRunRequest, WatchRunRequest, run_event,
 };
 use certs::{Ca, replace};
+use coordinator_process::{Coordinator, free_port, run_baton, runs_list, text, write};
 use harness::{DEADLINE, baton, output};
 use serde_json::json;
-
-/// A `baton coordinator --memory` process on a free port; killed on drop.
-struct Coordinator {
-    child: Child,
-    port: u16,
-    log: PathBuf,
-}
-
-impl Coordinator {
-    /// `baton coordinator --memory --no-metrics ARGS` on a free loopback port.
-    fn start(dir: &Path, args: &[&str]) -> Coordinator {
-        let port = free_port();
-        let listen = format!("127.0.0.1:{port}");
-        let mut all = vec!["--listen", listen.as_str()];
-        all.extend(args);
-        Self::start_on(dir, port, &all)
-    }
-
-    /// `baton coordinator --memory --no-metrics ARGS`, where ARGS make it listen on `port`.
-    fn start_on(dir: &Path, port: u16, args: &[&str]) -> Coordinator {
-        Self::start_with_env(dir, port, args, &[])
-    }
-
-    fn start_with_env(dir: &Path, port: u16, args: &[&str], env: &[(&str, &str)]) -> Coordinator {
-        let log = dir.join(format!("coordinator-{port}.log"));
-        let file = std::fs::File::create(&log).unwrap();
-        let child = baton()
-            .args(["coordinator", "--memory", "--no-metrics"])
-            .args(args)
-            .envs(env.iter().copied())
-            .stdout(Stdio::from(file.try_clone().unwrap()))
-            .stderr(Stdio::from(file))
-            .spawn()
-            .expect("start baton coordinator");
-        let mut coordinator = Coordinator { child, port, log };
-        let deadline = Instant::now() + DEADLINE;
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            if let Some(status) = coordinator.child.try_wait().unwrap() {
-                panic!(
-                    "the coordinator exited with {status}:\n{}",
-                    coordinator.log()
-                );
-            }
-            assert!(Instant::now() < deadline, "the coordinator never listened");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        coordinator
-    }
-
-    fn url(&self, scheme: &str, host: &str) -> String {
-        format!("{scheme}://{host}:{}", self.port)
-    }
-
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
-    }
-}
-
-impl Drop for Coordinator {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 /// An address of this machine that is not a loopback one (from the kernel's table of local
 /// addresses), to reach the coordinator as a client from elsewhere would.
@@ -143,38 +82,6 @@ fn protected_mode_answers_only_loopback_clients_until_told_otherwise() {
     let (_open, port) = start(&["--allow-unauthenticated"]);
     let remote = list(&address, port);
     assert!(remote.status.success(), "{}", text(&remote.stderr));
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
-    let path = dir.join(name);
-    std::fs::write(&path, text).unwrap();
-    path
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
-
-/// `baton ARGS`, with these environment variables; its output.
-fn run_baton(args: &[&str], env: &[(&str, &str)]) -> std::process::Output {
-    let mut command: Command = baton();
-    command.args(args).envs(env.iter().copied());
-    output(&mut command, None)
-}
-
-/// `baton runs list --coordinator URL EXTRA...`, with these environment variables.
-fn runs_list(url: &str, extra: &[&str], env: &[(&str, &str)]) -> std::process::Output {
-    let mut args = vec!["runs", "list", "--coordinator", url];
-    args.extend(extra);
-    run_baton(&args, env)
 }
 
 #[test]
@@ -489,26 +396,10 @@ impl Drop for Background {
 #[test]
 fn the_readme_s_secured_cluster_recipe_runs_as_printed() {
     let lines = recipes::block("README.md", "### Security: TLS, principals, protected mode");
-    assert_eq!(lines.len(), 4, "{lines:#?}");
-    // What the recipe expects in its folder: the certificate, the CA, the principals and their
-    // tokens, and the repository's examples.
+    assert_eq!(lines.len(), 7, "{lines:#?}");
+    // What the recipe expects in its folder: the repository's examples. It makes its
+    // certificates and tokens itself.
     let dir = tempfile::tempdir().unwrap();
-    let ca = Ca::new("recipe");
-    ca.leaf(&["localhost"]).write(dir.path(), "server");
-    write(dir.path(), "ca.pem", &ca.pem);
-    write(dir.path(), "ci-token", "ci-secret\n");
-    write(dir.path(), "worker-token", "worker-secret\n");
-    let sha = |token: &str| hex::encode(<sha2::Sha256 as sha2::Digest>::digest(token.as_bytes()));
-    write(
-        dir.path(),
-        "principals.toml",
-        &format!(
-            "[principals.ci]\ntoken_sha256 = \"{}\"\nroles = [\"submit\", \"read\"]\n\
-             [principals.workers]\ntoken_sha256 = \"{}\"\nroles = [\"worker\"]\n",
-            sha("ci-secret"),
-            sha("worker-secret")
-        ),
-    );
     std::os::unix::fs::symlink(
         harness::root().join("examples"),
         dir.path().join("examples"),
@@ -597,8 +488,8 @@ fn the_readme_s_secured_cluster_recipe_runs_as_printed() {
                 "--coordinator",
                 "https://localhost:50061",
             ])
-            .env("BATON_TLS_CA", dir.path().join("ca.pem"))
-            .env("BATON_TOKEN", "ci-secret");
+            .env("BATON_TLS_CA", dir.path().join("pki/ca.pem"))
+            .env("BATON_TOKEN_FILE", dir.path().join("ci-token"));
         let record = output(&mut command, None);
         assert!(record.status.success(), "{}", text(&record.stderr));
         let record: serde_json::Value = serde_json::from_slice(&record.stdout).unwrap();
