@@ -1,7 +1,7 @@
 //! Principals and roles at the gRPC surface: every RPC against every role, workers limited to
 //! their agents, who did what recorded as the principal, limits, and the tokens file reloaded;
-//! and whose runs a principal may change: its own, or anyone's as an operator, over gRPC and
-//! the web API alike.
+//! whose runs a principal may change: its own, or anyone's as an operator, over gRPC and the
+//! web API alike; and who may decide a run's approval: an approver, whoever submitted the run.
 //!
 //! The coordinator runs in this process (memory store, gRPC on loopback) with a tokens file,
 //! exactly as `baton coordinator --auth-tokens FILE` serves; clients are real gRPC clients.
@@ -618,12 +618,13 @@ impl Drop for Secured {
     }
 }
 
-/// Two submitters, an operator, an admin: each may read.
+/// Two submitters, an operator, an approver, an admin: each may read.
 fn owners_tokens() -> String {
     [
         ("alice", "\"submit\", \"read\""),
         ("bob", "\"submit\", \"read\""),
         ("ops", "\"operate\", \"read\""),
+        ("carol", "\"approve\", \"read\""),
         ("root", "\"admin\""),
     ]
     .iter()
@@ -775,6 +776,89 @@ async fn bob_may_not_cancel_or_retry_alices_run_an_operator_or_admin_may() {
     assert_eq!(status, 200, "{body}");
     let record = wait_for_status(url, "root-token", &failed, "failed").await;
     assert_eq!(record.steps[0].visits, 3, "{record:?}");
+}
+
+/// What the gate tells a principal without `approve` that decides an approval.
+fn needs_approve(principal: &str, roles: &str) -> String {
+    format!(
+        "principal `{principal}` may not call DecideApproval: that needs the `approve` role, \
+         and it has {roles}"
+    )
+}
+
+/// Issue 28, point 6, for approvals: deciding an approval of another principal's run takes
+/// `approve` (or `admin`), the role SECURITY.md defines for whoever lets runs go on. `bob`,
+/// with `submit`, is refused on alice's run over gRPC and the web API, naming the role; so is
+/// alice herself (an approval gate is not its submitter's to pass) and an operator (`operate`
+/// stops and resumes runs, it does not let them through). The run still waits; `carol`, with
+/// `approve`, decides it over either port and is recorded as the approver, whatever the
+/// request names.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bob_may_not_decide_alices_approval_an_approver_may() {
+    let server = Secured::start(&owners_tokens()).await;
+    let url = server.grpc.as_str();
+    let waits = json!({"id": "waits", "steps": [
+        {"id": "gate", "type": "approval", "message": "ship it?", "next": "done"},
+        {"id": "done", "type": "transform", "transform": "input"}
+    ]});
+    let decide = |run_id: &str| DecideApprovalRequest {
+        run_id: run_id.to_owned(),
+        step_id: "gate".into(),
+        approved: true,
+        approver: "somebody-else".into(),
+        ..Default::default()
+    };
+
+    let first = submit_as(url, "alice-token", &waits).await;
+    for (token, principal, roles) in [
+        ("bob-token", "bob", "`read`, `submit`"),
+        ("alice-token", "alice", "`read`, `submit`"),
+        ("ops-token", "ops", "`read`, `operate`"),
+    ] {
+        let refused = runs(url, Some(token))
+            .await
+            .decide_approval(decide(&first))
+            .await
+            .unwrap_err();
+        assert_eq!(refused.code(), Code::PermissionDenied, "{principal}");
+        assert_eq!(refused.message(), needs_approve(principal, roles));
+    }
+    // Over the web API, as the run's page sends it.
+    let (status, body) = server
+        .post(
+            &format!("runs/{first}/approvals/gate"),
+            json!({"approved": true}),
+            "bob-token",
+        )
+        .await;
+    assert_eq!(status, 403, "{body}");
+    assert_eq!(body["error"], needs_approve("bob", "`read`, `submit`"));
+    let record = wait_for_status(url, "root-token", &first, "running").await;
+    assert!(
+        context(&record).get("gate").is_none(),
+        "no decision was recorded: {record:?}"
+    );
+
+    // An approver may, over gRPC; the run records who, not the name the request gave.
+    runs(url, Some("carol-token"))
+        .await
+        .decide_approval(decide(&first))
+        .await
+        .unwrap();
+    let record = wait_for_status(url, "root-token", &first, "succeeded").await;
+    assert_eq!(context(&record)["gate"]["approver"], json!("carol"));
+    // And over the web API.
+    let second = submit_as(url, "alice-token", &waits).await;
+    let (status, body) = server
+        .post(
+            &format!("runs/{second}/approvals/gate"),
+            json!({"approved": true, "comment": "looks right"}),
+            "carol-token",
+        )
+        .await;
+    assert_eq!(status, 200, "{body}");
+    let record = wait_for_status(url, "root-token", &second, "succeeded").await;
+    assert_eq!(context(&record)["gate"]["approver"], json!("carol"));
 }
 
 /// A reason or comment is kept with the run for good: a 10 MiB one made every read of the run

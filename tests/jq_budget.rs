@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use baton_coordinator::jq_sandbox::{Budget, Launcher, Pool};
 use baton_core::eval::JqOutputLimits;
-use baton_proto::v1::GetRunRequest;
+use baton_proto::v1::{GetRunRequest, run_event};
 use fleet::{Fleet, Timing};
 use harness::{Cluster, Watch, context, step};
 use serde_json::json;
@@ -241,22 +241,45 @@ const ENDLESS: &str = r#"{"id": "spin", "steps": [
 ]}"#;
 
 /// Issue 28, hole 3: a run's jq programs run in transitions of a run that already exists. A
-/// submit returns once the run is stored; the run is listed and watchable while its program
-/// runs; a cancel stops the program at once (its sandbox is killed) instead of waiting the ten
-/// minutes of its budget. Before, the submit itself ran the program, so no run id existed to
-/// cancel, and a client that gave up left it running.
+/// submit returns once the run is stored; the run is listed, fetched and watched while its
+/// program runs (the watch is told what settled before it, and ends with the run, cancelled); a
+/// cancel stops the program at once (its sandbox is killed) instead of waiting the ten minutes
+/// of its budget. Before, the submit itself ran the program, so no run id existed to cancel or
+/// watch, and a client that gave up left it running.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_computing_run_is_stored_listed_and_cancelled_at_once() {
     let cluster = Cluster::start_with_env(&[("BATON_JQ_CPU_MS", "600000")]).await;
     let mut client = cluster.client().await;
+    // A step that settles before the endless program, for the watch to be told of.
+    let computing = json!({"id": "spin", "steps": [
+        {"id": "start", "type": "transform", "transform": "input", "next": "spin"},
+        {"id": "spin", "type": "transform", "transform": "jq: def f: f; f"}
+    ]});
     let run_id = tokio::time::timeout(
         harness::DEADLINE,
-        harness::submit(&mut client, ENDLESS, &json!({})),
+        harness::submit(&mut client, computing.to_string(), &json!({"n": 1})),
     )
     .await
     .expect("the submit returns before the program runs");
     wait_for_sandboxes(cluster.coordinator_pid(), 1).await;
     let spinning = children(cluster.coordinator_pid())[0];
+
+    // Watched while the program runs: the watch is answered, not held until the program ends.
+    let mut watch = Watch::start(&mut client, &run_id).await;
+    match watch.event().await.and_then(|event| event.event) {
+        Some(run_event::Event::StepFinished(finished)) => {
+            assert_eq!(
+                (finished.step_id.as_str(), finished.status.as_str()),
+                ("start", "succeeded"),
+                "{finished:#?}"
+            );
+        }
+        other => panic!("the watch's first event is not start's StepFinished: {other:#?}"),
+    }
+    assert!(
+        children(cluster.coordinator_pid()).contains(&spinning),
+        "the program still runs while the watch is told"
+    );
 
     let listed = client
         .list_runs(baton_proto::v1::ListRunsRequest {
@@ -298,6 +321,15 @@ async fn a_computing_run_is_stored_listed_and_cancelled_at_once() {
     let cancelled = cancel_at_once(&mut client, &run_id).await;
     assert_eq!(cancelled.status, "cancelled", "{cancelled:#?}");
     assert_ne!(step(&cancelled, "spin").status, "succeeded");
+    // The watch, open all along, ends with the run: its last record says cancelled.
+    let last = watch.finished().await;
+    assert_eq!(last.status, "cancelled", "{last:#?}");
+    assert_ne!(step(&last, "spin").status, "succeeded");
+    assert!(
+        watch.event().await.is_none(),
+        "the watch goes on after the run ended: {:#?}",
+        watch.events
+    );
     // The sandbox running the program was killed (the other one, idle, stays in the pool).
     let deadline = std::time::Instant::now() + harness::DEADLINE;
     while children(cluster.coordinator_pid()).contains(&spinning) {

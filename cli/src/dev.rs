@@ -44,7 +44,7 @@ pub struct Args {
     #[arg(long, default_value_t = 8)]
     concurrency: usize,
     #[command(flatten)]
-    jq: crate::jq_budget::JqArgs,
+    pub(crate) jq: crate::jq_budget::JqArgs,
 }
 
 /// Where the transcript goes: stdout, or stderr with `--json` so stdout stays one JSON object.

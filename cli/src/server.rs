@@ -45,7 +45,7 @@ pub struct CoordinatorArgs {
     #[command(flatten)]
     leases: LeaseArgs,
     #[command(flatten)]
-    jq: crate::jq_budget::JqArgs,
+    pub(crate) jq: crate::jq_budget::JqArgs,
     #[command(flatten)]
     security: crate::security::ServeArgs,
     /// Where to serve HTTP: the web UI (`/`), Prometheus metrics (`/metrics`), and `/healthz`

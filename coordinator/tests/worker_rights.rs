@@ -1,9 +1,9 @@
 //! A worker acts only on what it holds (issue 28): a task named in a hello is taken over only by
 //! the worker, and the principal, the coordinator's record says runs it; a resend, a result, a
 //! piece of live output or a decision query about a task the worker does not hold is refused,
-//! counted, and answered with nothing of the task; a worker id is not shared between
-//! principals; what a worker sends is bounded, and a worker that goes leaves nothing on
-//! `/metrics`.
+//! counted, and answered with nothing of the task (a task the worker was told to stop, its
+//! run cancelled, included); a worker id is not shared between principals; what a worker sends
+//! is bounded, and a worker that goes leaves nothing on `/metrics`.
 //!
 //! In process: coordinators on one in-memory store, workers played by channels through the
 //! gRPC edge's conversions, the principal each authenticated as given as the edge gives it.
@@ -309,6 +309,51 @@ async fn messages_about_a_task_another_worker_holds_are_refused_and_counted() {
     let record = finished(&coordinator, &run_id).await;
     assert_eq!(data_of(&record), json!({"by": "real"}));
     assert_eq!(record.steps[0].worker_id.as_deref(), Some("real"));
+}
+
+/// A worker's messages are Hello, TaskResult, Heartbeat, ResendTask, Drain and TaskOutput:
+/// none acknowledges a `CancelTask`, so there is no acknowledgement to forge. A worker told to
+/// stop a task (its run was cancelled) holds it no longer: a result it sends anyway (its agent
+/// finished before it heard), a piece of output or a resend is about a task it does not hold,
+/// refused and counted like any other, and the cancelled run keeps nothing of it.
+#[tokio::test(start_paused = true)]
+async fn a_result_sent_after_its_cancel_task_is_refused_and_counted() {
+    let coordinator = running(Coordinator::new(MemoryStore::new(), quick("c1")));
+    let mut worker = FakeWorker::hello_as(&coordinator, "w1", "coders", &["coder"], Vec::new())
+        .await
+        .unwrap();
+    let run_id = submit(&coordinator, None).await;
+    let task = worker.next_task();
+    let cancelled = coordinator.cancel(&run_id, "enough", None).await.unwrap();
+    assert_eq!(cancelled.status, baton_core::RunStatus::Cancelled);
+    let cancel = cancel_of(worker.wait_message().await);
+    assert_eq!(cancel.task_id, task.task_id);
+
+    let late = worker
+        .complete(&coordinator, &task, &json!({"late": true}), None)
+        .await;
+    assert!(matches!(late, Err(Error::TaskNotHeld { .. })), "{late:?}");
+    let streamed = worker.stream(&coordinator, &task, "late output", false);
+    assert!(
+        matches!(streamed, Err(Error::TaskNotHeld { .. })),
+        "{streamed:?}"
+    );
+    let resent = worker.resend(&coordinator, &task.task_id, "again").await;
+    assert!(
+        matches!(resent, Err(Error::TaskNotHeld { .. })),
+        "{resent:?}"
+    );
+    for message in ["result", "output", "resend"] {
+        assert_eq!(refusals(&coordinator, message), 1, "{message}");
+    }
+    assert!(no_task(&mut worker).is_empty(), "nothing of the task again");
+    let record = coordinator.record(&run_id).await.unwrap();
+    assert_eq!(record.status, baton_core::RunStatus::Cancelled);
+    assert_eq!(data_of(&record), Value::Null, "no data of the late result");
+    assert_ne!(
+        record.steps[0].status,
+        baton_coordinator::record::StepStatus::Succeeded
+    );
 }
 
 /// A resend names an attempt: the worker holding attempt 2 asking for attempt 1 gets nothing.

@@ -756,6 +756,11 @@ impl Watch {
         event
     }
 
+    /// The next event, or `None` once the stream has ended (the run is over).
+    pub async fn event(&mut self) -> Option<RunEvent> {
+        self.next().await
+    }
+
     /// Waits for the approval request of `step_id`; returns its visit.
     pub async fn approval(&mut self, step_id: &str) -> u32 {
         loop {

@@ -4,9 +4,12 @@
 //! The gate admits CancelRun and RetryRun to `submit` and `operate` alike, since it sees only
 //! the call's path; which run the call names, and who submitted it, only the service knows,
 //! so the decision is made here, against the owner stored with the run ([`may_change`], a
-//! pure function). An approval is not checked this way: deciding runs others submitted is what
-//! the `approve` role is for. Without authentication (protected mode,
-//! `--allow-unauthenticated`) there is no requester and nothing is checked.
+//! pure function). An approval is not checked this way: it is decided by role alone, at the
+//! gate. `approve` (or `admin`) decides any run's approvals, whoever submitted the run, and a
+//! principal without it decides none, not even its own run's: an approval step is there so
+//! that someone other than the submitter lets the run go on (SECURITY.md, "Principals, roles
+//! and tokens"). Without authentication (protected mode, `--allow-unauthenticated`) there is
+//! no requester and nothing is checked.
 
 use super::Error;
 
