@@ -1,0 +1,113 @@
+//! The README's examples of the features a run meets when things go wrong or are looked back on
+//! (issue 30): a map item failing under `tolerated_failures`, a failed run retried with `baton
+//! runs retry`, and agents' decisions found with `baton decisions`. Each block is run as
+//! printed, by bash, against real processes (`baton dev`, or `baton coordinator` and `baton
+//! worker`), in a folder with a copy of `examples/`; only `<run id>` is filled in. What is
+//! asserted is what the user sees.
+
+#[path = "support/recipe_run.rs"]
+mod recipe_run;
+
+use recipe_run::{Ran, Recipe, block};
+use serde_json::{Value, json};
+
+/// Panics with everything printed unless `ran` exited as `success` says.
+fn assert_exit(ran: &Ran, success: bool, recipe: &Recipe) {
+    assert_eq!(
+        ran.status.success(),
+        success,
+        "`{}` exited with {}\n── stdout:\n{}\n── stderr:\n{}\n{}",
+        ran.code,
+        ran.status,
+        ran.stdout,
+        ran.stderr,
+        recipe.logs()
+    );
+}
+
+/// The step lines of a transcript (the exchanges, indented by four, left out), trimmed, with
+/// their runs of spaces made one.
+fn step_lines(transcript: &str) -> Vec<String> {
+    transcript
+        .lines()
+        .filter(|line| !line.starts_with("    "))
+        .map(|line| line.split_whitespace().collect::<Vec<_>>().join(" "))
+        .collect()
+}
+
+/// The JSON a `baton dev` transcript shows `step`'s agent returning.
+fn returned(transcript: &str, step: &str) -> Value {
+    let header = format!("── {step} (agent ");
+    let from = transcript
+        .find(&header)
+        .unwrap_or_else(|| panic!("no exchange of {step}:\n{transcript}"));
+    let after = &transcript[from..];
+    let start = after.find("── returned:\n").expect("the agent's answer") + "── returned:\n".len();
+    let json: String = after[start..]
+        .lines()
+        .take_while(|line| line.starts_with("    ") && !line.trim_start().starts_with("──"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    serde_json::from_str(&json).unwrap_or_else(|e| panic!("{e}: {json}"))
+}
+
+#[test]
+fn a_map_item_fails_within_tolerated_failures_and_the_run_succeeds() {
+    let lines = block(
+        "README.md",
+        "### A map item fails, within `tolerated_failures`",
+    );
+    assert_eq!(lines.len(), 1, "{lines:#?}");
+    let mut recipe = Recipe::new();
+    let ran = recipe.run(&lines);
+    assert_exit(&ran[0], true, &recipe);
+    let transcript = &ran[0].stdout;
+    let steps = step_lines(transcript);
+    assert!(
+        steps.contains(&"✓ check-links succeeded (4 items, 1 failed) -> checked".to_owned()),
+        "{transcript}"
+    );
+    assert!(
+        steps
+            .iter()
+            .any(|line| line.starts_with("run ") && line.ends_with(" succeeded")),
+        "{transcript}"
+    );
+    let error = "agent \"link-checker\" exited with code 1: docs/usage.md links to config.md, \
+                 which does not exist";
+    assert_eq!(
+        returned(transcript, "publish"),
+        json!({
+            "published": ["docs/faq.md", "docs/index.md", "docs/install.md"],
+            "held_back": [{"page": "docs/usage.md", "error": error}],
+        }),
+        "{transcript}"
+    );
+
+    // "Break a link in a second page and the step fails instead", and the run with it.
+    let faq = recipe.dir().join("examples/check-links/docs/faq.md");
+    let mut page = std::fs::read_to_string(&faq).unwrap();
+    page.push_str("\nSee also the [changelog](changes.md).\n");
+    std::fs::write(&faq, page).unwrap();
+    let ran = recipe.run(&lines);
+    assert_exit(&ran[0], false, &recipe);
+    let transcript = &ran[0].stdout;
+    let steps = step_lines(transcript);
+    // (The counts may include an item still running when the second failure came: stopped,
+    // it counts as failed too.)
+    assert!(
+        steps
+            .iter()
+            .any(|line| line.starts_with("✗ check-links failed (4 items, ")
+                && line.ends_with(" failed): 2 of 4 items failed; tolerated_failures is 1")),
+        "{transcript}"
+    );
+    assert!(
+        steps.iter().any(|line| line.starts_with("run ")
+            && line.ends_with(
+                " failed: step \"check-links\" failed: 2 of 4 items failed; tolerated_failures is 1"
+            )),
+        "{transcript}"
+    );
+    assert!(!transcript.contains("── publish"), "{transcript}");
+}
