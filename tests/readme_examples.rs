@@ -111,3 +111,84 @@ fn a_map_item_fails_within_tolerated_failures_and_the_run_succeeds() {
     );
     assert!(!transcript.contains("── publish"), "{transcript}");
 }
+
+#[test]
+fn a_failed_deploy_is_retried_and_only_what_failed_runs_again() {
+    let lines = block("README.md", "### A failed run, retried");
+    let mut recipe = Recipe::new();
+    let ran = recipe.run(&lines);
+    let printed = |prefix: &str| -> &Ran {
+        ran.iter()
+            .find(|ran| ran.code.starts_with(prefix))
+            .unwrap_or_else(|| panic!("the recipe has no `{prefix}` line: {lines:#?}"))
+    };
+
+    // The submit's watch: build and test pass, deploy fails saying why, and so does the run.
+    let submit = printed("baton submit");
+    assert_exit(submit, false, &recipe);
+    let site = recipe.dir().join("site");
+    let why = format!(
+        "failed: agent \"deployer\" exited with code 1: cannot deploy v1.4.0: {} does not exist",
+        site.display()
+    );
+    let steps = step_lines(&submit.stdout);
+    for wanted in ["✓ build succeeded -> test", "✓ test succeeded -> deploy"] {
+        assert!(steps.contains(&wanted.to_owned()), "{}", submit.stdout);
+    }
+    assert!(
+        steps.contains(&format!("✗ deploy {why}")),
+        "{}",
+        submit.stdout
+    );
+    let run_id = steps[0].strip_prefix("run ").expect("`run <id>` first");
+    assert!(
+        steps.contains(&format!("run {run_id} failed: step \"deploy\" {why}")),
+        "{}",
+        submit.stdout
+    );
+
+    // The retry's watch: the run so far, then deploy's second visit and announce; nothing
+    // before deploy starts again.
+    let retry = printed("baton runs retry");
+    assert_exit(retry, true, &recipe);
+    let steps = step_lines(&retry.stdout);
+    let at = |wanted: &str| {
+        steps
+            .iter()
+            .position(|line| line.starts_with(wanted))
+            .unwrap_or_else(|| panic!("no `{wanted}` line:\n{}", retry.stdout))
+    };
+    assert!(at("↻ deploy redriven") < at("✓ deploy (visit 2) succeeded -> announce"));
+    assert!(at("✓ deploy (visit 2)") < at("✓ announce succeeded"));
+    assert_eq!(steps.last().unwrap(), &format!("run {run_id} succeeded"));
+    for again in ["▶ build", "▶ test", "✓ build (visit 2)", "✓ test (visit 2)"] {
+        assert!(
+            !steps.iter().any(|line| line.starts_with(again)),
+            "{again}:\n{}",
+            retry.stdout
+        );
+    }
+
+    // The run's record: build and test ran once, deploy twice, announce once.
+    let get = printed("baton runs get");
+    assert_exit(get, true, &recipe);
+    let steps = step_lines(&get.stdout);
+    assert_eq!(
+        steps[0],
+        format!("run {run_id} succeeded"),
+        "{}",
+        get.stdout
+    );
+    for (step, visits) in [("build", 1), ("test", 1), ("deploy", 2), ("announce", 1)] {
+        assert!(
+            steps
+                .iter()
+                .any(|line| line.starts_with(&format!("{step} succeeded visits {visits} on "))),
+            "{step}, {visits} visits:\n{}",
+            get.stdout
+        );
+    }
+    let cat = printed("cat site/VERSION");
+    assert_exit(cat, true, &recipe);
+    assert_eq!(cat.stdout, "v1.4.0\n");
+}
