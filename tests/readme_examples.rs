@@ -192,3 +192,52 @@ fn a_failed_deploy_is_retried_and_only_what_failed_runs_again() {
     assert_exit(cat, true, &recipe);
     assert_eq!(cat.stdout, "v1.4.0\n");
 }
+
+#[test]
+fn agents_record_decisions_that_baton_decisions_finds() {
+    let lines = block("README.md", "### Agents that record decisions");
+    let mut recipe = Recipe::new();
+    let ran = recipe.run(&lines);
+    for each in &ran {
+        assert_exit(each, true, &recipe);
+    }
+    let [submit, by_length, by_storage] = &ran[..] else {
+        panic!("three client lines: {lines:#?}");
+    };
+    let run_id = submit
+        .stdout
+        .lines()
+        .next()
+        .and_then(|line| line.strip_prefix("run "))
+        .expect("`run <id>` first");
+    assert!(
+        submit
+            .stdout
+            .lines()
+            .any(|line| line == format!("run {run_id} succeeded")),
+        "{}",
+        submit.stdout
+    );
+
+    // Every decision of the run, the planner's about the link's lifetime first.
+    let found: Vec<&str> = by_length.stdout.lines().collect();
+    assert_eq!(found.len(), 4, "{}", by_length.stdout);
+    assert!(
+        found[0].contains(
+            "  Send the reset link by email, valid for 30 minutes (planner at plan #1, "
+        ) && found[0].ends_with(
+            "): a short-lived link limits what a leaked mailbox exposes; users reset within minutes"
+        ),
+        "{}",
+        by_length.stdout
+    );
+    // Only the coder's, and only the closest.
+    let found: Vec<&str> = by_storage.stdout.lines().collect();
+    assert_eq!(found.len(), 1, "{}", by_storage.stdout);
+    assert!(
+        found[0].contains("  Store only a SHA-256 hash of each reset token (coder at code #1, ")
+            && found[0].ends_with("): a leaked database must not hand out working reset links"),
+        "{}",
+        by_storage.stdout
+    );
+}
