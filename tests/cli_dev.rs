@@ -5,6 +5,8 @@
 mod harness;
 #[path = "support/otlp.rs"]
 mod otlp;
+#[path = "support/recipes.rs"]
+mod recipes;
 #[path = "support/spec.rs"]
 mod spec;
 
@@ -398,4 +400,39 @@ fn the_readme_map_example_runs_as_printed_with_progress_not_a_line_per_item() {
         json!({"file": "src/app.tsx", "why": "a flaky snapshot"}),
         "{transcript}"
     );
+}
+
+/// README.md's "Install" with Rust, its `baton dev` line run as printed from the repository root
+/// with this run's `baton` first on PATH, where `cargo install --locked --path cli` puts the
+/// same package's binary (the install itself is a release build of a quarter of an hour here,
+/// and the suite builds that package with `--locked` already).
+#[test]
+fn the_readme_s_install_recipe_runs_the_example_as_printed() {
+    let lines = recipes::block("README.md", "## Install");
+    assert_eq!(lines[0], "cargo install --locked --path cli", "{lines:#?}");
+    let bin = Path::new(env!("CARGO_BIN_EXE_baton"))
+        .parent()
+        .unwrap()
+        .to_owned();
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let mut command = Command::new("bash");
+    command
+        .args(["-c", &lines[1]])
+        .current_dir(harness::root())
+        .env("PATH", path)
+        .env("NO_COLOR", "1");
+    let out = output(&mut command, None);
+    assert_success(&out);
+    let printed = text(&out.stdout);
+    for line in [
+        "(agent planner) received:",
+        "✓ approve-plan",
+        "✓ parallel-tests",
+    ] {
+        assert!(printed.contains(line), "no {line:?} in:\n{printed}");
+    }
 }

@@ -4,11 +4,13 @@
 //! health endpoints the probes use on its own address. The Dockerfile passes hadolint.
 //!
 //! No registry can be reached here: `deploy/docker/local-images.sh` makes local stand-ins for the
-//! base images (see `support/images.rs`). Building the `prebuilt` target with no Rust image
-//! present also shows that it never needs the build stage.
+//! base images (see `support/images.rs`), with `Dockerfile.prebuilt`; the from-source
+//! `Dockerfile` shares its runtime stage and needs no BuildKit.
 
 #[path = "support/images.rs"]
 mod images;
+#[path = "support/recipes.rs"]
+mod recipes;
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -74,25 +76,89 @@ fn the_image_carries_its_oci_labels_user_ports_and_entrypoint() {
     assert_eq!(version, format!("baton {}", env!("CARGO_PKG_VERSION")));
 }
 
-/// hadolint checks the Dockerfile against Docker's best practices (pinned tags, no `latest`,
+/// hadolint checks both Dockerfiles against Docker's best practices (pinned tags, no `latest`,
 /// exec-form entrypoints, ...): any finding, even a style one, fails.
 #[test]
-fn the_dockerfile_passes_hadolint() {
+fn the_dockerfiles_pass_hadolint() {
     let hadolint = tool("hadolint");
     let root = images::root();
-    let output = run(
-        Command::new(hadolint).current_dir(&root).args([
-            "--failure-threshold",
-            "style",
-            "deploy/docker/Dockerfile",
-        ]),
-        DOCKER_DEADLINE,
+    for file in [
+        "deploy/docker/Dockerfile",
+        "deploy/docker/Dockerfile.prebuilt",
+    ] {
+        let output = run(
+            Command::new(&hadolint)
+                .current_dir(&root)
+                .args(["--failure-threshold", "style", file]),
+            DOCKER_DEADLINE,
+        );
+        assert!(
+            output.status.success(),
+            "hadolint found problems in {file}:\n{}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+    }
+}
+
+/// The image built from source and the one built from a binary are the same image: their
+/// runtime stages are the same text, from the base to the labels.
+#[test]
+fn both_dockerfiles_make_the_same_runtime_stage() {
+    let root = images::root();
+    let runtime = |file: &str| {
+        let text = std::fs::read_to_string(root.join(file)).expect("read a Dockerfile");
+        let start = text
+            .find("FROM gcr.io/distroless")
+            .unwrap_or_else(|| panic!("{file} has no runtime stage"));
+        let lines: Vec<String> = text[start..]
+            .lines()
+            // Where the binary comes from is what differs.
+            .filter(|line| !line.starts_with("COPY "))
+            .map(str::to_owned)
+            .collect();
+        lines
+    };
+    assert_eq!(
+        runtime("deploy/docker/Dockerfile"),
+        runtime("deploy/docker/Dockerfile.prebuilt")
     );
-    assert!(
-        output.status.success(),
-        "hadolint found problems in deploy/docker/Dockerfile:\n{}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
+}
+
+/// The from-source Dockerfile uses nothing only BuildKit understands, so the classic builder
+/// builds it too: on a Docker without BuildKit it failed at once (`COPY failed: stat baton`, a
+/// stage of the prebuilt variant it had to build on the way).
+#[test]
+fn the_source_dockerfile_needs_no_buildkit() {
+    let text = std::fs::read_to_string(images::root().join("deploy/docker/Dockerfile"))
+        .expect("read the Dockerfile");
+    for buildkit_only in [
+        "--mount",
+        "--link",
+        "# syntax=",
+        "<<",
+        "--chmod",
+        "--exclude",
+    ] {
+        assert!(
+            !text
+                .lines()
+                .filter(|line| !line.trim_start().starts_with('#'))
+                .any(|line| line.contains(buildkit_only)),
+            "deploy/docker/Dockerfile uses {buildkit_only}, which the classic builder refuses"
+        );
+    }
+    let stages: Vec<&str> = text
+        .lines()
+        .filter(|line| line.starts_with("FROM "))
+        .collect();
+    assert_eq!(
+        stages,
+        [
+            "FROM rust:1.95-bookworm AS build",
+            "FROM gcr.io/distroless/cc-debian12:nonroot AS runtime"
+        ],
+        "every stage before the last is one the image needs: the classic builder builds them all"
     );
 }
 
@@ -262,11 +328,10 @@ fn buildkit_client() -> PathBuf {
     )
 }
 
-/// The `prebuilt` target builds with BuildKit as well as with the classic builder (which
-/// `images()` used), offline: BuildKit resolves only the stages the target needs, so it never
-/// asks a registry for the Rust image.
+/// `Dockerfile.prebuilt` builds with BuildKit as well as with the classic builder (which
+/// `images()` used), offline, never asking a registry for the Rust image.
 #[test]
-fn the_prebuilt_target_builds_with_buildkit_without_the_rust_image() {
+fn the_prebuilt_dockerfile_builds_with_buildkit_without_the_rust_image() {
     let images = images();
     let client = buildkit_client();
     let dir = tempfile::tempdir().expect("a temporary folder");
@@ -284,9 +349,9 @@ fn the_prebuilt_target_builds_with_buildkit_without_the_rust_image() {
         Command::new(&client)
             .env("DOCKER_BUILDKIT", "1")
             .arg("build")
-            .args(["--progress", "plain", "--target", "prebuilt"])
+            .args(["--progress", "plain"])
             .arg("--file")
-            .arg(root.join("deploy/docker/Dockerfile"))
+            .arg(root.join("deploy/docker/Dockerfile.prebuilt"))
             .arg("--iidfile")
             .arg(&id_file)
             .arg(&context),
@@ -350,4 +415,39 @@ fn local_images_is_idempotent_and_safe_to_run_at_once() {
         .map(id)
         .collect();
     assert_eq!(before, after, "an image changed");
+}
+
+/// README.md's Docker quickstart, run as printed from the repository root: `docker run` of the
+/// examples, mounted, on `baton:dev`. The `docker build` line before it needs the Rust image from
+/// a registry, which no registry here serves: `images()` built `baton:dev` from this run's binary
+/// with `Dockerfile.prebuilt`, whose runtime stage is the same text
+/// (`both_dockerfiles_make_the_same_runtime_stage`).
+#[test]
+fn the_readme_s_docker_quickstart_runs_the_examples_as_printed() {
+    images();
+    let lines = recipes::block("README.md", "With Docker and no Rust");
+    assert_eq!(lines.len(), 2, "{lines:#?}");
+    assert!(
+        lines[0].starts_with("docker build -f deploy/docker/Dockerfile -t baton:dev"),
+        "{lines:#?}"
+    );
+    let output = run(
+        Command::new("bash")
+            .args(["-c", &lines[1]])
+            .current_dir(images::root()),
+        DOCKER_DEADLINE,
+    );
+    let printed = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{printed}{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    for line in [
+        "(agent planner) received:",
+        "✓ approve-plan",
+        "✓ parallel-tests",
+    ] {
+        assert!(printed.contains(line), "no {line:?} in:\n{printed}");
+    }
 }

@@ -14,7 +14,7 @@
 #    owned by it (`WORKDIR /data`, `VOLUME /data`, `CMD ["redis-server"]`).
 #    It has no entrypoint script (and no shell): start it with `redis-server ARGS` as the command,
 #    as deploy/compose and deploy/kubernetes do.
-# 3. Builds $BATON_IMAGE (default baton:dev) from the Dockerfile's `prebuilt` target, with a
+# 3. Builds $BATON_IMAGE (default baton:dev) with Dockerfile.prebuilt, with a
 #    build context holding only the binary.
 #
 # Stand-ins carry the label dev.baton.stand-in=true. An image of either name without that label is
@@ -276,8 +276,8 @@ version="$("$binary" --version | awk '{ print $NF }')"
 revision="$(git -C "$here" rev-parse HEAD 2>/dev/null || echo unknown)"
 previous="$(docker image inspect --format '{{.Id}}' "$BATON_IMAGE" 2>/dev/null || true)"
 # The labels of a stand-in base would otherwise be inherited and make this image look like one.
-if ! docker build --quiet --target prebuilt \
-    --file "$here/Dockerfile" \
+if ! docker build --quiet \
+    --file "$here/Dockerfile.prebuilt" \
     --build-arg "VERSION=$version" \
     --build-arg "REVISION=$revision" \
     --label "$STAND_IN_LABEL=false" \
@@ -292,4 +292,4 @@ current="$(docker image inspect --format '{{.Id}}' "$BATON_IMAGE")"
 if [ -n "$previous" ] && [ "$previous" != "$current" ]; then
     docker image rm "$previous" >/dev/null 2>&1 || true
 fi
-echo "built $BATON_IMAGE: baton $version ($revision) from $binary, target prebuilt of $here/Dockerfile"
+echo "built $BATON_IMAGE: baton $version ($revision) from $binary, with $here/Dockerfile.prebuilt"

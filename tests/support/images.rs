@@ -2,8 +2,7 @@
 //!
 //! [`images`] runs `deploy/docker/local-images.sh` once per test process with the `baton` binary
 //! cargo built for this run: it makes local stand-ins for the base images when they are absent
-//! (no registry can be reached here) and builds [`BATON_IMAGE`] from the Dockerfile's `prebuilt`
-//! target. The script takes a lock, so test binaries running at once share the work.
+//! (no registry can be reached here) and builds [`BATON_IMAGE`] with `Dockerfile.prebuilt`. The script takes a lock, so test binaries running at once share the work.
 //!
 //! Everything else is small on purpose:
 //! - [`tool`] finds a program on `PATH` or in `target/test-tools/venv/bin`, and fails the test,
