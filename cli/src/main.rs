@@ -1,7 +1,7 @@
 //! `baton`: the command line of the Baton workflow engine.
 //!
 //! - this file: the subcommands, the runtime they run on, and logging.
-//! - `validate`: `baton validate`, check workflow files.
+//! - `validate`: `baton validate`, check workflow files and agents files.
 //! - `security`: TLS, mTLS and token flags, for the coordinator and for its clients.
 //! - `server`: `baton coordinator` and `baton worker`, the cluster's processes.
 //! - `client`: `baton submit`, `runs` and `approve`, a client of a coordinator.
@@ -47,7 +47,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Check workflow files: print every problem with its JSON path and step, exit 1 on errors.
+    /// Check workflow files (every problem with its JSON path and step) and agents files
+    /// (`--agents`: the first problem with its line, agent or table, and field); exit 1 on errors.
     Validate(validate::Args),
     /// Run a coordinator: the gRPC server that schedules steps and keeps run state in Redis.
     Coordinator(server::CoordinatorArgs),
