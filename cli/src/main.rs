@@ -116,17 +116,27 @@ fn main() -> ExitCode {
 
 /// Logs to stderr; `RUST_LOG` filters (default `info`). `BATON_LOG_FORMAT=json` writes one
 /// JSON object per line (`timestamp`, `level`, `target`, `fields`, and the spans it happened
-/// in), for log collectors.
+/// in), for log collectors. Coloured only for a person: on a terminal, without `NO_COLOR`.
 pub(crate) fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let json = std::env::var("BATON_LOG_FORMAT").is_ok_and(|format| format == "json");
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(colours(
+            std::io::IsTerminal::is_terminal(&std::io::stderr()),
+        ))
         .with_writer(std::io::stderr);
     let _ = if json {
         builder.json().with_current_span(true).try_init()
     } else {
         builder.try_init()
     };
+}
+
+/// Whether output to a terminal (`terminal`) or elsewhere may be coloured: only a terminal, and
+/// only while `NO_COLOR` is unset or empty (<https://no-color.org>). A file, a pipe or a log
+/// collector never gets escape codes.
+pub(crate) fn colours(terminal: bool) -> bool {
+    terminal && std::env::var_os("NO_COLOR").is_none_or(|value| value.is_empty())
 }
