@@ -712,16 +712,13 @@ fn runs_list_takes_every_run_status() {
         .iter()
         .map(|status| status.as_str())
         .collect();
-    let help = output(&mut baton().args(["runs", "list", "--help"]), None);
+    let help = output(baton().args(["runs", "list", "--help"]), None);
     let help = text(&help.stdout);
     assert!(
         help.contains(&format!("[possible values: {}]", statuses.join(", "))),
         "{help}"
     );
-    let refused = output(
-        &mut baton().args(["runs", "list", "--status", "pending"]),
-        None,
-    );
+    let refused = output(baton().args(["runs", "list", "--status", "pending"]), None);
     let said = text(&refused.stderr);
     assert!(!refused.status.success());
     for status in statuses {
