@@ -18,6 +18,9 @@ use harness::{Cluster, DEADLINE, Records, baton, output, step};
 use serde_json::{Value, json};
 use tonic::transport::Channel;
 
+/// The line `baton runs list` prints before its runs.
+const RUNS_HEADER: &str = "RUN                                   STATUS     WORKFLOW";
+
 fn feature_workflow() -> PathBuf {
     harness::root().join("examples/feature-development/workflow.json")
 }
@@ -241,8 +244,13 @@ async fn submit_prints_a_run_id_then_approve_watch_list_and_get() {
 
     let listed = ok(&cluster, &["runs", "list"]);
     assert_eq!(
+        listed.lines().next(),
+        Some(RUNS_HEADER),
+        "the columns are named first: {listed}"
+    );
+    assert_eq!(
         listed.lines().count(),
-        1,
+        2,
         "the retry started nothing: {listed}"
     );
     let line = listed
@@ -258,6 +266,11 @@ async fn submit_prints_a_run_id_then_approve_watch_list_and_get() {
     let record = get(&mut client, &run_id).await;
     assert!(
         summary.contains(&format!("state sha256 {}", record.state_sha256)),
+        "{summary}"
+    );
+    // No exporter and no traceparent: no trace, and it says why.
+    assert!(
+        summary.contains("\n  trace: none recorded (the coordinator that accepted the run exported no traces, and its submitter sent no traceparent;"),
         "{summary}"
     );
     let plan_line = summary
@@ -573,9 +586,11 @@ async fn runs_list_filters_by_status_and_workflow_and_pages_on() {
         })
         .collect();
     ok(&cluster, &["runs", "cancel", &runs[0]]);
+    // The runs listed, under the header.
     let ids = |listed: &str| -> Vec<String> {
-        listed
-            .lines()
+        let mut lines = listed.lines();
+        assert_eq!(lines.next(), Some(RUNS_HEADER), "{listed}");
+        lines
             .map(|line| line.split_whitespace().next().unwrap().to_owned())
             .collect()
     };
@@ -588,7 +603,18 @@ async fn runs_list_filters_by_status_and_workflow_and_pages_on() {
     );
     let cancelled = ids(&ok(&cluster, &["runs", "list", "--status", "cancelled"]));
     assert_eq!(cancelled, vec![runs[0].clone()]);
-    assert!(ok(&cluster, &["runs", "list", "--workflow", "another"]).is_empty());
+    assert!(ids(&ok(&cluster, &["runs", "list", "--workflow", "another"])).is_empty());
+    // --json: the page as one object, no header.
+    let page: Value = serde_json::from_str(&ok(
+        &cluster,
+        &["runs", "list", "--status", "cancelled", "--json"],
+    ))
+    .unwrap();
+    assert_eq!(page["runs"].as_array().map(Vec::len), Some(1), "{page}");
+    assert_eq!(page["runs"][0]["run_id"], json!(runs[0]));
+    assert_eq!(page["runs"][0]["status"], json!("cancelled"));
+    assert_eq!(page["runs"][0]["workflow_id"], json!("translate"));
+    assert_eq!(page["next_page_token"], Value::Null);
 
     // One a page: each page names the token of the next, and the pages cover every run once.
     let mut seen = Vec::new();
@@ -676,4 +702,141 @@ async fn submit_on_a_redis_too_busy_to_answer_names_the_run_that_may_exist() {
     let listed = ok(&cluster, &["runs", "list"]);
     assert_eq!(listed.matches(run_id.as_str()).count(), 1, "{listed}");
     assert_eq!(listed.matches(first.trim()).count(), 1, "{listed}");
+}
+
+/// `runs list --status` takes every run status, as its help says, and refuses anything else
+/// naming them all.
+#[test]
+fn runs_list_takes_every_run_status() {
+    let statuses: Vec<&str> = baton_core::RunStatus::ALL
+        .iter()
+        .map(|status| status.as_str())
+        .collect();
+    let help = output(baton().args(["runs", "list", "--help"]), None);
+    let help = text(&help.stdout);
+    assert!(
+        help.contains(&format!("[possible values: {}]", statuses.join(", "))),
+        "{help}"
+    );
+    let refused = output(baton().args(["runs", "list", "--status", "pending"]), None);
+    let said = text(&refused.stderr);
+    assert!(!refused.status.success());
+    for status in statuses {
+        assert!(said.contains(status), "{status} missing from: {said}");
+    }
+}
+
+/// `runs get` prints the run's trace id when it has one (here the client's, from
+/// `TRACEPARENT`: this coordinator exports no traces), and says why when it has none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn runs_get_prints_the_trace_id_or_why_there_is_none() {
+    let cluster = Cluster::start().await;
+    let workflow = cluster.dir().join("translate.json");
+    std::fs::write(
+        &workflow,
+        r#"{"id": "translate", "steps": [
+            {"id": "translate", "type": "agent", "agent": "translator"}
+        ]}"#,
+    )
+    .unwrap();
+    let submit = |traceparent: Option<&str>| {
+        let mut command = cli(&cluster, &["submit", workflow.to_str().unwrap()]);
+        if let Some(traceparent) = traceparent {
+            command.env("TRACEPARENT", traceparent);
+        }
+        let out = output(&mut command, None);
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        text(&out.stdout).trim().to_owned()
+    };
+    let traced = submit(Some(
+        "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+    ));
+    let summary = ok(&cluster, &["runs", "get", &traced]);
+    assert!(
+        summary.contains("\n  trace: 4bf92f3577b34da6a3ce929d0e0e4736\n"),
+        "{summary}"
+    );
+    let untraced = submit(None);
+    let summary = ok(&cluster, &["runs", "get", &untraced]);
+    assert!(
+        summary.contains(
+            "\n  trace: none recorded (the coordinator that accepted the run exported no traces, and its submitter sent no traceparent; runs submitted with OTEL_EXPORTER_OTLP_ENDPOINT set get one)\n"
+        ),
+        "{summary}"
+    );
+}
+
+/// `baton coordinator` told to listen on a port this test holds: it logs how its port is
+/// secured, then stops. What it wrote to stderr: into a pipe, or on a terminal (a
+/// pseudo-terminal util-linux's `script` gives it), with `NO_COLOR` set to `no_color` or unset.
+fn coordinator_log(on_a_terminal: bool, no_color: Option<&str>) -> String {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let listen = format!("127.0.0.1:{}", taken.local_addr().unwrap().port());
+    let args = [
+        "coordinator",
+        "--memory",
+        "--listen",
+        &listen,
+        "--metrics-listen",
+        "127.0.0.1:0",
+    ];
+    // The environment every test's `baton` gets, but for NO_COLOR.
+    let template = baton();
+    let mut command = if on_a_terminal {
+        let mut script = Command::new("script");
+        script
+            .arg("-qec")
+            .arg(format!(
+                "{} {}",
+                env!("CARGO_BIN_EXE_baton"),
+                args.join(" ")
+            ))
+            .arg("/dev/null");
+        script
+    } else {
+        let mut direct = Command::new(env!("CARGO_BIN_EXE_baton"));
+        direct.args(args);
+        direct
+    };
+    for (name, value) in template.get_envs() {
+        match value {
+            Some(value) => command.env(name, value),
+            None => command.env_remove(name),
+        };
+    }
+    match no_color {
+        Some(value) => command.env("NO_COLOR", value),
+        None => command.env_remove("NO_COLOR"),
+    };
+    let out = output(&mut command, None);
+    drop(taken);
+    // `script` copies the terminal's output to its stdout; stderr is the pipe otherwise.
+    let log = text(if on_a_terminal {
+        &out.stdout
+    } else {
+        &out.stderr
+    });
+    assert!(log.contains("INFO"), "nothing was logged: {log:?}");
+    log
+}
+
+/// Logs are coloured only for a person at a terminal: not into a file or a pipe, and not with
+/// `NO_COLOR` set to anything but empty (no-color.org).
+#[test]
+fn logs_have_no_colour_codes_off_a_terminal_or_with_no_color() {
+    const ESCAPE: &str = "\x1b[";
+    let piped = coordinator_log(false, None);
+    assert!(!piped.contains(ESCAPE), "{piped:?}");
+    let terminal = coordinator_log(true, None);
+    assert!(
+        terminal.contains(ESCAPE),
+        "a terminal gets colours: {terminal:?}"
+    );
+    let empty = coordinator_log(true, Some(""));
+    assert!(
+        empty.contains(ESCAPE),
+        "an empty NO_COLOR is unset: {empty:?}"
+    );
+    let no_color = coordinator_log(true, Some("1"));
+    assert!(!no_color.contains(ESCAPE), "{no_color:?}");
 }

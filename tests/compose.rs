@@ -2,7 +2,8 @@
 //! from the image the tests build: Redis, two coordinators and two workers, each container on its
 //! own address. From the host, the real `baton` CLI submits the feature-development example
 //! through the published ports with the dev `ci` token, approves its plan and sees it succeed
-//! with its parallel branches on both workers. A second run loses a coordinator container and a
+//! with its parallel branches on both workers, and the web UI answers on both coordinators'
+//! published HTTP ports. A second run loses a coordinator container and a
 //! worker container while its branches are running, and must still succeed with every step done
 //! once and its state chain intact. Then `docker-compose down -v` must leave nothing behind.
 //!
@@ -41,7 +42,7 @@ const SERVICES: [&str; 5] = [
     "worker-2",
 ];
 /// Variables compose.yaml reads: none may leak in from the caller's environment.
-const SETTINGS: [&str; 8] = [
+const SETTINGS: [&str; 10] = [
     "BATON_IMAGE",
     "BATON_REDIS_IMAGE",
     "BATON_AGENTS_FILE",
@@ -50,6 +51,8 @@ const SETTINGS: [&str; 8] = [
     "BATON_WORKER_CONCURRENCY",
     "BATON_COORDINATOR_1_PORT",
     "BATON_COORDINATOR_2_PORT",
+    "BATON_COORDINATOR_1_HTTP_PORT",
+    "BATON_COORDINATOR_2_HTTP_PORT",
 ];
 
 /// A compose project of its own: brought down, with its volumes, when dropped; its containers'
@@ -319,8 +322,22 @@ fn free_port() -> u16 {
     }
 }
 
-/// The host ports deploy/README.md's recipe publishes.
-const README_PORTS: [u16; 2] = [50051, 50052];
+/// The host ports deploy/README.md's recipe publishes: the coordinators' gRPC, then their HTTP
+/// (the web UI).
+const README_PORTS: [u16; 4] = [50051, 50052, 9464, 9465];
+
+/// Fails unless the web UI's page answers at `url` (`baton probe`: a 2xx, from the host).
+fn assert_the_web_ui_answers(url: &str) {
+    let mut probe = Command::new(env!("CARGO_BIN_EXE_baton"));
+    probe.args(["probe", url]);
+    let output = run(&mut probe, DEADLINE);
+    assert!(
+        output.status.success(),
+        "the web UI does not answer at {url}: {}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
 
 /// One compose cluster at a time: two of them would compete for the machine's two cores, and
 /// for its ports.
@@ -331,7 +348,8 @@ fn one_cluster_at_a_time() -> std::sync::MutexGuard<'static, ()> {
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-/// Unless told otherwise, the workers serve the example's own agents file.
+/// Unless told otherwise, the workers serve the example's own agents file, and the coordinators
+/// publish their gRPC and HTTP ports (the web UI) on 127.0.0.1 at the README's ports.
 #[test]
 fn compose_mounts_the_example_agents_by_default() {
     let compose = Compose::new(Vec::new());
@@ -344,6 +362,14 @@ fn compose_mounts_the_example_agents_by_default() {
     );
     assert!(config.contains("baton:dev"), "{config}");
     assert!(config.contains("redis:7.2-bookworm"), "{config}");
+    for published in [
+        "127.0.0.1:50051:50051",
+        "127.0.0.1:50052:50051",
+        "127.0.0.1:9464:9464",
+        "127.0.0.1:9465:9464",
+    ] {
+        assert!(config.contains(published), "{published} missing:\n{config}");
+    }
 }
 
 /// The cluster serves the example from the host, survives losing a coordinator and a worker in
@@ -354,7 +380,7 @@ fn a_compose_cluster_runs_the_example_survives_losing_a_coordinator_and_a_worker
     let _alone = one_cluster_at_a_time();
     let images = images();
     let dir = tempfile::tempdir().expect("a temporary folder");
-    let ports = [free_port(), free_port()];
+    let ports = [free_port(), free_port(), free_port(), free_port()];
     let compose = Compose::new(vec![
         ("BATON_IMAGE", images.baton.to_owned()),
         (
@@ -364,6 +390,8 @@ fn a_compose_cluster_runs_the_example_survives_losing_a_coordinator_and_a_worker
         ("BATON_WORKER_CONCURRENCY", "1".to_owned()),
         ("BATON_COORDINATOR_1_PORT", ports[0].to_string()),
         ("BATON_COORDINATOR_2_PORT", ports[1].to_string()),
+        ("BATON_COORDINATOR_1_HTTP_PORT", ports[2].to_string()),
+        ("BATON_COORDINATOR_2_HTTP_PORT", ports[3].to_string()),
     ]);
     compose.run_twice_if_need_be(&["up", "-d"]);
 
@@ -389,6 +417,10 @@ fn a_compose_cluster_runs_the_example_survives_losing_a_coordinator_and_a_worker
     addresses.sort();
     addresses.dedup();
     assert_eq!(addresses.len(), SERVICES.len(), "{addresses:?}");
+    // The web UI, through each coordinator's published HTTP port.
+    for port in &ports[2..] {
+        assert_the_web_ui_answers(&format!("http://127.0.0.1:{port}/"));
+    }
 
     let token = std::fs::read_to_string(images::root().join("deploy/compose/dev-ci.token"))
         .expect("the dev ci token");
@@ -585,6 +617,9 @@ fn the_deploy_readme_s_compose_recipe_runs_as_printed() {
             let printed = std::fs::read_to_string(&watch_out).unwrap_or_default();
             assert!(status.success(), "{status}\n{printed}");
             assert!(printed.contains("succeeded"), "{printed}");
+            // Where the README says the web UI is, while the cluster is up.
+            assert_the_web_ui_answers("http://127.0.0.1:9464/");
+            assert_the_web_ui_answers("http://127.0.0.1:9465/");
         }
     }
     assert!(

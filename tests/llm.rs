@@ -1,6 +1,7 @@
 //! `llm` agents end to end, with the real `baton` binaries and a stand-in OpenAI-compatible
 //! server (`support/llm_server.rs`): the spec's workflow with the spec's four prompts through
-//! `baton dev` exactly as the README runs it and on a cluster with the same agents file; tokens
+//! `baton dev` exactly as the README runs it and on a cluster with the same agents file, each
+//! moved from the example's Ollama to the stand-in by environment variables alone; tokens
 //! streaming to a watcher on another coordinator while the model still streams; a cancel and a
 //! timeout in the middle of a stream.
 
@@ -14,7 +15,7 @@ mod llm_server;
 mod spec;
 
 use std::path::PathBuf;
-use std::sync::{LazyLock, Mutex};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use baton_proto::v1::run_service_client::RunServiceClient;
@@ -29,11 +30,8 @@ use serde_json::{Value, json};
 use tonic::Streaming;
 use tonic::transport::Channel;
 
-/// Where `examples/feature-development/agents.llm.toml` expects its model: a local Ollama.
-const OLLAMA: &str = "127.0.0.1:11434";
-
-/// The tests that stand in for Ollama on its port take turns.
-static OLLAMA_PORT: LazyLock<tokio::sync::Mutex<()>> = LazyLock::new(Default::default);
+/// The model `examples/feature-development/agents.llm.toml` names in its `[defaults.llm]`.
+const EXAMPLE_MODEL: &str = "qwen2.5-coder:3b";
 
 fn example(path: &str) -> PathBuf {
     harness::root()
@@ -183,12 +181,13 @@ fn text(bytes: &[u8]) -> String {
 /// The README's recipe, as printed (the binary `cargo run` builds, run from the repository):
 /// `baton dev examples/feature-development/workflow.json --agents
 /// examples/feature-development/agents.llm.toml --input "Add dark mode toggle"`, answering the
-/// plan's approval at the terminal.
+/// plan's approval at the terminal; `BATON_LLM_BASE_URL` in its environment, as the README
+/// says, sends every agent of the file to the stand-in server instead of a local Ollama.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn baton_dev_runs_the_spec_pipeline_against_a_local_model_as_the_readme_says() {
-    let _port = OLLAMA_PORT.lock().await;
-    let server = LlmServer::start_on(OLLAMA).await;
+    let server = LlmServer::start().await;
     server.respond_with(model());
+    let base_url = server.base_url();
     let args = [
         "dev",
         "examples/feature-development/workflow.json",
@@ -200,16 +199,21 @@ async fn baton_dev_runs_the_spec_pipeline_against_a_local_model_as_the_readme_sa
     harness::assert_readme_runs(&args);
     let out = tokio::task::spawn_blocking(move || {
         let mut command = baton();
-        command.current_dir(harness::root()).args(args);
+        command
+            .current_dir(harness::root())
+            .args(args)
+            .env("BATON_LLM_BASE_URL", base_url);
         output_within(&mut command, Some("y\n"), Duration::from_secs(60))
     })
     .await
     .unwrap();
     let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
     assert!(out.status.success(), "stdout:\n{stdout}\nstderr:\n{stderr}");
-    // Tokens were printed under their steps as they came.
+    // Tokens were printed under their steps as they came: the reviewer's, which streams after
+    // the approval was answered at the terminal, so surely to the watch (`baton dev` submits,
+    // then watches: on a busy machine the planner may be done before the watch begins).
     assert!(stdout.contains("output"), "{stdout}");
-    assert!(stdout.contains("    │ {\"files\": [\"src"), "{stdout}");
+    assert!(stdout.contains("    │ {\"approved\": true"), "{stdout}");
     assert!(
         stdout.contains("run ") && stdout.contains(" succeeded"),
         "{stdout}"
@@ -219,12 +223,14 @@ async fn baton_dev_runs_the_spec_pipeline_against_a_local_model_as_the_readme_sa
     // With --json, only the final record: every step's data from its reply, and the tokens.
     server.respond_with(model());
     let server_requests_before = server.requests().len();
+    let base_url = server.base_url();
     let out = tokio::task::spawn_blocking(move || {
         let mut command = baton();
         command
             .current_dir(harness::root())
             .args(args)
-            .args(["--json", "--auto-approve"]);
+            .args(["--json", "--auto-approve"])
+            .env("BATON_LLM_BASE_URL", base_url);
         output_within(&mut command, None, Duration::from_secs(60))
     })
     .await
@@ -240,7 +246,7 @@ async fn baton_dev_runs_the_spec_pipeline_against_a_local_model_as_the_readme_sa
     assert_eq!(record["context"]["review"]["approved"], json!(true));
     let calls = server.requests().len() - server_requests_before;
     let usage = &record["usage"][0];
-    assert_eq!(usage["model"], json!("qwen2.5-coder:3b"));
+    assert_eq!(usage["model"], json!(EXAMPLE_MODEL));
     // Every call answered with usage (120, 40) but the 429, which used none.
     assert_eq!(
         usage["prompt_tokens"],
@@ -311,23 +317,29 @@ async fn submit(client: &mut RunServiceClient<Channel>, workflow: &Value) -> Str
     harness::submit(client, workflow.to_string(), &json!("go")).await
 }
 
-/// Two coordinators on one Redis; workers go to the first.
-async fn fleet() -> Fleet {
+/// Two coordinators on one Redis, every process with `env`; workers go to the first.
+async fn fleet(env: &[(&str, &str)]) -> Fleet {
     let timing = Timing {
         lease_ms: 2_000,
         worker_silence_ms: 3_000,
     };
-    Fleet::start(2, timing).await
+    Fleet::start_with_env(2, timing, env).await
 }
 
 /// The spec's workflow on a cluster of real processes, with the very agents file `baton dev`
-/// uses: a worker on one coordinator, the run watched and approved through the other.
+/// uses: a worker on one coordinator, the run watched and approved through the other. The
+/// worker's environment moves every agent to another server and model
+/// (`BATON_LLM_BASE_URL`, `BATON_LLM_MODEL`), as it would move them from Ollama to OpenAI.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_same_agents_file_runs_unchanged_on_a_cluster() {
-    let _port = OLLAMA_PORT.lock().await;
-    let server = LlmServer::start_on(OLLAMA).await;
+    let server = LlmServer::start().await;
     server.respond_with(model());
-    let mut fleet = fleet().await;
+    let base_url = server.base_url();
+    let env = [
+        ("BATON_LLM_BASE_URL", base_url.as_str()),
+        ("BATON_LLM_MODEL", "gpt-4o-mini"),
+    ];
+    let mut fleet = fleet(&env).await;
     fleet.start_worker("w1", &example("agents.llm.toml"), 4);
     fleet.wait_for_workers(1).await;
     let mut client = fleet.client(1).await.unwrap();
@@ -356,8 +368,13 @@ async fn the_same_agents_file_runs_unchanged_on_a_cluster() {
     let (streamed, record) = watch.finished().await;
     assert_eq!(record.status, "succeeded", "{}", record.error);
     assert!(streamed.contains("\"approved\": true"), "{streamed}");
-    check_the_prompts(&server.requests());
+    let requests = server.requests();
+    check_the_prompts(&requests);
+    for request in &requests {
+        assert_eq!(request.body["model"], json!("gpt-4o-mini"));
+    }
     assert_eq!(record.usage.len(), 1);
+    assert_eq!(record.usage[0].model, "gpt-4o-mini");
     assert!(record.usage[0].completion_tokens > 0);
     drop(fleet);
 }

@@ -109,6 +109,63 @@ fn a_missing_file_is_an_error_not_a_crash() {
     assert!(stdout(&output).contains("cannot read the file"));
 }
 
+/// `baton validate --agents FILE` in an environment without BATON_LLM_* but `env`.
+fn validate_agents(file: &std::path::Path, env: &[(&str, &str)]) -> std::process::Output {
+    let mut command = baton();
+    for name in [
+        "BATON_LLM_BASE_URL",
+        "BATON_LLM_MODEL",
+        "BATON_LLM_API_KEY_ENV",
+    ] {
+        command.env_remove(name);
+    }
+    command
+        .args(["validate", "--agents"])
+        .arg(file)
+        .envs(env.iter().copied())
+        .output()
+        .unwrap()
+}
+
+/// An agents file is checked as a worker loads it: the example's llm agents with their
+/// `[defaults.llm]`; a bad default named with its file, line, table and field; a bad
+/// `BATON_LLM_*` variable named as what set the field.
+#[test]
+fn agents_files_and_their_defaults_are_checked_naming_file_line_table_and_field() {
+    let example = root().join("examples/feature-development/agents.llm.toml");
+    let output = validate_agents(&example, &[]);
+    assert!(output.status.success(), "{}", stdout(&output));
+    assert_eq!(stdout(&output), format!("{}: ok\n", example.display()));
+
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("agents.toml");
+    fs::write(
+        &file,
+        "[defaults.llm]\nbase_url = \"http://localhost:11434/v1\"\ntemperature = \"hot\"\n\n[agents.a]\nkind = \"llm\"\nmodel = \"m\"\nprompt = \"x\"\n",
+    )
+    .unwrap();
+    let output = validate_agents(&file, &[]);
+    assert_eq!(output.status.code(), Some(1));
+    assert_eq!(
+        stdout(&output),
+        format!(
+            "{}:3: [defaults.llm]: field `temperature` must be a number, 0 or more, found string\n",
+            file.display()
+        )
+    );
+
+    let output = validate_agents(&example, &[("BATON_LLM_BASE_URL", "localhost:11434")]);
+    assert_eq!(output.status.code(), Some(1));
+    let said = stdout(&output);
+    assert!(
+        said.starts_with(&format!(
+            "{}:32: [defaults.llm]: field `base_url` (from environment variable BATON_LLM_BASE_URL) ",
+            example.display()
+        )),
+        "{said}"
+    );
+}
+
 /// A workflow file with workflow id `id` (written JSON-escaped, as an editor would save it).
 fn workflow_with_id(dir: &std::path::Path, id: &str) -> std::path::PathBuf {
     let file = dir.join("workflow.json");

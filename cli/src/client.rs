@@ -183,14 +183,15 @@ pub struct RunsArgs {
 
 #[derive(clap::Subcommand)]
 enum RunsCommand {
-    /// The newest runs, a page at a time: when more follow, stderr says how to get the next page.
+    /// The newest runs, a page at a time, under a header line (with --json, one JSON object):
+    /// when more follow, stderr says how to get the next page.
     List {
         /// At most this many runs (the coordinator gives at most 1,000).
         #[arg(long, default_value_t = 50)]
         limit: u32,
         /// Only runs with this status. A page over runs that mostly have another may come back
         /// short: the next page goes on.
-        #[arg(long, value_parser = ["running", "succeeded", "failed", "cancelled"])]
+        #[arg(long, value_parser = run_statuses())]
         status: Option<String>,
         /// Only runs of this workflow id.
         #[arg(long)]
@@ -199,6 +200,10 @@ enum RunsCommand {
         /// give the same filters.
         #[arg(long, allow_hyphen_values = true)]
         page_token: Option<String>,
+        /// Print the page as one JSON object: `runs` (each `run_id`, `status`, `workflow_id`,
+        /// `created_ms`, `updated_ms`) and `next_page_token` (null on the last page).
+        #[arg(long)]
+        json: bool,
     },
     /// A run's record: status, steps, what it waits for.
     Get {
@@ -237,6 +242,7 @@ pub async fn runs(args: RunsArgs) -> anyhow::Result<ExitCode> {
             status,
             workflow,
             page_token,
+            json,
         } => {
             let request = ListRunsRequest {
                 limit,
@@ -244,7 +250,7 @@ pub async fn runs(args: RunsArgs) -> anyhow::Result<ExitCode> {
                 workflow_id: workflow.unwrap_or_default(),
                 page_token: page_token.unwrap_or_default(),
             };
-            list_runs(&mut client, request, &mut stdout).await?;
+            list_runs(&mut client, request, json, &mut stdout).await?;
         }
         RunsCommand::Get { run_id, json } => {
             let record = client
@@ -292,10 +298,17 @@ pub async fn runs(args: RunsArgs) -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// `runs list`: a run per line on stdout, the next page's token on stderr.
+/// The values `runs list --status` takes: every run status.
+fn run_statuses() -> clap::builder::PossibleValuesParser {
+    clap::builder::PossibleValuesParser::new(baton_core::RunStatus::ALL.map(|s| s.as_str()))
+}
+
+/// `runs list`: a header, then a run per line on stdout, the next page's token on stderr; or,
+/// with `json`, the page as one JSON object.
 async fn list_runs(
     client: &mut Client,
     request: ListRunsRequest,
+    json: bool,
     stdout: &mut impl Write,
 ) -> anyhow::Result<()> {
     let page = client
@@ -303,19 +316,45 @@ async fn list_runs(
         .await
         .map_err(failed)?
         .into_inner();
+    if json {
+        let runs: Vec<serde_json::Value> = page
+            .runs
+            .iter()
+            .map(|run| {
+                serde_json::json!({
+                    "run_id": run.run_id,
+                    "status": run.status,
+                    "workflow_id": run.workflow_id,
+                    "created_ms": run.created_ms,
+                    "updated_ms": run.updated_ms,
+                })
+            })
+            .collect();
+        let next = (!page.next_page_token.is_empty()).then_some(&page.next_page_token);
+        let page = serde_json::json!({"runs": runs, "next_page_token": next});
+        writeln!(stdout, "{page}")?;
+        return Ok(());
+    }
+    // Run ids are UUIDs, 36 characters.
+    writeln!(stdout, "{:<36}  {:<10} WORKFLOW", "RUN", "STATUS")?;
     for run in page.runs {
         writeln!(
             stdout,
-            "{}  {:<10} {}",
+            "{:<36}  {:<10} {}",
             run.run_id, run.status, run.workflow_id
         )?;
     }
-    // On stderr, so that stdout stays one run per line for scripts.
+    // On stderr, so that stdout stays the header and one run per line.
     if !page.next_page_token.is_empty() {
         eprintln!("next page: --page-token {}", page.next_page_token);
     }
     Ok(())
 }
+
+/// What `runs get` says of a run without a trace id: a run has one when the coordinator that
+/// accepted it exported traces, or when its submitter sent a `traceparent` (baton's own with an
+/// exporter configured, or `TRACEPARENT`).
+const NO_TRACE: &str = "none recorded (the coordinator that accepted the run exported no traces, and its submitter sent no traceparent; runs submitted with OTEL_EXPORTER_OTLP_ENDPOINT set get one)";
 
 /// `runs get`: the summary, a line per step, the tokens, the state and the trace.
 fn print_record(stdout: &mut impl Write, record: &RunRecord) -> anyhow::Result<()> {
@@ -353,8 +392,10 @@ fn print_record(stdout: &mut impl Write, record: &RunRecord) -> anyhow::Result<(
         )?;
     }
     writeln!(stdout, "  state sha256 {}", record.state_sha256)?;
-    if !record.trace_id.is_empty() {
-        writeln!(stdout, "  trace {}", record.trace_id)?;
+    if record.trace_id.is_empty() {
+        writeln!(stdout, "  trace: {NO_TRACE}")?;
+    } else {
+        writeln!(stdout, "  trace: {}", record.trace_id)?;
     }
     Ok(())
 }

@@ -1,7 +1,7 @@
 //! `baton`: the command line of the Baton workflow engine.
 //!
 //! - this file: the subcommands, the runtime they run on, and logging.
-//! - `validate`: `baton validate`, check workflow files.
+//! - `validate`: `baton validate`, check workflow files and agents files.
 //! - `security`: TLS, mTLS and token flags, for the coordinator and for its clients.
 //! - `certs`, `pki`: `baton certs`, a CA and the certificates a secured cluster needs.
 //! - `tokens`: `baton tokens`, principals and their tokens in a principals file.
@@ -57,7 +57,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Check workflow files: print every problem with its JSON path and step, exit 1 on errors.
+    /// Check workflow files (every problem with its JSON path and step) and agents files
+    /// (`--agents`: the first problem with its line, agent or table, and field); exit 1 on errors.
     Validate(validate::Args),
     /// Run a coordinator: the gRPC server that schedules steps and keeps run state in Redis.
     Coordinator(server::CoordinatorArgs),
@@ -135,17 +136,27 @@ fn main() -> ExitCode {
 
 /// Logs to stderr; `RUST_LOG` filters (default `info`). `BATON_LOG_FORMAT=json` writes one
 /// JSON object per line (`timestamp`, `level`, `target`, `fields`, and the spans it happened
-/// in), for log collectors.
+/// in), for log collectors. Coloured only for a person: on a terminal, without `NO_COLOR`.
 pub(crate) fn init_logging() {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let json = std::env::var("BATON_LOG_FORMAT").is_ok_and(|format| format == "json");
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(colours(
+            std::io::IsTerminal::is_terminal(&std::io::stderr()),
+        ))
         .with_writer(std::io::stderr);
     let _ = if json {
         builder.json().with_current_span(true).try_init()
     } else {
         builder.try_init()
     };
+}
+
+/// Whether output to a terminal (`terminal`) or elsewhere may be coloured: only a terminal, and
+/// only while `NO_COLOR` is unset or empty (<https://no-color.org>). A file, a pipe or a log
+/// collector never gets escape codes.
+pub(crate) fn colours(terminal: bool) -> bool {
+    terminal && std::env::var_os("NO_COLOR").is_none_or(|value| value.is_empty())
 }

@@ -1,4 +1,4 @@
-//! `baton validate FILE...`
+//! `baton validate FILE... [--agents AGENTS]...`
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -6,12 +6,17 @@ use std::process::ExitCode;
 
 use baton_core::diagnostics::Severity;
 use baton_core::{Diagnostic, parse_workflow};
+use baton_worker::agents::AgentsFile;
 
 #[derive(clap::Args)]
 pub struct Args {
     /// Workflow files (JSON; `//` comments and trailing commas are allowed).
-    #[arg(required = true)]
+    #[arg(required_unless_present = "agents")]
     files: Vec<PathBuf>,
+    /// An agents file to check as a worker loads it (every field, its `[defaults.llm]` and the
+    /// BATON_LLM_* variables over it, its prompts and schemas, its keys' variables set).
+    #[arg(long, value_name = "AGENTS")]
+    agents: Vec<PathBuf>,
     /// Print one JSON object per file instead of text.
     #[arg(long)]
     json: bool,
@@ -21,6 +26,28 @@ pub struct Args {
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let mut stdout = std::io::stdout().lock();
     let mut invalid = 0usize;
+    for file in &args.agents {
+        let error = AgentsFile::load(file).err();
+        invalid += usize::from(error.is_some());
+        if args.json {
+            let problems: Vec<serde_json::Value> = error
+                .iter()
+                .map(|e| serde_json::json!({"severity": "error", "message": e.to_string()}))
+                .collect();
+            let line = serde_json::json!({
+                "file": file.display().to_string(),
+                "valid": error.is_none(),
+                "problems": problems,
+            });
+            writeln!(stdout, "{line}")?;
+        } else {
+            match error {
+                // The message starts with the file (and line).
+                Some(error) => writeln!(stdout, "{error}")?,
+                None => writeln!(stdout, "{}: ok", file.display())?,
+            }
+        }
+    }
     for file in &args.files {
         let diagnostics = match std::fs::read_to_string(file) {
             Ok(text) => match parse_workflow(&text) {
@@ -62,13 +89,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             writeln!(stdout, "{}: ok", file.display())?;
         }
     }
-    if !args.json && args.files.len() > 1 {
-        writeln!(
-            stdout,
-            "{} of {} files valid",
-            args.files.len() - invalid,
-            args.files.len()
-        )?;
+    let checked = args.files.len() + args.agents.len();
+    if !args.json && checked > 1 {
+        writeln!(stdout, "{} of {checked} files valid", checked - invalid)?;
     }
     Ok(if invalid == 0 {
         ExitCode::SUCCESS

@@ -210,6 +210,20 @@ pub enum StepStatus {
 }
 
 impl StepStatus {
+    /// Every status, in the order lists show them (the docs, the web UI's legend).
+    pub const ALL: [StepStatus; 10] = [
+        StepStatus::Pending,
+        StepStatus::Queued,
+        StepStatus::Running,
+        StepStatus::Retrying,
+        StepStatus::Waiting,
+        StepStatus::Succeeded,
+        StepStatus::Failed,
+        StepStatus::Rejected,
+        StepStatus::Cancelled,
+        StepStatus::Redriven,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             StepStatus::Pending => "pending",

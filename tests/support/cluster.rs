@@ -120,6 +120,10 @@ pub fn baton() -> Command {
         .env_remove("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
         .env_remove("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT")
         .env_remove("TRACEPARENT")
+        // Nor send its llm agents to another server or model than their agents file names.
+        .env_remove("BATON_LLM_BASE_URL")
+        .env_remove("BATON_LLM_MODEL")
+        .env_remove("BATON_LLM_API_KEY_ENV")
         .env("NO_COLOR", "1")
         .env("RUST_LOG", "info");
     command

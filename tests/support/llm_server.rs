@@ -287,9 +287,9 @@ impl LlmServer {
         Self::start_on("127.0.0.1:0").await
     }
 
-    /// Starts a server on `addr` (Ollama's `127.0.0.1:11434`, for the README's recipe as it
-    /// is printed), failing with a clear message if the port is taken.
-    pub async fn start_on(addr: &str) -> LlmServer {
+    /// Starts a server on `addr`, failing with a clear message if the port is taken. (An
+    /// agents file is pointed at it by `BATON_LLM_BASE_URL`, whatever its `base_url`.)
+    async fn start_on(addr: &str) -> LlmServer {
         let shared = Arc::new(Shared {
             replies: Mutex::default(),
             responder: Mutex::default(),

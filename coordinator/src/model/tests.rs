@@ -108,3 +108,43 @@ fn a_stored_event_is_built_from_the_engine_event_it_records() {
         None
     );
 }
+
+/// The texts between `start` and the next of `end` in `text`, each quoted by `quote`: a list of
+/// statuses as a document writes it.
+fn listed(text: &str, start: &str, end: &[char], quote: char) -> Vec<String> {
+    let at = text
+        .find(start)
+        .unwrap_or_else(|| panic!("no {start:?} in the text"));
+    let rest = &text[at + start.len()..];
+    let list = &rest[..rest.find(end).expect("the list ends")];
+    list.split(quote)
+        .skip(1)
+        .step_by(2)
+        .map(str::to_owned)
+        .collect()
+}
+
+/// Every run status and every step status appears, in order, wherever statuses are listed: the
+/// README's run record and the web UI's filter and legend (the CLI's `--status` takes
+/// `RunStatus::ALL` itself).
+#[test]
+fn every_status_is_listed_where_statuses_are_listed() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let read = |path: &str| std::fs::read_to_string(root.join(path)).unwrap();
+    let runs: Vec<String> = baton_core::RunStatus::ALL
+        .iter()
+        .map(|status| status.as_str().to_owned())
+        .collect();
+    let steps: Vec<String> = StepStatus::ALL
+        .iter()
+        .map(|status| status.as_str().to_owned())
+        .collect();
+    let readme = read("README.md").replace('\n', " ");
+    // The README's lists end at their `)`, or at the `;` before what they explain.
+    let end = [')', ';'];
+    assert_eq!(listed(&readme, "`run_id`, `status` (", &end, '`'), runs);
+    assert_eq!(listed(&readme, "`type`, `status` (", &end, '`'), steps);
+    let config = read("coordinator/src/web/assets/js/config.js");
+    assert_eq!(listed(&config, "RUN_STATUSES = [", &[']'], '\''), runs);
+    assert_eq!(listed(&config, "STEP_STATUSES = [", &[']'], '\''), steps);
+}

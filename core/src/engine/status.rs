@@ -20,6 +20,14 @@ pub enum RunStatus {
 }
 
 impl RunStatus {
+    /// Every status, in the order lists show them (the CLI's `--status`, the docs, the web UI).
+    pub const ALL: [RunStatus; 4] = [
+        RunStatus::Running,
+        RunStatus::Succeeded,
+        RunStatus::Failed,
+        RunStatus::Cancelled,
+    ];
+
     pub fn is_terminal(self) -> bool {
         self != RunStatus::Running
     }

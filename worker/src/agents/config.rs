@@ -11,7 +11,8 @@
 //! messages that list the kinds or say which kind a field belongs to follow from that table.
 //!
 //! `sources`: the text of a field given inline or in a file (a template, a prompt), and the
-//! errors of one that does not compile.
+//! errors of one that does not compile. `defaults`: `[defaults.<kind>]` tables and the
+//! environment variables over them, checked and merged into each agent of their kind.
 
 use std::collections::BTreeMap;
 use std::ops::Range;
@@ -20,8 +21,10 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 use toml::{Spanned, Value};
 
+mod defaults;
 mod sources;
 
+pub(super) use defaults::KindDefaults;
 pub(super) use sources::Source;
 
 /// One kind of agent, `A` being what any agent is: its name in `kind = "..."`, the fields it
@@ -30,6 +33,9 @@ pub(super) struct Kind<A> {
     pub(super) name: &'static str,
     pub(super) fields: &'static [&'static str],
     pub(super) check: fn(&Checker, Fields) -> Result<A, ConfigError>,
+    /// What its agents may inherit (`[defaults.<name>]`, environment variables); `None`: the
+    /// kind takes no defaults.
+    pub(super) defaults: Option<KindDefaults>,
 }
 
 /// The kinds as a message lists them: `"command", "template" or "llm"`.
@@ -63,15 +69,38 @@ pub enum ConfigError {
         message: String,
     },
     /// One field of one agent is missing, unknown or invalid.
-    #[error("{}: agent \"{agent}\": field `{field}` {problem}", location(file, *line))]
+    #[error("{}: agent \"{agent}\": field `{field}`{} {problem}", location(file, *line), from_note(from))]
     Agent {
         file: PathBuf,
-        /// The line of the field, or of the agent's table when the field is missing.
+        /// The line of the field, or of the agent's table when the field is missing or was set
+        /// by an environment variable.
         line: Option<usize>,
         agent: String,
         field: String,
+        /// Where the field came from when the agent's table does not set it: `[defaults.llm]`,
+        /// or `environment variable BATON_LLM_BASE_URL`.
+        from: Option<String>,
         problem: Box<Problem>,
     },
+    /// One field of a `[defaults.<kind>]` table is unknown or invalid.
+    #[error("{}: [defaults.{kind}]: field `{field}`{} {problem}", location(file, *line), from_note(from))]
+    Defaults {
+        file: PathBuf,
+        /// The line of the field, or of the table when an environment variable set it.
+        line: Option<usize>,
+        kind: String,
+        field: String,
+        /// The environment variable that set the field over the table, if one did.
+        from: Option<String>,
+        problem: Box<Problem>,
+    },
+}
+
+/// ` (from <where>)`, or nothing.
+fn from_note(from: &Option<String>) -> String {
+    from.as_ref()
+        .map(|from| format!(" (from {from})"))
+        .unwrap_or_default()
 }
 
 /// What is wrong with one field of an agent (the text reads after "field `x` ").
@@ -124,37 +153,49 @@ pub(super) type Fields = BTreeMap<String, Spanned<Value>>;
 #[serde(deny_unknown_fields)]
 struct RawFile {
     #[serde(default)]
-    agents: BTreeMap<String, Spanned<AgentTable>>,
+    agents: BTreeMap<String, Spanned<Table<AGENT>>>,
+    #[serde(default)]
+    defaults: BTreeMap<String, Spanned<Table<DEFAULTS>>>,
 }
 
-/// One agent's fields, each with its span; anything but a table is refused with a message
-/// that says what an agent looks like.
-struct AgentTable(Fields);
+/// What a table under `[agents]` is, for a message that refuses anything else.
+const AGENT: u8 = 0;
+/// What a table under `[defaults]` is.
+const DEFAULTS: u8 = 1;
 
-impl<'de> Deserialize<'de> for AgentTable {
+/// A table's fields, each with its span; anything but a table is refused with a message that
+/// says what the table looks like (`WHAT`: [`AGENT`] or [`DEFAULTS`]).
+struct Table<const WHAT: u8>(Fields);
+
+impl<'de, const WHAT: u8> Deserialize<'de> for Table<WHAT> {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct Visitor;
-        impl<'de> serde::de::Visitor<'de> for Visitor {
-            type Value = AgentTable;
+        struct Visitor<const WHAT: u8>;
+        impl<'de, const WHAT: u8> serde::de::Visitor<'de> for Visitor<WHAT> {
+            type Value = Table<WHAT>;
 
             fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-                f.write_str(
-                    "a table of agent fields, like [agents.planner] with kind = \"command\"",
-                )
+                f.write_str(match WHAT {
+                    AGENT => {
+                        "a table of agent fields, like [agents.planner] with kind = \"command\""
+                    }
+                    _ => {
+                        "a table of defaults for one kind of agent, like [defaults.llm] with model = \"...\""
+                    }
+                })
             }
 
             fn visit_map<A: serde::de::MapAccess<'de>>(
                 self,
                 mut map: A,
-            ) -> Result<AgentTable, A::Error> {
+            ) -> Result<Table<WHAT>, A::Error> {
                 let mut fields = Fields::new();
                 while let Some((key, value)) = map.next_entry::<String, Spanned<Value>>()? {
                     fields.insert(key, value);
                 }
-                Ok(AgentTable(fields))
+                Ok(Table(fields))
             }
         }
-        deserializer.deserialize_map(Visitor)
+        deserializer.deserialize_map(Visitor::<WHAT>)
     }
 }
 
@@ -176,6 +217,7 @@ pub(super) fn parse_agents<A>(
         line: e.span().map(|span| line_of(text, span.start)),
         message: e.message().trim().to_owned(),
     })?;
+    let defaults = defaults::check_tables(raw.defaults, text, base_dir, file, env, kinds)?;
     let mut agents = BTreeMap::new();
     for (name, table) in raw.agents {
         let table_span = table.span();
@@ -184,10 +226,11 @@ pub(super) fn parse_agents<A>(
             file,
             base_dir,
             env,
-            agent: &name,
+            table: TableName::Agent(&name),
             table_line: line_of(text, table_span.start),
+            inherited: BTreeMap::new(),
         };
-        let agent = checker.agent(kinds, table.into_inner().0)?;
+        let agent = checker.agent(kinds, table.into_inner().0, table_span, &defaults)?;
         agents.insert(name, agent);
     }
     Ok(agents)
@@ -203,21 +246,37 @@ fn line_of(text: &str, offset: usize) -> usize {
         + 1
 }
 
-/// Checks one agent's table: what a kind's `check` reports its problems through, so that each
-/// names the file, the line, the agent and the field.
+/// Checks one agent's table (or a kind's defaults): what a kind's `check` reports its problems
+/// through, so that each names the file, the line, the agent (or `[defaults.<kind>]`), the
+/// field, and where the field came from when the agent's table does not set it.
 pub(super) struct Checker<'a> {
     text: &'a str,
     file: &'a Path,
     base_dir: &'a Path,
     env: Env<'a>,
-    agent: &'a str,
+    table: TableName<'a>,
     table_line: usize,
+    /// The fields the table did not set itself, with where they came from (`[defaults.llm]`,
+    /// `environment variable BATON_LLM_MODEL`).
+    inherited: BTreeMap<String, String>,
+}
+
+/// Whose fields a [`Checker`] checks.
+#[derive(Clone, Copy)]
+enum TableName<'a> {
+    /// An agent's, by name.
+    Agent(&'a str),
+    /// `[defaults.<kind>]`'s.
+    Defaults(&'static str),
 }
 
 impl Checker<'_> {
-    /// The agent's name (its key in the file).
+    /// The agent's name (its key in the file); for defaults, the kind's.
     pub(super) fn agent_name(&self) -> &str {
-        self.agent
+        match self.table {
+            TableName::Agent(name) => name,
+            TableName::Defaults(kind) => kind,
+        }
     }
 
     /// The agents file's folder, absolute: where relative paths are taken from.
@@ -238,12 +297,28 @@ impl Checker<'_> {
         span: Option<Range<usize>>,
         problem: Problem,
     ) -> ConfigError {
-        ConfigError::Agent {
-            file: self.file.to_owned(),
-            line: Some(span.map_or(self.table_line, |s| line_of(self.text, s.start))),
-            agent: self.agent.to_owned(),
-            field: field.to_owned(),
-            problem: Box::new(problem),
+        let file = self.file.to_owned();
+        let line = Some(span.map_or(self.table_line, |s| line_of(self.text, s.start)));
+        let field = field.to_owned();
+        let from = self.inherited.get(&field).cloned();
+        let problem = Box::new(problem);
+        match self.table {
+            TableName::Agent(agent) => ConfigError::Agent {
+                file,
+                line,
+                agent: agent.to_owned(),
+                field,
+                from,
+                problem,
+            },
+            TableName::Defaults(kind) => ConfigError::Defaults {
+                file,
+                line,
+                kind: kind.to_owned(),
+                field,
+                from,
+                problem,
+            },
         }
     }
 
@@ -273,9 +348,31 @@ impl Checker<'_> {
         )
     }
 
-    /// The agent of `fields`, by the check of its `kind`, one of `kinds`.
-    fn agent<A>(&self, kinds: &[Kind<A>], mut fields: Fields) -> Result<A, ConfigError> {
-        let kind = match fields.remove("kind") {
+    /// The agent of `fields` (its table, at `span`), by the check of its `kind`, one of
+    /// `kinds`, with what it inherits from its kind's `defaults` and the environment.
+    fn agent<A>(
+        mut self,
+        kinds: &[Kind<A>],
+        mut fields: Fields,
+        span: Range<usize>,
+        defaults: &defaults::Tables,
+    ) -> Result<A, ConfigError> {
+        let kind = self.kind(kinds, &mut fields)?;
+        self.reject_unknown(kinds, kind, &fields, true)?;
+        if let Some(spec) = &kind.defaults {
+            let table = defaults.get(kind.name);
+            self.inherited = spec.inherit(&mut fields, kind.name, table, self.env, span);
+        }
+        (kind.check)(&self, fields)
+    }
+
+    /// The kind `fields` names in `kind` (removed from them), one of `kinds`.
+    fn kind<'k, A>(
+        &self,
+        kinds: &'k [Kind<A>],
+        fields: &mut Fields,
+    ) -> Result<&'k Kind<A>, ConfigError> {
+        Ok(match fields.remove("kind") {
             None => {
                 return Err(self.missing("kind", &format!("expected {}", kind_names(kinds))));
             }
@@ -295,17 +392,17 @@ impl Checker<'_> {
                 },
                 _ => return Err(self.invalid("kind", &kind, &kind_names(kinds))),
             },
-        };
-        self.reject_unknown(kinds, kind, &fields)?;
-        (kind.check)(self, fields)
+        })
     }
 
-    /// Fails on the first (in file order) field `kind` does not take.
+    /// Fails on the first (in file order) field `kind` does not take (`kind` itself aside when
+    /// `with_kind`, as an agent's table has it).
     fn reject_unknown<A>(
         &self,
         kinds: &[Kind<A>],
         kind: &Kind<A>,
         fields: &Fields,
+        with_kind: bool,
     ) -> Result<(), ConfigError> {
         let unknown = fields
             .iter()
@@ -324,6 +421,7 @@ impl Checker<'_> {
             },
             None => {
                 let allowed: Vec<&str> = std::iter::once("kind")
+                    .filter(|_| with_kind)
                     .chain(kind.fields.iter().copied())
                     .collect();
                 Problem::UnknownField {
@@ -343,9 +441,17 @@ pub(super) mod testing {
     use super::{ConfigError, Problem};
     use crate::agents::AgentsFile;
 
-    /// `text` as an agents file in `/tmp`.
+    /// `text` as an agents file in `/tmp`, in the process's environment but for the variables
+    /// that set llm agents' defaults (a developer's `BATON_LLM_MODEL` changes no test).
     pub fn parse(text: &str) -> Result<AgentsFile, ConfigError> {
-        AgentsFile::parse(text, Path::new("/tmp"))
+        let lookup = |name: &str| {
+            if name.starts_with("BATON_LLM_") {
+                None
+            } else {
+                std::env::var(name).ok()
+            }
+        };
+        AgentsFile::parse_with_env(text, Path::new("/tmp"), &lookup)
     }
 
     /// `text` as an agents file in `/tmp`, in an environment of `vars` only.
@@ -385,182 +491,4 @@ pub(super) mod testing {
 }
 
 #[cfg(test)]
-mod tests {
-    use std::time::Duration;
-
-    use super::testing::{agent_error, parse};
-    use super::*;
-    use crate::agents::AgentsFile;
-
-    #[test]
-    fn a_valid_file() {
-        let file = parse(
-            r#"
-[agents.planner]
-kind = "command"
-command = ["python3", "planner.py", "--fast"]
-timeout_ms = 30000
-env = { MODEL = "small" }
-
-[agents.coder]
-kind = "template"
-template = '{"files": {{json context.plan.files}} }'
-"#,
-        )
-        .unwrap();
-        assert_eq!(file.agents.keys().collect::<Vec<_>>(), ["coder", "planner"]);
-        let crate::agents::Agent::Command(planner) = file.get("planner").unwrap() else {
-            panic!("planner is a command agent");
-        };
-        assert_eq!(planner.program(), Path::new("python3"));
-        assert_eq!(planner.args(), ["planner.py", "--fast"]);
-        assert_eq!(planner.dir(), Path::new("/tmp"));
-        assert_eq!(planner.timeout(), Some(Duration::from_secs(30)));
-        assert_eq!(
-            planner.env().get("MODEL").map(String::as_str),
-            Some("small")
-        );
-        assert_eq!(file.get("coder").unwrap().kind(), "template");
-    }
-
-    #[test]
-    fn an_empty_file_has_no_agents() {
-        assert!(parse("").unwrap().agents.is_empty());
-    }
-
-    #[test]
-    fn unknown_kind() {
-        let (problem, message) =
-            agent_error("[agents.coder]\nkind = \"python\"\n", "coder", "kind", 2);
-        assert!(matches!(problem, Problem::UnknownKind { ref kind, .. } if kind == "python"));
-        assert!(message.contains("unknown value \"python\""), "{message}");
-    }
-
-    /// The messages that list kinds, or say which kind a field belongs to, are built from the
-    /// table of kinds: word for word what they were when they were written out.
-    #[test]
-    fn messages_that_name_kinds() {
-        for (text, expected) in [
-            (
-                "[agents.a]\n",
-                "<inline agents.toml>:1: agent \"a\": field `kind` is missing (expected \"command\", \"template\" or \"llm\")",
-            ),
-            (
-                "[agents.a]\nkind = \"python\"\n",
-                "<inline agents.toml>:2: agent \"a\": field `kind` has unknown value \"python\" (expected \"command\", \"template\" or \"llm\")",
-            ),
-            (
-                "[agents.a]\nkind = 1\n",
-                "<inline agents.toml>:2: agent \"a\": field `kind` must be \"command\", \"template\" or \"llm\", found integer",
-            ),
-            (
-                "[agents.a]\nkind = \"command\"\ntemplate = \"{}\"\n",
-                "<inline agents.toml>:3: agent \"a\": field `template` does not apply to kind \"command\" (it belongs to kind \"template\")",
-            ),
-            (
-                "[agents.a]\nkind = \"template\"\nzzz = 1\n",
-                "<inline agents.toml>:3: agent \"a\": field `zzz` is not a known field (expected one of: kind, template, template_file, delay_ms)",
-            ),
-        ] {
-            assert_eq!(parse(text).unwrap_err().to_string(), expected);
-        }
-    }
-
-    #[test]
-    fn missing_kind() {
-        let (problem, _) = agent_error("\n[agents.coder]\ntemplate = \"{}\"\n", "coder", "kind", 2);
-        assert!(matches!(problem, Problem::Missing { .. }));
-    }
-
-    #[test]
-    fn kind_of_the_wrong_type() {
-        let (problem, message) = agent_error("[agents.a]\nkind = 1\n", "a", "kind", 2);
-        assert!(matches!(problem, Problem::Invalid(_)));
-        assert!(message.contains("found integer"), "{message}");
-    }
-
-    #[test]
-    fn unknown_fields() {
-        let (problem, message) = agent_error(
-            "[agents.planner]\nkind = \"command\"\ncommand = [\"x\"]\ntimeout = 5\nzzz = 1\n",
-            "planner",
-            "timeout",
-            4,
-        );
-        assert!(matches!(problem, Problem::UnknownField { .. }));
-        assert!(
-            message.contains("expected one of: kind, command, timeout_ms, env"),
-            "{message}"
-        );
-        // A field of the other kind says so.
-        let (problem, message) = agent_error(
-            "[agents.planner]\nkind = \"command\"\ncommand = [\"x\"]\ntemplate = \"{}\"\n",
-            "planner",
-            "template",
-            4,
-        );
-        assert!(matches!(problem, Problem::WrongKind { .. }));
-        assert!(
-            message.contains("belongs to kind \"template\""),
-            "{message}"
-        );
-    }
-
-    #[test]
-    fn unknown_top_level_keys() {
-        let err = parse("[agent.planner]\nkind = \"command\"\n").unwrap_err();
-        let message = err.to_string();
-        assert!(
-            matches!(err, ConfigError::Toml { line: Some(1), .. }),
-            "{err:?}"
-        );
-        assert!(message.contains("agent"), "{message}");
-    }
-
-    #[test]
-    fn an_agent_that_is_not_a_table() {
-        let err = parse("[agents]\nplanner = \"python3 planner.py\"\n").unwrap_err();
-        assert!(
-            matches!(err, ConfigError::Toml { line: Some(2), .. }),
-            "{err:?}"
-        );
-        assert!(err.to_string().contains("[agents.planner]"), "{err}");
-    }
-
-    #[test]
-    fn toml_syntax_errors_have_their_line() {
-        let err = parse("[agents.a]\nkind = \"command\"\ncommand = [\"x\"\n").unwrap_err();
-        assert!(
-            matches!(
-                err,
-                ConfigError::Toml {
-                    line: Some(3..=4),
-                    ..
-                }
-            ),
-            "{err:?}"
-        );
-        assert!(
-            err.to_string().starts_with("<inline agents.toml>:"),
-            "{err}"
-        );
-    }
-
-    #[test]
-    fn unreadable_agents_file() {
-        let err = AgentsFile::load(Path::new("/nonexistent/agents.toml")).unwrap_err();
-        assert!(matches!(err, ConfigError::Read { .. }));
-        assert!(
-            err.to_string()
-                .starts_with("cannot read agents file /nonexistent/agents.toml: "),
-            "{err}"
-        );
-    }
-
-    #[test]
-    fn line_numbers() {
-        assert_eq!(line_of("a\nb\nc", 0), 1);
-        assert_eq!(line_of("a\nb\nc", 2), 2);
-        assert_eq!(line_of("a\nb\nc", 100), 3);
-    }
-}
+mod tests;

@@ -2,7 +2,8 @@
 //!
 //! - this file: [`AgentsFile`], and [`Agent`], one agent of any kind.
 //! - `config`: reading and checking the file, the part every kind shares: the TOML, each
-//!   agent's table with its line numbers, the dispatch on `kind`, [`ConfigError`].
+//!   agent's table with its line numbers, the dispatch on `kind`, [`ConfigError`]; a kind's
+//!   defaults (`[defaults.llm]` and the environment variables over it, `config/defaults.rs`).
 //! - `command/`: the `command` kind, [`CommandAgent`]: running its process (`mod.rs`,
 //!   `process.rs`), reading its output or envelope (`output.rs`), its fields (`config.rs`).
 //! - `template/`: the `template` kind, [`TemplateAgent`], and Handlebars templates (`mod.rs`);
@@ -33,6 +34,11 @@
 //! kind = "template"
 //! template = '{"files": {{json context.plan.files}} }'
 //! # or: template_file = "glue.hbs"
+//!
+//! [defaults.llm]                          # optional: any llm field, for every llm agent
+//! model = "qwen2.5-coder:7b"              # (BATON_LLM_MODEL, BATON_LLM_BASE_URL and
+//!                                         # BATON_LLM_API_KEY_ENV win over it; an agent's
+//!                                         # own field wins over both)
 //!
 //! [agents.coder]
 //! kind = "llm"
@@ -107,11 +113,13 @@ const KINDS: &[Kind<Agent>] = &[
         name: "command",
         fields: command::config::FIELDS,
         check: |checker, fields| command::config::check(checker, fields).map(Agent::Command),
+        defaults: None,
     },
     Kind {
         name: "template",
         fields: template::config::FIELDS,
         check: |checker, fields| template::config::check(checker, fields).map(Agent::Template),
+        defaults: None,
     },
     Kind {
         name: "llm",
@@ -119,6 +127,7 @@ const KINDS: &[Kind<Agent>] = &[
         check: |checker, fields| {
             llm::config::check(checker, fields).map(|agent| Agent::Llm(Box::new(agent)))
         },
+        defaults: Some(llm::config::DEFAULTS),
     },
 ];
 

@@ -335,15 +335,16 @@ async fn the_runs_history_goes_before_the_prompt() {
     );
 }
 
-/// The example's llm agents, pointed at the stand-in server, send the spec's prompts rendered
-/// by the prompt rules.
+/// The example's llm agents, pointed at the stand-in server by `BATON_LLM_BASE_URL` alone, send
+/// the spec's prompts rendered by the prompt rules.
 #[tokio::test]
 async fn the_example_agents_send_the_specs_prompts() {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/feature-development");
     let text = std::fs::read_to_string(dir.join("agents.llm.toml")).unwrap();
     let server = LlmServer::start().await;
-    let text = text.replace("http://localhost:11434/v1", &server.base_url());
-    let agents = AgentsFile::parse(&text, &dir).unwrap_or_else(|e| panic!("{e}"));
+    let base_url = server.base_url();
+    let env = |name: &str| (name == "BATON_LLM_BASE_URL").then(|| base_url.clone());
+    let agents = AgentsFile::parse_with_env(&text, &dir, &env).unwrap_or_else(|e| panic!("{e}"));
     // A plan fits the planner's schema; the others take any JSON.
     let answer = json!({"files": ["src/theme.ts"], "approach": "CSS variables", "steps": ["one"]});
     let reply = answer.to_string();
