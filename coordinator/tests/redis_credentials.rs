@@ -167,6 +167,7 @@ async fn exercise(store: &RedisStore) {
         attempt: 1,
         text: "hello".to_owned(),
         restart: false,
+        worker_id: None,
     };
     store
         .append_output(vec![(run_id.into(), piece)])

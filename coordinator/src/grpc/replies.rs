@@ -153,6 +153,7 @@ impl From<RunEvent> for v1::RunEvent {
                 visit,
                 agent,
                 worker_id,
+                attempt: _,
             } => Event::StepStarted(v1::StepStarted {
                 step_id,
                 visit,
@@ -169,6 +170,7 @@ impl From<RunEvent> for v1::RunEvent {
                 next,
                 parent,
                 position: _,
+                answered_by: _,
             } => Event::StepFinished(v1::StepFinished {
                 step_id,
                 visit,
@@ -203,6 +205,7 @@ impl From<RunEvent> for v1::RunEvent {
                 text,
                 restart,
                 offset,
+                worker_id: _,
             } => Event::StepOutput(v1::StepOutput {
                 step_id,
                 visit,

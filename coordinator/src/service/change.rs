@@ -333,7 +333,7 @@ impl<S: Store> Coordinator<S> {
                 items_moved = true;
             } else {
                 self.notify(run_id, || {
-                    RunEvent::step_finished(record, history_before + n, &loaded.parts)
+                    RunEvent::step_finished(loaded, record, history_before + n)
                 });
             }
             // An agent step's spans are its attempts', written as their answers come.

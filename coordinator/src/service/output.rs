@@ -297,6 +297,7 @@ impl<S: Store> Coordinator<S> {
             attempt: task.attempt,
             text,
             restart,
+            worker_id: Some(worker_id.into()),
         };
         self.inner.output.push(task.run_id.clone(), piece);
         Ok(())

@@ -1,25 +1,30 @@
 //! Watching a run: its events, built here, told to watchers as they happen, and caught up from
-//! the store when another coordinator is the one moving the run on.
+//! the store when another coordinator is the one moving the run on; told in the same order
+//! wherever the watcher is connected ([`order`]).
 
-use std::collections::{HashMap, HashSet, VecDeque};
+mod order;
+
+use std::collections::{HashMap, HashSet};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use baton_core::{AgentName, StepRecord, Waiting, WorkerId};
+use baton_core::workflow::StepType;
+use baton_core::{AgentName, StepRecord, StepStatus, Waiting, WorkerId};
 use futures::Stream;
 use serde_json::Value;
 use tokio::sync::broadcast::{self, error::RecvError};
 
+use self::order::{Sequence, agent_steps};
 use super::output::{Delivery, OutputReceiver};
 use super::runs::Loaded;
 use super::{Coordinator, Error};
 use crate::clock::Instant;
 use crate::model::{TaskEntry, TaskState};
-use crate::parts::{Part, PartEncoder};
+use crate::parts::Part;
 use crate::record::RunRecord;
-use crate::store::{LiveOutput, OutputOffset, OutputPiece, Store};
+use crate::store::{LiveOutput, OutputOffset, OutputPiece, Store, Tasks};
 use crate::task_ref::parse_task_key;
 
 /// Something a watcher of a run is told.
@@ -32,6 +37,9 @@ pub enum RunEvent {
         agent: AgentName,
         /// `None` while no worker has it (it waits in a queue).
         worker_id: Option<WorkerId>,
+        /// Which delivery of the visit this is (not told to clients): a later one is told
+        /// started again.
+        attempt: u32,
     },
     /// A step visit settled.
     StepFinished {
@@ -50,6 +58,9 @@ pub enum RunEvent {
         /// Where it is in the run's history (not told to clients): a watch that catches up
         /// from the store starts after the last visit it told.
         position: usize,
+        /// For an agent step's visit, the attempt whose answer settled it and its worker (not
+        /// told to clients): a watcher never told the visit started is told so first.
+        answered_by: Option<(u32, WorkerId)>,
     },
     /// How a map step's items stand; told as they settle (at most about 200 times per map
     /// visit), never one event per item.
@@ -71,20 +82,38 @@ pub enum RunEvent {
         /// What this attempt streamed before is void: `text` starts its output again.
         restart: bool,
         offset: OutputOffset,
+        /// The worker that streamed it (not told to clients): a watcher not yet told the step
+        /// started is told so, naming it.
+        worker_id: Option<WorkerId>,
     },
     /// This watcher fell behind the live output and missed this many pieces of it.
     OutputMissed { pieces: u64 },
 }
 
 impl RunEvent {
-    pub(super) fn step_finished(record: &StepRecord, position: usize, parts: &PartEncoder) -> Self {
+    pub(super) fn step_finished(loaded: &Loaded, record: &StepRecord, position: usize) -> Self {
+        // The visit's last attempt, from the step's attempt log: a redriven record is no run.
+        let answered_by = (record.step_type == StepType::Agent
+            && record.item.is_none()
+            && record.status != StepStatus::Redriven)
+            .then(|| loaded.steps.get(record.step_id.as_ref()))
+            .flatten()
+            .and_then(|step| {
+                let mut log = step.attempt_log.iter().rev();
+                let attempt = log.find(|a| a.visit == record.visit)?;
+                Some((attempt.attempt, attempt.worker_id.clone()?))
+            });
         RunEvent::StepFinished {
             position,
+            answered_by,
             step_id: record.step_id.to_string(),
             visit: record.visit,
             status: record.status,
             data: record.data.clone(),
-            encoded: record.data.as_ref().and_then(|data| parts.cached(data)),
+            encoded: record
+                .data
+                .as_ref()
+                .and_then(|data| loaded.parts.cached(data)),
             error: record.error.as_deref().unwrap_or_default().to_owned(),
             next: record.next.as_deref().unwrap_or_default().to_owned(),
             parent: record.parent.as_deref().unwrap_or_default().to_owned(),
@@ -97,6 +126,7 @@ impl RunEvent {
             visit,
             agent: entry.agent.clone(),
             worker_id: entry.worker_id.clone(),
+            attempt: entry.attempt,
         }
     }
 
@@ -120,6 +150,7 @@ impl RunEvent {
             text: piece.text,
             restart: piece.restart,
             offset,
+            worker_id: piece.worker_id,
         }
     }
 }
@@ -199,16 +230,17 @@ impl<S: Store> Coordinator<S> {
     /// it hears nothing for a second, what the store says happened meanwhile (another
     /// coordinator may be the one moving the run on). Each settled step visit and each
     /// approval request is told once; the stream ends with the run. Live output comes
-    /// in between: first what the steps still running have streamed so far, then as it comes.
+    /// in between: first what the steps still running have streamed so far, then as it comes,
+    /// each piece after its step's start ([`order`]).
     pub async fn watch(&self, run_id: &str) -> Result<EventStream, Error> {
         let permit = self.inner.watchers.permit(self.inner.config.max_watchers)?;
         // Subscribed to before anything is read, so no piece slips between what is read and
         // what comes; what comes twice is dropped by offset.
         let live = self.inner.output.subscribe(run_id);
         // Subscribing under the run's lock: no event can slip between the past and the rest.
-        let (past, receiver, settled) = self
+        let (past, receiver, settled, agents) = self
             .read_fresh(run_id, |loaded| {
-                let past = self.run_events(loaded, 0, true);
+                let past = self.run_events(loaded, 0);
                 let receiver = (!loaded.run.status().is_terminal())
                     .then(|| self.inner.watchers.subscribe(run_id));
                 let settled: HashSet<(String, u32)> = loaded
@@ -217,10 +249,13 @@ impl<S: Store> Coordinator<S> {
                     .iter()
                     .map(|record| (record.step_id.to_string(), record.visit))
                     .collect();
-                (past, receiver, settled)
+                (past, receiver, settled, agent_steps(loaded.run.workflow()))
             })
             .await?;
-        let mut pending: VecDeque<RunEvent> = past.into();
+        let mut sequence = Sequence::new(agents);
+        for event in past {
+            sequence.push(event);
+        }
         let mut output_after = OutputOffset::default();
         let output_mark = self.inner.output.stored_mark(run_id, 0);
         let live = match receiver {
@@ -237,16 +272,10 @@ impl<S: Store> Coordinator<S> {
                     output_after = *last;
                 }
                 // Only what the steps still running streamed: the others have their result.
-                let running = streamed
-                    .into_iter()
-                    .filter(|(_, piece)| !settled.contains(&(piece.step_id.clone(), piece.visit)));
-                // Before the run's end, if the past holds it.
-                let end = pending
-                    .iter()
-                    .position(|event| matches!(event, RunEvent::RunFinished(_)))
-                    .unwrap_or(pending.len());
-                for (n, (offset, piece)) in running.enumerate() {
-                    pending.insert(end + n, RunEvent::output(offset, piece));
+                for (offset, piece) in streamed {
+                    if !settled.contains(&(piece.step_id.clone(), piece.visit)) {
+                        sequence.push(RunEvent::output(offset, piece));
+                    }
                 }
                 self.inner.output.follow_after(run_id, output_after);
                 Some(live)
@@ -255,33 +284,80 @@ impl<S: Store> Coordinator<S> {
         let watch = Watch {
             coordinator: self.clone(),
             run_id: run_id.to_owned(),
-            pending,
-            told: HashSet::new(),
-            progress: HashMap::new(),
-            settled: 0,
-            // Set by the RunFinished event (among the past events for a run already over).
-            done: false,
+            sequence,
+            failed: false,
             receiver,
             live,
             output_after,
             output_mark,
-            heard_at: Instant::now(),
+            catch_up_at: Instant::now() + CATCH_UP_EVERY,
             _permit: permit,
         };
         Ok(Box::pin(futures::stream::unfold(watch, Watch::next)))
     }
 
     /// What a watcher has not been told of a run that another coordinator may have moved on,
-    /// read from the store: the step visits settled after the first `settled`, the approvals
-    /// awaited, and the end.
-    async fn catch_up(&self, run_id: &str, settled: usize) -> Result<Vec<RunEvent>, Error> {
-        self.read_fresh(run_id, |loaded| self.run_events(loaded, settled, false))
-            .await
+    /// read from the store: the step visits settled after those `sequence` told, the steps
+    /// running, the approvals awaited, and the end.
+    async fn catch_up(&self, run_id: &str, sequence: &Sequence) -> Result<Vec<RunEvent>, Error> {
+        let me = &self.inner.config.coordinator_id;
+        let (mut events, unknown) = self
+            .read_fresh(run_id, |loaded| {
+                // Steps in flight whose worker this copy does not know, and the watcher was not
+                // told: the coordinator handing them out writes its workers down in the store at
+                // its lease renewals, which change no version (this copy is not reloaded).
+                let unknown: Vec<String> = loaded
+                    .tasks
+                    .iter()
+                    .filter(|(_, entry)| {
+                        matches!(entry.state, TaskState::Queued | TaskState::Running)
+                            && entry.worker_id.is_none()
+                            && entry.owner.as_ref() != Some(me)
+                    })
+                    .filter(|(key, _)| {
+                        parse_task_key(key).is_some_and(|task| {
+                            task.item.is_none() && !sequence.told_started(&task.step_id, task.visit)
+                        })
+                    })
+                    .map(|(key, _)| key.clone())
+                    .collect();
+                (self.run_events(loaded, sequence.settled()), unknown)
+            })
+            .await?;
+        // After what settled and what runs, before approvals and the end.
+        let mut at = events
+            .iter()
+            .position(|event| {
+                !matches!(
+                    event,
+                    RunEvent::StepFinished { .. } | RunEvent::StepStarted { .. }
+                )
+            })
+            .unwrap_or(events.len());
+        for key in unknown {
+            let stored = self.inner.store.task(run_id, &key).await?;
+            let Some(entry) =
+                stored.and_then(|bytes| serde_json::from_slice::<TaskEntry>(&bytes).ok())
+            else {
+                continue;
+            };
+            if let Some(task) = parse_task_key(&key)
+                && entry.state == TaskState::Running
+                && entry.worker_id.is_some()
+            {
+                events.insert(
+                    at,
+                    RunEvent::step_started(&task.step_id, task.visit, &entry),
+                );
+                at += 1;
+            }
+        }
+        Ok(events)
     }
 
     /// A run's state as watch events: the step visits settled after the first `settled`, the
-    /// steps running now (if `running`), the approvals awaited, and the end if it is over.
-    fn run_events(&self, loaded: &Loaded, settled: usize, running: bool) -> Vec<RunEvent> {
+    /// steps a worker runs now, the approvals awaited, and the end if it is over.
+    fn run_events(&self, loaded: &Loaded, settled: usize) -> Vec<RunEvent> {
         // A map's items are told as its progress, below, not one by one.
         let mut events: Vec<RunEvent> = loaded
             .run
@@ -289,15 +365,14 @@ impl<S: Store> Coordinator<S> {
             .iter()
             .enumerate()
             .filter(|(_, record)| record.item.is_none())
-            .map(|(n, record)| RunEvent::step_finished(record, settled + n, &loaded.parts))
+            .map(|(n, record)| RunEvent::step_finished(loaded, record, settled + n))
             .collect();
-        if running {
-            for (key, entry) in &loaded.tasks {
-                if entry.state == TaskState::Running
-                    && let Some(task) = parse_task_key(key).filter(|task| task.item.is_none())
-                {
-                    events.push(RunEvent::step_started(&task.step_id, task.visit, entry));
-                }
+        for (key, entry) in &loaded.tasks {
+            if entry.state == TaskState::Running
+                && entry.worker_id.is_some()
+                && let Some(task) = parse_task_key(key).filter(|task| task.item.is_none())
+            {
+                events.push(RunEvent::step_started(&task.step_id, task.visit, entry));
             }
         }
         events.extend(
@@ -324,25 +399,21 @@ impl<S: Store> Coordinator<S> {
 struct Watch<S: Store> {
     coordinator: Coordinator<S>,
     run_id: String,
-    pending: VecDeque<RunEvent>,
-    /// Step visits settled (by their place in the history) and approvals requested (by step
-    /// and visit) already told.
-    told: HashSet<(Told, String, u64)>,
-    /// The last progress told of each map step: the same counts are not told twice.
-    progress: HashMap<String, baton_core::MapProgress>,
-    /// How many step visits were told settled: where a catch-up starts.
-    settled: usize,
-    done: bool,
+    /// What was told, what is held back, what to tell next.
+    sequence: Sequence,
+    /// A catch-up failed that the watch cannot go on without: it ends.
+    failed: bool,
     receiver: Option<broadcast::Receiver<RunEvent>>,
     /// The run's live output as it comes, while the run runs.
     live: Option<OutputReceiver>,
-    /// The last piece of live output told: anything up to it is not told again.
+    /// The last piece of live output taken in: anything up to it is not taken again.
     output_after: OutputOffset,
     /// What this watch last read from the store covers of the pieces queued on this
     /// coordinator (an [`OutputFeed::stored_mark`](super::output::OutputFeed::stored_mark)).
     output_mark: u64,
-    /// When this watch last heard a run event (not output): a catch-up is due a second later.
-    heard_at: Instant,
+    /// When the next catch-up from the store is due: a second after this watch last heard a
+    /// run event (not output), or its last catch-up.
+    catch_up_at: Instant,
     _permit: WatchPermit,
 }
 
@@ -361,48 +432,39 @@ enum Heard {
     Nothing,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-enum Told {
-    Settled,
-    Approval,
-}
-
 impl<S: Store> Watch<S> {
     /// The next event to tell, waiting for it if need be; `None` once the run has ended.
     async fn next(mut self) -> Option<(Result<RunEvent, Error>, Self)> {
         loop {
-            if let Some(event) = self.pending.pop_front() {
-                if !self.is_news(&event) {
-                    continue;
-                }
+            if let Some(event) = self.sequence.pop() {
                 return Some((Ok(event), self));
             }
-            if self.done {
+            if self.sequence.done() || self.failed {
                 return None;
+            }
+            // Output waits for its step's start: what came before it is read now, not after
+            // a second of silence.
+            if self.sequence.wants_catch_up() {
+                if let Err(error) = self.catch_up().await {
+                    tracing::debug!(run_id = %self.run_id, %error, "watch cannot catch up yet");
+                }
+                continue;
             }
             match self.hear().await {
                 Heard::Event(Ok(event)) => {
-                    self.heard_at = Instant::now();
+                    self.catch_up_at = Instant::now() + CATCH_UP_EVERY;
                     if self.may_have_unread_output(&event) {
                         self.drain_output().await;
                     }
-                    self.pending.push_back(event);
+                    self.sequence.push(event);
                 }
                 // Fell more than the backlog behind (a batch of 256 answers is as many events at
                 // once): what it missed is in the store, and the events still in the channel
                 // that repeat it are dropped as told.
                 Heard::Event(Err(RecvError::Lagged(_))) => {
-                    match self.coordinator.catch_up(&self.run_id, self.settled).await {
-                        Ok(events) => {
-                            if events.iter().any(ends_a_step) {
-                                self.drain_output().await;
-                            }
-                            self.pending.extend(events);
-                        }
-                        Err(error) => {
-                            self.done = true;
-                            return Some((Err(error), self));
-                        }
+                    if let Err(error) = self.catch_up().await {
+                        self.failed = true;
+                        return Some((Err(error), self));
                     }
                 }
                 // Closed: this coordinator will tell nothing more; the store still can.
@@ -410,35 +472,45 @@ impl<S: Store> Watch<S> {
                 Heard::Output(Some((missed, delivery))) => {
                     // Fell behind the output: told, and it goes on with what comes next.
                     if missed > 0 {
-                        self.pending
-                            .push_back(RunEvent::OutputMissed { pieces: missed });
+                        self.sequence
+                            .push(RunEvent::OutputMissed { pieces: missed });
                     }
                     for (offset, piece) in &delivery.pieces {
                         if *offset > self.output_after {
                             self.output_after = *offset;
-                            self.pending
-                                .push_back(RunEvent::output(*offset, piece.clone()));
+                            self.sequence.push(RunEvent::output(*offset, piece.clone()));
                         }
                     }
                 }
                 Heard::Output(None) => self.live = None,
                 // Nothing heard for a while: ask the store.
                 Heard::Nothing => {
-                    self.heard_at = Instant::now();
-                    match self.coordinator.catch_up(&self.run_id, self.settled).await {
-                        Ok(events) => {
-                            if events.iter().any(ends_a_step) {
-                                self.drain_output().await;
-                            }
-                            self.pending.extend(events);
-                        }
-                        Err(error) => {
-                            tracing::debug!(run_id = %self.run_id, %error, "watch cannot catch up yet")
-                        }
+                    if let Err(error) = self.catch_up().await {
+                        tracing::debug!(run_id = %self.run_id, %error, "watch cannot catch up yet")
                     }
                 }
             }
         }
+    }
+
+    /// Takes in what the store says happened that this watch was not told, with the output
+    /// written before the steps that settled; then the output held for a catch-up begun after
+    /// it came is told. A catch-up that fails is tried again a second later.
+    async fn catch_up(&mut self) -> Result<(), Error> {
+        self.catch_up_at = Instant::now() + CATCH_UP_EVERY;
+        self.sequence.catching_up();
+        let events = self
+            .coordinator
+            .catch_up(&self.run_id, &self.sequence)
+            .await?;
+        if events.iter().any(ends_a_step) {
+            self.drain_output().await;
+        }
+        for event in events {
+            self.sequence.push(event);
+        }
+        self.sequence.caught_up();
+        Ok(())
     }
 
     /// Whether, before telling `event`, heard from this coordinator, the store must be read for
@@ -458,8 +530,8 @@ impl<S: Store> Watch<S> {
         }
     }
 
-    /// Tells the output in the store that this watch has not told yet: before a step's end, its
-    /// output (written before its answer was recorded) may still be on its way here.
+    /// Takes in the output in the store that this watch has not taken yet: before a step's
+    /// end, its output (written before its answer was recorded) may still be on its way here.
     async fn drain_output(&mut self) {
         if self.live.is_none() {
             return;
@@ -475,7 +547,7 @@ impl<S: Store> Watch<S> {
                 self.output_mark = mark;
                 for (offset, piece) in pieces {
                     self.output_after = self.output_after.max(offset);
-                    self.pending.push_back(RunEvent::output(offset, piece));
+                    self.sequence.push(RunEvent::output(offset, piece));
                 }
             }
             Err(error) => {
@@ -486,7 +558,7 @@ impl<S: Store> Watch<S> {
 
     /// Waits for a run event, a piece of output, or the time to catch up.
     async fn hear(&mut self) -> Heard {
-        let catch_up = tokio::time::sleep_until(self.heard_at + CATCH_UP_EVERY);
+        let catch_up = tokio::time::sleep_until(self.catch_up_at);
         let event = async {
             match self.receiver.as_mut() {
                 Some(receiver) => receiver.recv().await,
@@ -505,40 +577,6 @@ impl<S: Store> Watch<S> {
             event = event => Heard::Event(event),
             output = output => Heard::Output(output),
             _ = catch_up => Heard::Nothing,
-        }
-    }
-
-    /// Whether `event` is news; notes it.
-    fn is_news(&mut self, event: &RunEvent) -> bool {
-        match event {
-            // By its place in the history: a redrive settles the same visit twice (failed,
-            // then redriven).
-            RunEvent::StepFinished { position, .. } => {
-                self.settled = self.settled.max(position + 1);
-                self.told
-                    .insert((Told::Settled, String::new(), *position as u64))
-            }
-            RunEvent::MapProgress(progress) => {
-                let last = self.progress.get(progress.step_id.as_ref());
-                let new = last != Some(progress);
-                if new {
-                    self.progress
-                        .insert(progress.step_id.to_string(), progress.clone());
-                }
-                new
-            }
-            RunEvent::ApprovalRequested { step_id, visit, .. } => {
-                self.told
-                    .insert((Told::Approval, step_id.clone(), u64::from(*visit)))
-            }
-            RunEvent::RunFinished(_) => {
-                let first = !self.done;
-                self.done = true;
-                first
-            }
-            RunEvent::StepStarted { .. }
-            | RunEvent::StepOutput { .. }
-            | RunEvent::OutputMissed { .. } => true,
         }
     }
 }

@@ -4,7 +4,7 @@
 //! the step's result is the agent's answer, never this. The [`LiveOutput`] trait, and a piece
 //! ([`OutputPiece`]) and its place in the output ([`OutputOffset`]).
 
-use baton_core::RunId;
+use baton_core::{RunId, WorkerId};
 use std::fmt;
 use std::str::FromStr;
 use std::time::Duration;
@@ -64,6 +64,11 @@ pub struct OutputPiece {
     pub text: String,
     /// What this attempt streamed before is void: `text` starts its output again.
     pub restart: bool,
+    /// The worker that streamed it (it holds the attempt): a watcher on a coordinator that
+    /// does not hand the task out learns from it who runs the step, before the store does (a
+    /// holder writes its workers down only at its lease renewals). `None` in pieces stored
+    /// before workers were recorded.
+    pub worker_id: Option<WorkerId>,
 }
 
 /// Where a piece is in its run's output: a Redis stream id, `<ms>-<seq>`. Offsets only grow,

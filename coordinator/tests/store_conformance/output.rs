@@ -19,6 +19,7 @@ fn piece(step_id: &str, attempt: u32, text: &str, restart: bool) -> OutputPiece 
         attempt,
         text: text.to_owned(),
         restart,
+        worker_id: Some("w1".into()),
     }
 }
 
@@ -77,6 +78,10 @@ async fn redis_expires_an_ended_runs_output() {
 pub(crate) async fn output_appends_in_order_only_while_the_run_runs<S: Store>(store: Arc<S>) {
     create(&*store, "run-a", 1_000, start(1_000)).await;
     create(&*store, "run-b", 1_000, start(1_000)).await;
+    let unsigned = OutputPiece {
+        worker_id: None,
+        ..piece("plan", 1, "whose?", false)
+    };
     store
         .append_output(vec![
             ("run-a".into(), piece("code", 1, "Writing ", false)),
@@ -84,6 +89,7 @@ pub(crate) async fn output_appends_in_order_only_while_the_run_runs<S: Store>(st
             ("run-a".into(), piece("code", 1, "the théme ✓\n", false)),
             ("no-such-run".into(), piece("code", 1, "lost", false)),
             ("run-a".into(), piece("code", 2, "Again", true)),
+            ("run-b".into(), unsigned.clone()),
         ])
         .await
         .unwrap();
@@ -100,10 +106,9 @@ pub(crate) async fn output_appends_in_order_only_while_the_run_runs<S: Store>(st
     );
     let after_first = store.read_output("run-a", Some(output[0].0)).await.unwrap();
     assert_eq!(texts(&after_first), ["the théme ✓\n", "Again"]);
-    assert_eq!(
-        texts(&store.read_output("run-b", None).await.unwrap()),
-        ["b"]
-    );
+    let run_b = store.read_output("run-b", None).await.unwrap();
+    assert_eq!(texts(&run_b), ["b", "whose?"]);
+    assert_eq!(run_b[1].1, unsigned, "no worker stays none");
     assert!(
         store
             .read_output("no-such-run", None)

@@ -36,7 +36,8 @@ impl LiveOutput for RedisStore {
                     .arg(piece.visit)
                     .arg(piece.attempt)
                     .arg(piece.text.as_str())
-                    .arg(if piece.restart { "1" } else { "0" });
+                    .arg(if piece.restart { "1" } else { "0" })
+                    .arg(piece.worker_id.as_deref().unwrap_or_default());
             }
             let _appended: u64 = invocation
                 .invoke_async(&mut con)
@@ -201,6 +202,7 @@ fn read_entry(run_id: &str, entry: Value) -> Result<(OutputOffset, OutputPiece),
         attempt: 0,
         text: String::new(),
         restart: false,
+        worker_id: None,
     };
     let mut fields = fields.into_iter();
     while let (Some(name), Some(value)) = (fields.next(), fields.next()) {
@@ -212,6 +214,8 @@ fn read_entry(run_id: &str, entry: Value) -> Result<(OutputOffset, OutputPiece),
             "a" => piece.attempt = value.parse().map_err(|_| bad("its attempt"))?,
             "t" => piece.text = value,
             "r" => piece.restart = value == "1",
+            // Absent from pieces an older coordinator wrote.
+            "w" if !value.is_empty() => piece.worker_id = Some(value.into()),
             _ => {}
         }
     }
