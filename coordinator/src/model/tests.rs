@@ -125,7 +125,7 @@ fn listed(text: &str, start: &str, end: &[char], quote: char) -> Vec<String> {
 }
 
 /// Every run status and every step status appears, in order, wherever statuses are listed: the
-/// README's run record and the web UI's filter and legend (the CLI's `--status` takes
+/// book's run record (docs/src/handoffs.md) and the web UI's filter and legend (the CLI's `--status` takes
 /// `RunStatus::ALL` itself).
 #[test]
 fn every_status_is_listed_where_statuses_are_listed() {
@@ -139,8 +139,8 @@ fn every_status_is_listed_where_statuses_are_listed() {
         .iter()
         .map(|status| status.as_str().to_owned())
         .collect();
-    let readme = read("README.md").replace('\n', " ");
-    // The README's lists end at their `)`, or at the `;` before what they explain.
+    let readme = read("docs/src/handoffs.md").replace('\n', " ");
+    // The book's lists end at their `)`, or at the `;` before what they explain.
     let end = [')', ';'];
     assert_eq!(listed(&readme, "`run_id`, `status` (", &end, '`'), runs);
     assert_eq!(listed(&readme, "`type`, `status` (", &end, '`'), steps);
