@@ -1,23 +1,24 @@
 //! `baton bench` at tiny sizes, so the benchmark harness cannot rot. No timing is asserted.
 
+#[path = "support/recipes.rs"]
+mod recipes;
 mod support;
 
 use support::{baton, stderr, stdout};
 
+/// The book's quick check, as printed (docs/src/benchmark.md), with this run's binary standing in
+/// for the release build its first line makes.
 #[test]
 fn bench_prints_one_line_per_workload_with_every_field() {
-    let output = baton()
-        .args([
-            "bench",
-            "--scale",
-            "0.02",
-            "--reps",
-            "1",
-            "--concurrency",
-            "8",
-        ])
-        .output()
-        .unwrap();
+    let lines = recipes::block("docs/src/benchmark.md", "# The benchmark");
+    assert_eq!(lines[0], "cargo build --release -p baton-cli", "{lines:#?}");
+    let args: Vec<&str> = lines[1]
+        .strip_prefix("./target/release/baton ")
+        .expect("the block runs the release binary")
+        .split_whitespace()
+        .collect();
+    assert_eq!(args[0], "bench", "{lines:#?}");
+    let output = baton().args(&args).output().unwrap();
     assert!(output.status.success(), "stderr:\n{}", stderr(&output));
     let lines: Vec<serde_json::Value> = stdout(&output)
         .lines()

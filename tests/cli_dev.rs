@@ -105,15 +105,19 @@ fn blocks(transcript: &str, what: &str) -> Vec<(String, Value)> {
 #[test]
 fn dev_auto_approve_prints_each_payload_and_result() {
     // The README's first command, run by the binary `cargo run` builds.
-    harness::assert_readme_runs(&[
-        "dev",
-        "examples/feature-development/workflow.json",
-        "--agents",
-        "examples/feature-development/agents.toml",
-        "--input",
-        spec::INPUT,
-        "--auto-approve",
-    ]);
+    harness::assert_doc_runs(
+        "README.md",
+        "## Two commands",
+        &[
+            "dev",
+            "examples/feature-development/workflow.json",
+            "--agents",
+            "examples/feature-development/agents.toml",
+            "--input",
+            spec::INPUT,
+            "--auto-approve",
+        ],
+    );
     let out = output(&mut dev(&example("agents.toml"), &["--auto-approve"]), None);
     assert_success(&out);
     let transcript = text(&out.stdout);
@@ -345,7 +349,11 @@ fn the_readme_map_example_runs_as_printed_with_progress_not_a_line_per_item() {
         "--agents",
         "examples/test-each/agents.toml",
     ];
-    harness::assert_readme_runs(&args);
+    harness::assert_doc_runs(
+        "docs/src/maps.md",
+        "# Fanning out over data: map steps",
+        &args,
+    );
     let out = output(baton().current_dir(harness::root()).args(args), None);
     assert_success(&out);
     let transcript = text(&out.stdout);

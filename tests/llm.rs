@@ -196,7 +196,7 @@ async fn baton_dev_runs_the_spec_pipeline_against_a_local_model_as_the_readme_sa
         "--input",
         "Add dark mode toggle",
     ];
-    harness::assert_readme_runs(&args);
+    harness::assert_doc_runs("docs/src/agents.md", "## Models (`llm` agents)", &args);
     let out = tokio::task::spawn_blocking(move || {
         let mut command = baton();
         command

@@ -395,7 +395,10 @@ impl Drop for Background {
 
 #[test]
 fn the_readme_s_secured_cluster_recipe_runs_as_printed() {
-    let lines = recipes::block("README.md", "### Security: TLS, principals, protected mode");
+    let lines = recipes::block(
+        "docs/src/security.md",
+        "## Security: TLS, principals, protected mode",
+    );
     assert_eq!(lines.len(), 7, "{lines:#?}");
     // What the recipe expects in its folder: the repository's examples. It makes its
     // certificates and tokens itself.

@@ -69,17 +69,21 @@ pub async fn submit(
         .run_id
 }
 
-/// Fails unless the README prints `cargo run --release -p baton-cli -- ARGS` (its lines joined
-/// where they end in `\\`), an argument with a space in double quotes: a test that runs one of
-/// its recipes calls this with the arguments it runs, so the two cannot drift apart.
-pub fn assert_readme_runs(args: &[&str]) {
-    let readme = std::fs::read_to_string(root().join("README.md")).expect("README.md");
-    let joined = readme.replace("\\\n", " ");
-    let collapsed: String = joined
+/// `file` prints, in its first `sh` block after `anchor`, `cargo run --release -p baton-cli --
+/// ARGS` (continuation lines joined): the command a test then runs with the binary that
+/// `cargo run` builds. tests/docs.rs checks that every command block is read by a test.
+pub fn assert_doc_runs(file: &str, anchor: &str, args: &[&str]) {
+    let text = std::fs::read_to_string(root().join(file)).expect("a document");
+    let after = &text[text
+        .find(anchor)
+        .unwrap_or_else(|| panic!("{file} has no {anchor:?}"))..];
+    let start = after.find("```sh\n").expect("a sh block") + "```sh\n".len();
+    let block = &after[start..start + after[start..].find("```").expect("the block ends")];
+    let collapsed: Vec<String> = block
+        .replace("\\\n", " ")
         .lines()
         .map(|line| line.split_whitespace().collect::<Vec<_>>().join(" "))
-        .collect::<Vec<_>>()
-        .join("\n");
+        .collect();
     let quoted: Vec<String> = args
         .iter()
         .map(|arg| {
@@ -92,8 +96,8 @@ pub fn assert_readme_runs(args: &[&str]) {
         .collect();
     let recipe = format!("cargo run --release -p baton-cli -- {}", quoted.join(" "));
     assert!(
-        collapsed.lines().any(|line| line == recipe),
-        "README.md does not print the recipe this test runs:\n{recipe}"
+        collapsed.iter().any(|line| *line == recipe),
+        "{file}'s block after {anchor:?} does not print the recipe this test runs:\n{recipe}"
     );
 }
 
