@@ -96,7 +96,7 @@ pub fn assert_doc_runs(file: &str, anchor: &str, args: &[&str]) {
         .collect();
     let recipe = format!("cargo run --release -p baton-cli -- {}", quoted.join(" "));
     assert!(
-        collapsed.iter().any(|line| *line == recipe),
+        collapsed.contains(&recipe),
         "{file}'s block after {anchor:?} does not print the recipe this test runs:\n{recipe}"
     );
 }
