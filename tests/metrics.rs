@@ -526,7 +526,9 @@ async fn a_metrics_address_given_and_taken_is_an_error_naming_it() {
     let dir = tempfile::tempdir().unwrap();
     let stderr = refused_start(dir.path(), &["--metrics-listen", &address]);
     assert!(
-        stderr.contains(&format!("cannot serve metrics on {address}")),
+        stderr.contains(&format!("cannot serve metrics on {address}"))
+            && stderr.contains("is already in use")
+            && stderr.contains("--metrics-listen"),
         "{stderr}"
     );
 }

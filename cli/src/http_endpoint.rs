@@ -90,6 +90,7 @@ pub async fn bind(
         }
         Err(error) => {
             return Err(crate::port_in_use::bind_error(
+                "serve metrics on",
                 address,
                 "--metrics-listen",
                 error,

@@ -4,11 +4,16 @@
 
 use std::net::SocketAddr;
 
-/// `error` of binding `address` (chosen by `flag`), with the port, the flag and the process
-/// holding it named when it is in use.
-pub fn bind_error(address: SocketAddr, flag: &str, error: std::io::Error) -> anyhow::Error {
+/// `error` of binding `address` (chosen by `flag`) to do `what` ("listen on", "serve metrics
+/// on"), with the port, the flag and the process holding it named when it is in use.
+pub fn bind_error(
+    what: &str,
+    address: SocketAddr,
+    flag: &str,
+    error: std::io::Error,
+) -> anyhow::Error {
     if error.kind() != std::io::ErrorKind::AddrInUse {
-        return anyhow::anyhow!("cannot listen on {address} ({flag}): {error}");
+        return anyhow::anyhow!("cannot {what} {address} ({flag}): {error}");
     }
     let port = address.port();
     let holder = match listener_of(port) {
@@ -16,8 +21,8 @@ pub fn bind_error(address: SocketAddr, flag: &str, error: std::io::Error) -> any
         None => String::new(),
     };
     anyhow::anyhow!(
-        "cannot listen on {address}: port {port} is already in use{holder}; stop that process \
-         or choose another address with {flag} (`ss -ltnp 'sport = :{port}'` shows who listens)"
+        "cannot {what} {address}: port {port} is already in use{holder}; stop that process or \
+         choose another address with {flag} (`ss -ltnp 'sport = :{port}'` shows who listens)"
     )
 }
 
@@ -87,7 +92,7 @@ mod tests {
         let held = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let address = held.local_addr().unwrap();
         let error = std::net::TcpListener::bind(address).unwrap_err();
-        let text = bind_error(address, "--listen", error).to_string();
+        let text = bind_error("listen on", address, "--listen", error).to_string();
         let port = address.port();
         assert!(
             text.contains(&format!("port {port} is already in use")),

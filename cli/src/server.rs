@@ -192,7 +192,9 @@ async fn serve_coordinator(args: CoordinatorArgs, config: Config) -> anyhow::Res
     tracing::info!(security = %args.security.describe(), "the port is secured");
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
-        .map_err(|error| crate::port_in_use::bind_error(args.listen, "--listen", error))?;
+        .map_err(|error| {
+            crate::port_in_use::bind_error("listen on", args.listen, "--listen", error)
+        })?;
     let address = listener.local_addr()?;
     let embedder = args.embeddings.embedder()?;
     // A test hook: corrupt the first N payloads on the wire, so that an end-to-end test can show
