@@ -386,7 +386,7 @@ async fn each_run_is_one_trace_from_submit_through_every_worker() {
     let shown = String::from_utf8_lossy(&output.stdout);
     assert!(output.status.success(), "{shown}");
     assert!(
-        shown.contains(&format!("trace {client_trace}")),
+        shown.contains(&format!("trace: {client_trace}")),
         "runs get shows the trace: {shown}"
     );
 }
