@@ -418,15 +418,7 @@ fn the_readme_map_example_runs_as_printed_with_progress_not_a_line_per_item() {
 fn the_readme_s_install_recipe_runs_the_example_as_printed() {
     let lines = recipes::block("README.md", "## Install");
     assert_eq!(lines[0], "cargo install --locked --path cli", "{lines:#?}");
-    let bin = Path::new(env!("CARGO_BIN_EXE_baton"))
-        .parent()
-        .unwrap()
-        .to_owned();
-    let path = format!(
-        "{}:{}",
-        bin.display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
+    let path = harness::path_with_baton();
     let mut command = Command::new("bash");
     command
         .args(["-c", &lines[1]])

@@ -17,7 +17,6 @@ mod recipes;
 #[path = "support/spec.rs"]
 mod spec;
 
-use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -27,7 +26,9 @@ use baton_proto::v1::{
     DecideApprovalRequest, ListRunsRequest, SubmitRunRequest, WatchRunRequest, run_event,
 };
 use certs::{Ca, replace};
-use coordinator_process::{Coordinator, free_port, run_baton, runs_list, text, write};
+use coordinator_process::{
+    Coordinator, assert_listed, free_port, run_baton, runs_list, text, write,
+};
 use harness::{DEADLINE, baton, output};
 use serde_json::json;
 
@@ -121,13 +122,7 @@ fn a_tls_coordinator_refuses_plaintext_and_answers_https_clients() {
         (vec!["--tls-ca", ca_file.to_str().unwrap()], vec![]),
         (vec![], vec![("BATON_TLS_CA", ca_file.to_str().unwrap())]),
     ] {
-        let listed = runs_list(&url, &args, &env);
-        assert!(
-            listed.status.success(),
-            "{}\n{}",
-            text(&listed.stderr),
-            coordinator.log()
-        );
+        assert_listed(&coordinator, &url, &args, &env);
     }
 }
 
@@ -408,15 +403,7 @@ fn the_readme_s_secured_cluster_recipe_runs_as_printed() {
         dir.path().join("examples"),
     )
     .unwrap();
-    let bin = Path::new(env!("CARGO_BIN_EXE_baton"))
-        .parent()
-        .unwrap()
-        .to_owned();
-    let path = format!(
-        "{}:{}",
-        bin.display(),
-        std::env::var("PATH").unwrap_or_default()
-    );
+    let path = harness::path_with_baton();
 
     let mut env: Vec<(String, String)> = Vec::new();
     let mut background = Background(Vec::new());

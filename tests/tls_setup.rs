@@ -15,7 +15,7 @@ use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
-use coordinator_process::{Coordinator, free_port, run_baton, runs_list, text};
+use coordinator_process::{Coordinator, assert_listed, free_port, run_baton, runs_list, text};
 use harness::baton;
 
 /// `baton certs init --dir DIR/pki --host localhost --host coordinator.example`: the files.
@@ -93,16 +93,11 @@ fn certs_init_makes_v3_certificates_a_coordinator_serves_with_keys_for_their_own
     // trusts the CA reaches the coordinator by either name it was made for.
     let coordinator = pki.coordinator(root.path(), &[]);
     let ca = pki.file("ca.pem");
-    let listed = runs_list(
+    assert_listed(
+        &coordinator,
         &coordinator.url("https", "localhost"),
         &["--tls-ca", &ca],
         &[],
-    );
-    assert!(
-        listed.status.success(),
-        "{}\n{}",
-        text(&listed.stderr),
-        coordinator.log()
     );
 
     // Made again, nothing is replaced: a new CA would strand every certificate of the old one.
@@ -212,16 +207,11 @@ fn an_mtls_client_is_told_it_needs_a_certificate_or_another_one() {
     );
     assert!(made.status.success(), "{}", text(&made.stderr));
     let (cert, key) = (pki.file("ops-laptop.pem"), pki.file("ops-laptop.key"));
-    let listed = runs_list(
+    assert_listed(
+        &coordinator,
         &url,
         &["--tls-ca", &ca, "--tls-cert", &cert, "--tls-key", &key],
         &[],
-    );
-    assert!(
-        listed.status.success(),
-        "{}\n{}",
-        text(&listed.stderr),
-        coordinator.log()
     );
 }
 

@@ -49,6 +49,20 @@ pub fn root() -> PathBuf {
         .expect("the repository root exists")
 }
 
+/// `PATH` with the folder of the `baton` binary cargo built for this run first: what a recipe
+/// that runs `baton` (installed by `cargo install`, say) finds.
+pub fn path_with_baton() -> String {
+    let bin = std::path::Path::new(env!("CARGO_BIN_EXE_baton"))
+        .parent()
+        .expect("the binary's folder")
+        .to_owned();
+    format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    )
+}
+
 /// Submits `workflow` (JSON text) with `input`; the new run's id.
 pub async fn submit(
     client: &mut RunServiceClient<Channel>,

@@ -109,3 +109,14 @@ pub fn runs_list(url: &str, extra: &[&str], env: &[(&str, &str)]) -> std::proces
     args.extend(extra);
     run_baton(&args, env)
 }
+
+/// [`runs_list`] against `coordinator`, which must answer; its log is shown when it does not.
+pub fn assert_listed(coordinator: &Coordinator, url: &str, extra: &[&str], env: &[(&str, &str)]) {
+    let listed = runs_list(url, extra, env);
+    assert!(
+        listed.status.success(),
+        "{}\n{}",
+        text(&listed.stderr),
+        coordinator.log()
+    );
+}
